@@ -1,0 +1,202 @@
+package queue
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// AlertConfig configures dead-letter alerts.
+type AlertConfig struct {
+	// WebhookURL is a Discord- or Slack-compatible incoming webhook. Empty:
+	// alerts are only counted.
+	WebhookURL string
+	// Interval is the least time between two messages. Default 10s.
+	Interval time.Duration
+	// Retries is how many times a failed post is tried again. Default 5.
+	Retries int
+	// PublicURL links the message to the admin page.
+	PublicURL string
+	Client    *http.Client
+	Logger    *slog.Logger
+}
+
+// Alerter groups dead-letter notices and posts at most one message per
+// interval, summarising counts per task type and the newest error. Notify
+// never blocks and never fails.
+type Alerter struct {
+	cfg AlertConfig
+	log *slog.Logger
+
+	mu      sync.Mutex
+	counts  map[string]int
+	newest  alertItem
+	pending bool
+	kick    chan struct{}
+	sent    int
+	failed  int
+}
+
+type alertItem struct{ typ, id, err string }
+
+// NewAlerter builds an alerter; Run sends.
+func NewAlerter(cfg AlertConfig) *Alerter {
+	if cfg.Interval <= 0 {
+		cfg.Interval = 10 * time.Second
+	}
+	if cfg.Retries <= 0 {
+		cfg.Retries = 5
+	}
+	if cfg.Client == nil {
+		cfg.Client = &http.Client{Timeout: 10 * time.Second}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Alerter{cfg: cfg, log: cfg.Logger.With("component", "alerts"), counts: map[string]int{}, kick: make(chan struct{}, 1)}
+}
+
+// Notify records one dead letter for the next message.
+func (a *Alerter) Notify(typ, id, errText string) {
+	a.mu.Lock()
+	a.counts[typ]++
+	a.newest = alertItem{typ: typ, id: id, err: errText}
+	a.pending = true
+	a.mu.Unlock()
+	select {
+	case a.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Sent returns how many messages were posted and how many gave up.
+func (a *Alerter) Sent() (sent, failed int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.sent, a.failed
+}
+
+// Run posts grouped alerts until ctx ends, then posts what is left.
+func (a *Alerter) Run(ctx context.Context) {
+	var last time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			flushCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			a.flush(flushCtx)
+			cancel()
+			return
+		case <-a.kick:
+		}
+		if wait := a.cfg.Interval - time.Since(last); !last.IsZero() && wait > 0 {
+			select {
+			case <-ctx.Done():
+				continue
+			case <-time.After(wait):
+			}
+		}
+		last = time.Now()
+		a.flush(ctx)
+	}
+}
+
+func (a *Alerter) flush(ctx context.Context) {
+	a.mu.Lock()
+	if !a.pending {
+		a.mu.Unlock()
+		return
+	}
+	counts, newest := a.counts, a.newest
+	a.counts, a.pending = map[string]int{}, false
+	a.mu.Unlock()
+	if a.cfg.WebhookURL == "" {
+		return
+	}
+	body := a.message(counts, newest)
+	err := a.post(ctx, body)
+	a.mu.Lock()
+	if err != nil {
+		a.failed++
+	} else {
+		a.sent++
+	}
+	a.mu.Unlock()
+	if err != nil {
+		a.log.Error("dead-letter alert not delivered", "err", err)
+	}
+}
+
+// message builds a body both Discord ("content") and Slack ("text") accept.
+func (a *Alerter) message(counts map[string]int, newest alertItem) []byte {
+	types := make([]string, 0, len(counts))
+	total := 0
+	for t, n := range counts {
+		types = append(types, t)
+		total += n
+	}
+	sort.Strings(types)
+	var b strings.Builder
+	fmt.Fprintf(&b, "mailroom: %d task(s) moved to the dead-letter archive\n", total)
+	for _, t := range types {
+		fmt.Fprintf(&b, "• %s: %d\n", t, counts[t])
+	}
+	fmt.Fprintf(&b, "Newest: %s %s: %s", newest.typ, newest.id, truncate(newest.err, 500))
+	if a.cfg.PublicURL != "" {
+		fmt.Fprintf(&b, "\n%s/admin/deadletters", strings.TrimRight(a.cfg.PublicURL, "/"))
+	}
+	text := truncate(b.String(), 1900) // Discord's content limit is 2,000
+	raw, _ := json.Marshal(map[string]string{"content": text, "text": text})
+	return raw
+}
+
+// Test posts a test message now (the setup page's button).
+func (a *Alerter) Test(ctx context.Context) error {
+	if a.cfg.WebhookURL == "" {
+		return fmt.Errorf("alerts: MAILROOM_ALERT_WEBHOOK_URL is not set")
+	}
+	text := "mailroom: test alert — dead-letter alerts will arrive here."
+	raw, _ := json.Marshal(map[string]string{"content": text, "text": text})
+	return a.post(ctx, raw)
+}
+
+func (a *Alerter) post(ctx context.Context, body []byte) error {
+	var err error
+	delay := 500 * time.Millisecond
+	for attempt := 0; attempt <= a.cfg.Retries; attempt++ {
+		if attempt > 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(delay):
+			}
+			delay *= 2
+		}
+		var req *http.Request
+		req, err = http.NewRequestWithContext(ctx, http.MethodPost, a.cfg.WebhookURL, bytes.NewReader(body))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		var resp *http.Response
+		resp, err = a.cfg.Client.Do(req)
+		if err != nil {
+			continue
+		}
+		resp.Body.Close()
+		if resp.StatusCode/100 == 2 {
+			return nil
+		}
+		err = fmt.Errorf("webhook answered %s", resp.Status)
+		if resp.StatusCode/100 == 4 && resp.StatusCode != http.StatusTooManyRequests {
+			return err
+		}
+	}
+	return err
+}

@@ -1,0 +1,82 @@
+package queue
+
+import (
+	"errors"
+	"fmt"
+
+	"mailroom/store"
+)
+
+// Redrive moves dead letters back into the outbox as new tasks, in one
+// transaction. Unknown ids are reported in missing.
+func (q *Queue) Redrive(ids []string) (redriven int, missing []string, err error) {
+	err = q.db.Update(func(tx *store.Tx) error {
+		redriven, missing = 0, nil
+		for _, id := range ids {
+			d, err := tx.DeadLetterGet(id)
+			if errors.Is(err, store.ErrNotFound) {
+				missing = append(missing, id)
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			if err := q.redriveOne(tx, d); err != nil {
+				return err
+			}
+			redriven++
+		}
+		return nil
+	})
+	return redriven, missing, err
+}
+
+// RedriveType redrives every dead letter of a task type.
+func (q *Queue) RedriveType(typ string) (int, error) {
+	if _, ok := q.table.Lookup(typ); !ok {
+		return 0, fmt.Errorf("queue: unknown task type %q", typ)
+	}
+	n := 0
+	err := q.db.Update(func(tx *store.Tx) error {
+		n = 0
+		cursor := ""
+		for {
+			page, next, err := tx.DeadLetters(typ, cursor, 500)
+			if err != nil {
+				return err
+			}
+			for _, d := range page {
+				if err := q.redriveOne(tx, d); err != nil {
+					return err
+				}
+				n++
+			}
+			if next == "" {
+				return nil
+			}
+			cursor = next
+		}
+	})
+	return n, err
+}
+
+func (q *Queue) redriveOne(tx *store.Tx, d store.DeadLetter) error {
+	if err := tx.DeadLetterDelete(d.ID); err != nil {
+		return err
+	}
+	tt, ok := q.table.Lookup(d.Type)
+	if !ok {
+		return fmt.Errorf("queue: dead letter %s has unknown type %s", d.ID, d.Type)
+	}
+	_, _, err := tx.OutboxAdd(store.OutboxRecord{Queue: tt.Queue, Type: d.Type, Payload: d.Payload, Key: d.Key})
+	if err != nil {
+		return fmt.Errorf("queue: redrive %s: %w", d.ID, err)
+	}
+	tx.OnCommit(q.relays[tt.Queue].wake)
+	return nil
+}
+
+// Discard deletes a dead letter for good.
+func (q *Queue) Discard(id string) error {
+	return q.db.Update(func(tx *store.Tx) error { return tx.DeadLetterDelete(id) })
+}

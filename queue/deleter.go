@@ -1,0 +1,70 @@
+package queue
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+
+	"mailroom/store"
+)
+
+// deleter removes the outbox records of finished tasks in batches, off the
+// task path: a handler never waits for a commit. A crash before the commit
+// only means the task runs again.
+type deleter struct {
+	db  *store.DB
+	log *slog.Logger
+
+	mu      sync.Mutex
+	pending []outboxRef
+	kick    chan struct{}
+}
+
+type outboxRef struct{ queue, id string }
+
+func newDeleter(db *store.DB, log *slog.Logger) *deleter {
+	return &deleter{db: db, log: log, kick: make(chan struct{}, 1)}
+}
+
+func (d *deleter) add(queue, id string) {
+	d.mu.Lock()
+	d.pending = append(d.pending, outboxRef{queue, id})
+	d.mu.Unlock()
+	select {
+	case d.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (d *deleter) run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-d.kick:
+			d.flush()
+		}
+	}
+}
+
+// flush deletes everything pending in one transaction.
+func (d *deleter) flush() {
+	d.mu.Lock()
+	batch := d.pending
+	d.pending = nil
+	d.mu.Unlock()
+	if len(batch) == 0 {
+		return
+	}
+	err := d.db.Update(func(tx *store.Tx) error {
+		for _, ref := range batch {
+			if err := tx.OutboxDelete(ref.queue, ref.id); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		d.log.Error("delete finished outbox records; they will run again after a restart", "count", len(batch), "err", err)
+	}
+}

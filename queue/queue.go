@@ -1,0 +1,391 @@
+// Package queue is mailroom's durable task machinery: the task table, the
+// transactional outbox and its relay to asynq, one asynq server per queue,
+// error classes, retry policy, dead-letter capture, redrive and alerts.
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"mailroom/store"
+)
+
+// Config tunes the machinery. Zero values take the defaults named.
+type Config struct {
+	// RelayCap is the most tasks of one queue held in the broker at once;
+	// the rest wait in the outbox. Default 1000.
+	RelayCap int
+	// RelayWorkers enqueue into the broker in parallel. Default 16.
+	RelayWorkers int
+	// Retry backoff: Initial * Multiplier^(failures-1), at most Max.
+	// Defaults 30s, 2, 5m (MAILROOM_RETRY_*).
+	RetryInitial    time.Duration
+	RetryMultiplier float64
+	RetryMax        time.Duration
+	// PollInterval is how often an idle server looks for work. Default 100ms.
+	PollInterval time.Duration
+	// DelayedCheckInterval is how often scheduled and retry tasks are moved
+	// to pending. Default 1s.
+	DelayedCheckInterval time.Duration
+	// ShutdownTimeout bounds the wait for running tasks at Stop. Default 10s.
+	ShutdownTimeout time.Duration
+	// Alerts receive dead-letter notices; nil: none.
+	Alerts *Alerter
+	Logger *slog.Logger
+	// Registerer receives the metrics; nil: a private registry.
+	Registerer prometheus.Registerer
+}
+
+func (c *Config) defaults() {
+	if c.RelayCap <= 0 {
+		c.RelayCap = 1000
+	}
+	if c.RelayWorkers <= 0 {
+		c.RelayWorkers = 16
+	}
+	if c.RetryInitial <= 0 {
+		c.RetryInitial = 30 * time.Second
+	}
+	if c.RetryMultiplier < 1 {
+		c.RetryMultiplier = 2
+	}
+	if c.RetryMax <= 0 {
+		c.RetryMax = 5 * time.Minute
+	}
+	if c.PollInterval <= 0 {
+		c.PollInterval = 100 * time.Millisecond
+	}
+	if c.DelayedCheckInterval <= 0 {
+		c.DelayedCheckInterval = time.Second
+	}
+	if c.ShutdownTimeout <= 0 {
+		c.ShutdownTimeout = 10 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Registerer == nil {
+		c.Registerer = prometheus.NewRegistry()
+	}
+}
+
+// Queue runs the durable tasks of a table.
+type Queue struct {
+	cfg       Config
+	db        *store.DB
+	table     *Table
+	conn      asynq.RedisConnOpt
+	log       *slog.Logger
+	metrics   *metrics
+	client    *asynq.Client
+	inspector *asynq.Inspector
+	relays    map[string]*relay
+	servers   []*asynq.Server
+	deleter   *deleter
+	started   atomic.Bool
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+}
+
+// New builds the machinery for table over the broker conn. The table's
+// handlers must all be set (Validate).
+func New(cfg Config, db *store.DB, conn asynq.RedisConnOpt, table *Table) (*Queue, error) {
+	cfg.defaults()
+	if err := table.Validate(); err != nil {
+		return nil, err
+	}
+	q := &Queue{
+		cfg:    cfg,
+		db:     db,
+		table:  table,
+		conn:   conn,
+		log:    cfg.Logger.With("component", "queue"),
+		relays: map[string]*relay{},
+	}
+	m, err := newMetrics(cfg.Registerer, q)
+	if err != nil {
+		return nil, err
+	}
+	q.metrics = m
+	for _, qi := range table.Queues() {
+		q.relays[qi.Name] = newRelay(q, qi.Name)
+	}
+	q.deleter = newDeleter(db, q.log)
+	return q, nil
+}
+
+// Table returns the task table.
+func (q *Queue) Table() *Table { return q.table }
+
+// Start hands the outbox to the broker and starts one asynq server per
+// queue. It returns once every server runs.
+func (q *Queue) Start(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	q.cancel = cancel
+	q.client = asynq.NewClientFromRedisClient(q.conn.MakeRedisClient().(redisClient))
+	q.inspector = asynq.NewInspectorFromRedisClient(q.conn.MakeRedisClient().(redisClient))
+	q.wg.Add(1)
+	go func() { defer q.wg.Done(); q.deleter.run(ctx) }()
+
+	for _, qi := range q.table.Queues() {
+		mux := asynq.NewServeMux()
+		for _, name := range qi.Types {
+			tt, _ := q.table.Lookup(name)
+			mux.HandleFunc(name, q.process(tt))
+		}
+		srv := asynq.NewServerFromRedisClient(q.conn.MakeRedisClient().(redisClient), asynq.Config{
+			Concurrency:              qi.Concurrency,
+			Queues:                   map[string]int{qi.Name: 1},
+			RetryDelayFunc:           q.retryDelay,
+			IsFailure:                func(err error) bool { _, limited := RetryAfter(err); return !limited },
+			TaskCheckInterval:        q.cfg.PollInterval,
+			DelayedTaskCheckInterval: q.cfg.DelayedCheckInterval,
+			ShutdownTimeout:          q.cfg.ShutdownTimeout,
+			Logger:                   asynqLogger{q.log.With("queue", qi.Name)},
+			LogLevel:                 asynq.WarnLevel,
+		})
+		if err := srv.Start(mux); err != nil {
+			q.Stop()
+			return fmt.Errorf("queue: start server for %s: %w", qi.Name, err)
+		}
+		q.servers = append(q.servers, srv)
+	}
+	for _, r := range q.relays {
+		q.wg.Add(1)
+		go func() { defer q.wg.Done(); r.run(ctx) }()
+	}
+	q.started.Store(true)
+	return nil
+}
+
+// Ready reports whether the servers run.
+func (q *Queue) Ready() bool { return q.started.Load() }
+
+// Stop stops the relays, lets running tasks finish (bounded by
+// ShutdownTimeout; the rest go back to the queue), flushes pending outbox
+// deletions and closes the broker clients.
+func (q *Queue) Stop() {
+	q.started.Store(false)
+	for _, s := range q.servers {
+		s.Shutdown()
+	}
+	q.servers = nil
+	if q.cancel != nil {
+		q.cancel()
+	}
+	q.wg.Wait()
+	q.deleter.flush()
+	if q.client != nil {
+		q.client.Close()
+		q.client = nil
+	}
+	if q.inspector != nil {
+		q.inspector.Close()
+		q.inspector = nil
+	}
+}
+
+// Option changes how Enqueue records a task.
+type Option func(*store.OutboxRecord, *enqueueFlags)
+
+type enqueueFlags struct{ bringForward bool }
+
+// Key makes the task unique by key while its record lives.
+func Key(k string) Option { return func(r *store.OutboxRecord, _ *enqueueFlags) { r.Key = k } }
+
+// RunAt delays the task until t.
+func RunAt(t time.Time) Option { return func(r *store.OutboxRecord, _ *enqueueFlags) { r.RunAt = t.UTC() } }
+
+// BringForward, with Key, moves an existing record's run time earlier when
+// the new one is earlier.
+func BringForward() Option { return func(_ *store.OutboxRecord, f *enqueueFlags) { f.bringForward = true } }
+
+// Enqueue records a task in the caller's transaction. The task reaches the
+// broker after the transaction commits. With Key, an existing live record
+// of that key is returned instead (added=false).
+func (q *Queue) Enqueue(tx *store.Tx, typ string, payload any, opts ...Option) (rec store.OutboxRecord, added bool, err error) {
+	tt, ok := q.table.Lookup(typ)
+	if !ok {
+		return rec, false, fmt.Errorf("queue: enqueue: unknown task type %q", typ)
+	}
+	raw, err := json.Marshal(payload)
+	if err != nil {
+		return rec, false, fmt.Errorf("queue: enqueue %s: encode payload: %w", typ, err)
+	}
+	r := store.OutboxRecord{Queue: tt.Queue, Type: typ, Payload: raw}
+	var f enqueueFlags
+	for _, o := range opts {
+		o(&r, &f)
+	}
+	rec, added, err = tx.OutboxAdd(r)
+	if err != nil {
+		return rec, false, fmt.Errorf("queue: enqueue %s: %w", typ, err)
+	}
+	rl := q.relays[tt.Queue]
+	if !added && f.bringForward && r.RunAt.Before(rec.RunAt) {
+		rec.RunAt = r.RunAt
+		if err := tx.OutboxUpdate(rec); err != nil {
+			return rec, false, fmt.Errorf("queue: bring forward %s: %w", rec.ID, err)
+		}
+		id := rec.ID
+		tx.OnCommit(func() { rl.bringForward(id) })
+	}
+	tx.OnCommit(rl.wake)
+	return rec, added, nil
+}
+
+// Ack removes the task's outbox record inside tx, so a local effect and the
+// task's completion commit together (exactly once in effect).
+func (t *Task) Ack(tx *store.Tx) error {
+	if err := tx.OutboxDelete(t.Queue, t.ID); err != nil {
+		return fmt.Errorf("queue: ack %s: %w", t.ID, err)
+	}
+	t.acked = true
+	return nil
+}
+
+type redisClient = redis.UniversalClient
+
+// retryError carries the backoff computed from the durable failure count.
+type retryError struct {
+	err   error
+	delay time.Duration
+}
+
+func (e *retryError) Error() string { return e.err.Error() }
+func (e *retryError) Unwrap() error { return e.err }
+
+func (q *Queue) retryDelay(n int, err error, _ *asynq.Task) time.Duration {
+	if d, ok := RetryAfter(err); ok {
+		return d
+	}
+	var re *retryError
+	if errors.As(err, &re) {
+		return re.delay
+	}
+	return q.Backoff(n + 1)
+}
+
+// Backoff is the wait after the given number of failed attempts.
+func (q *Queue) Backoff(failures int) time.Duration {
+	d := float64(q.cfg.RetryInitial) * math.Pow(q.cfg.RetryMultiplier, float64(max(failures-1, 0)))
+	if d > float64(q.cfg.RetryMax) || math.IsInf(d, 0) {
+		return q.cfg.RetryMax
+	}
+	return time.Duration(d)
+}
+
+func (q *Queue) process(tt TaskType) asynq.HandlerFunc {
+	return func(ctx context.Context, at *asynq.Task) error {
+		id, _ := asynq.GetTaskID(ctx)
+		retried, _ := asynq.GetRetryCount(ctx)
+		t := &Task{ID: id, Type: tt.Name, Queue: tt.Queue, Payload: at.Payload(), Attempt: retried + 1}
+		start := time.Now()
+		err := q.run(ctx, tt, t)
+		elapsed := time.Since(start)
+		q.metrics.duration.WithLabelValues(tt.Name).Observe(elapsed.Seconds())
+		q.metrics.observe(tt.Queue, start, elapsed, err == nil || IsStale(err))
+		rl := q.relays[tt.Queue]
+
+		switch {
+		case err == nil || IsStale(err):
+			q.metrics.processed.WithLabelValues(tt.Name).Inc()
+			if !t.acked {
+				q.deleter.add(tt.Queue, id)
+			}
+			rl.done(id)
+			return nil
+		case errors.Is(err, context.Canceled) && ctx.Err() != nil:
+			// Shutdown: hand it back without counting a failure.
+			return RateLimited(err, time.Second)
+		}
+		if wait, limited := RetryAfter(err); limited {
+			q.metrics.rateLimited.WithLabelValues(tt.Name).Inc()
+			q.log.Debug("task rate limited", "task_id", id, "type", tt.Name, "wait", wait)
+			return err
+		}
+		q.metrics.failed.WithLabelValues(tt.Name).Inc()
+		dead, failures, derr := q.recordFailure(tt, t, err)
+		if derr != nil {
+			q.log.Error("record task failure", "task_id", id, "type", tt.Name, "err", derr)
+			return &retryError{err: err, delay: q.Backoff(t.Attempt)}
+		}
+		if dead {
+			q.metrics.dead.WithLabelValues(tt.Name).Inc()
+			q.log.Warn("task dead-lettered", "task_id", id, "type", tt.Name, "attempts", failures, "err", err)
+			if q.cfg.Alerts != nil {
+				q.cfg.Alerts.Notify(tt.Name, id, err.Error())
+			}
+			rl.done(id)
+			return asynq.RevokeTask
+		}
+		q.log.Info("task failed, will retry", "task_id", id, "type", tt.Name, "attempt", failures, "err", err)
+		return &retryError{err: err, delay: q.Backoff(failures)}
+	}
+}
+
+func (q *Queue) run(ctx context.Context, tt TaskType, t *Task) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("handler panic: %v", r)
+		}
+	}()
+	return tt.Handler(ctx, t)
+}
+
+// recordFailure counts a failed attempt in the task's outbox record and,
+// when it is permanent or out of retries, moves the record to the
+// dead-letter archive in the same transaction.
+func (q *Queue) recordFailure(tt TaskType, t *Task, cause error) (dead bool, failures int, err error) {
+	now := time.Now().UTC()
+	err = q.db.Update(func(tx *store.Tx) error {
+		rec, err := tx.OutboxGet(tt.Queue, t.ID)
+		if errors.Is(err, store.ErrNotFound) {
+			// Already finished elsewhere, or lost: keep what we know.
+			rec = store.OutboxRecord{ID: t.ID, Queue: tt.Queue, Type: tt.Name, Payload: t.Payload, Failures: t.Attempt - 1}
+		} else if err != nil {
+			return err
+		}
+		rec.Failures++
+		if rec.FirstFailedAt.IsZero() {
+			rec.FirstFailedAt = now
+		}
+		rec.LastFailedAt = now
+		rec.LastError = truncate(cause.Error(), 4000)
+		failures = rec.Failures
+		dead = IsPermanent(cause) || rec.Failures > tt.MaxRetries
+		if !dead {
+			if err := tx.OutboxUpdate(rec); err != nil && !errors.Is(err, store.ErrNotFound) {
+				return err
+			}
+			return nil
+		}
+		if err := tx.OutboxDelete(tt.Queue, t.ID); err != nil {
+			return err
+		}
+		return tx.DeadLetterPut(store.DeadLetter{
+			ID: rec.ID, Type: rec.Type, Queue: rec.Queue, Payload: rec.Payload, Key: rec.Key,
+			Error: rec.LastError, Attempts: rec.Failures,
+			FirstFailedAt: rec.FirstFailedAt, LastFailedAt: rec.LastFailedAt,
+		})
+	})
+	return dead, failures, err
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

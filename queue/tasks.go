@@ -1,0 +1,175 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+)
+
+// The task types of the contract. A type name is never a prefix of another:
+// asynq's mux matches by prefix.
+const (
+	TypeGmailSync            = "gmail:sync"
+	TypeGmailMessageAdded    = "gmail:message-added"
+	TypeGmailMessageRead     = "gmail:message-read"
+	TypeGmailMessageUnread   = "gmail:message-unread"
+	TypeGmailMessageTrashed  = "gmail:message-trashed"
+	TypeGmailMessageRestored = "gmail:message-restored"
+	TypeGmailMessageDeleted  = "gmail:message-deleted"
+	TypeGmailMessageLabeled  = "gmail:message-labeled"
+	TypeGmailWatchRenew      = "gmail:watch-renew"
+	TypeRulesReclassifyBatch = "rules:reclassify-batch"
+	TypeSheetsFlush          = "sheets:flush"
+
+	// TypeDebugRecord exists only when TableConfig.Debug is set: the
+	// crash-safety tests and benchmarks use it.
+	TypeDebugRecord = "debug:record"
+)
+
+// Task is one run of a durable task.
+type Task struct {
+	ID      string // the outbox record id, also the broker's task id
+	Type    string
+	Queue   string
+	Payload []byte
+	// Attempt counts runs of this task in this broker, from 1.
+	Attempt int
+	acked   bool
+}
+
+// Handler does one task's work. See errors.go for how errors are classed.
+type Handler func(ctx context.Context, t *Task) error
+
+// TaskType is one row of the task table: everything about a type is here,
+// and the queues, servers, metrics and admin views derive from it.
+type TaskType struct {
+	Name        string
+	Queue       string
+	Concurrency int
+	// MaxRetries is how many retries follow the first failed attempt.
+	MaxRetries int
+	// Timeout bounds one run.
+	Timeout time.Duration
+	Handler Handler
+}
+
+// TableConfig holds the settings the table's rows take from configuration.
+type TableConfig struct {
+	MaxRetries              int // MAILROOM_MAX_RETRIES
+	ConcurrencyMessageAdded int // MAILROOM_CONCURRENCY_MESSAGE_ADDED
+	ConcurrencyState        int // MAILROOM_CONCURRENCY_STATE
+	Debug                   bool
+	DebugConcurrency        int // zero: 10
+}
+
+// Table is the one table of task types.
+type Table struct {
+	rows []TaskType
+}
+
+// NewTable builds the table of every task type, without handlers.
+func NewTable(cfg TableConfig) *Table {
+	r := cfg.MaxRetries
+	state := cfg.ConcurrencyState
+	rows := []TaskType{
+		{Name: TypeGmailSync, Queue: "gmail-sync", Concurrency: 4, MaxRetries: r, Timeout: 30 * time.Minute},
+		{Name: TypeGmailMessageAdded, Queue: "gmail-message-added", Concurrency: cfg.ConcurrencyMessageAdded, MaxRetries: r, Timeout: 2 * time.Minute},
+		{Name: TypeGmailMessageRead, Queue: "gmail-message-read", Concurrency: state, MaxRetries: r, Timeout: time.Minute},
+		{Name: TypeGmailMessageUnread, Queue: "gmail-message-unread", Concurrency: state, MaxRetries: r, Timeout: time.Minute},
+		{Name: TypeGmailMessageTrashed, Queue: "gmail-message-trashed", Concurrency: state, MaxRetries: r, Timeout: time.Minute},
+		{Name: TypeGmailMessageRestored, Queue: "gmail-message-restored", Concurrency: state, MaxRetries: r, Timeout: time.Minute},
+		{Name: TypeGmailMessageDeleted, Queue: "gmail-message-deleted", Concurrency: state, MaxRetries: r, Timeout: time.Minute},
+		{Name: TypeGmailMessageLabeled, Queue: "gmail-message-labeled", Concurrency: state, MaxRetries: r, Timeout: time.Minute},
+		{Name: TypeGmailWatchRenew, Queue: "gmail-maintenance", Concurrency: 2, MaxRetries: r, Timeout: time.Minute},
+		{Name: TypeRulesReclassifyBatch, Queue: "rules-reclassify", Concurrency: 2, MaxRetries: r, Timeout: 5 * time.Minute},
+		{Name: TypeSheetsFlush, Queue: "sheets-flush", Concurrency: 4, MaxRetries: r, Timeout: 2 * time.Minute},
+	}
+	if cfg.Debug {
+		c := cfg.DebugConcurrency
+		if c == 0 {
+			c = 10
+		}
+		rows = append(rows, TaskType{Name: TypeDebugRecord, Queue: "debug", Concurrency: c, MaxRetries: r, Timeout: time.Minute})
+	}
+	return &Table{rows: rows}
+}
+
+// Handle attaches a handler to a type of the table.
+func (t *Table) Handle(name string, h Handler) error {
+	for i := range t.rows {
+		if t.rows[i].Name == name {
+			if t.rows[i].Handler != nil {
+				return fmt.Errorf("queue: type %s already has a handler", name)
+			}
+			t.rows[i].Handler = h
+			return nil
+		}
+	}
+	return fmt.Errorf("queue: no task type %q in the table", name)
+}
+
+// Types returns a copy of the rows.
+func (t *Table) Types() []TaskType { return append([]TaskType(nil), t.rows...) }
+
+// Lookup returns the row of a type.
+func (t *Table) Lookup(name string) (TaskType, bool) {
+	for _, r := range t.rows {
+		if r.Name == name {
+			return r, true
+		}
+	}
+	return TaskType{}, false
+}
+
+// QueueInfo is a queue as the table defines it.
+type QueueInfo struct {
+	Name        string
+	Types       []string
+	Concurrency int
+}
+
+// Queues groups the rows by queue, in table order.
+func (t *Table) Queues() []QueueInfo {
+	var out []QueueInfo
+	idx := map[string]int{}
+	for _, r := range t.rows {
+		i, ok := idx[r.Queue]
+		if !ok {
+			i = len(out)
+			idx[r.Queue] = i
+			out = append(out, QueueInfo{Name: r.Queue})
+		}
+		out[i].Types = append(out[i].Types, r.Name)
+		out[i].Concurrency = max(out[i].Concurrency, r.Concurrency)
+	}
+	return out
+}
+
+// Validate checks the table: every row named, queued, with workers and a
+// handler, no duplicate, and no name a prefix of another.
+func (t *Table) Validate() error {
+	names := make([]string, 0, len(t.rows))
+	for _, r := range t.rows {
+		switch {
+		case r.Name == "" || r.Queue == "":
+			return fmt.Errorf("queue: a task type row needs a name and a queue: %+v", r)
+		case r.Concurrency < 1:
+			return fmt.Errorf("queue: type %s: concurrency must be at least 1", r.Name)
+		case r.Handler == nil:
+			return fmt.Errorf("queue: type %s has no handler", r.Name)
+		}
+		names = append(names, r.Name)
+	}
+	sort.Strings(names)
+	for i := 1; i < len(names); i++ {
+		if names[i] == names[i-1] {
+			return fmt.Errorf("queue: duplicate task type %s", names[i])
+		}
+		if strings.HasPrefix(names[i], names[i-1]) {
+			return fmt.Errorf("queue: task type %s is a prefix of %s (asynq matches by prefix)", names[i-1], names[i])
+		}
+	}
+	return nil
+}

@@ -1,0 +1,102 @@
+package store
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// DeadLetter is a task that failed for good, kept until redriven or
+// discarded. Its ID is the outbox record's id.
+type DeadLetter struct {
+	ID            string          `json:"id"`
+	Type          string          `json:"type"`
+	Queue         string          `json:"queue"`
+	Payload       json.RawMessage `json:"payload"`
+	Key           string          `json:"key,omitempty"`
+	Error         string          `json:"error"`
+	Attempts      int             `json:"attempts"`
+	FirstFailedAt time.Time       `json:"firstFailedAt"`
+	LastFailedAt  time.Time       `json:"lastFailedAt"`
+}
+
+// DeadLetterPut stores d.
+func (tx *Tx) DeadLetterPut(d DeadLetter) error {
+	seq, err := Seq(d.ID)
+	if err != nil {
+		return err
+	}
+	return putJSON(tx.tx.Bucket(bucketDeadLetters), u64(seq), d)
+}
+
+// DeadLetterGet returns one dead letter.
+func (tx *Tx) DeadLetterGet(id string) (DeadLetter, error) {
+	var d DeadLetter
+	seq, err := Seq(id)
+	if err != nil {
+		return d, ErrNotFound
+	}
+	return d, getJSON(tx.tx.Bucket(bucketDeadLetters), u64(seq), &d)
+}
+
+// DeadLetterDelete removes one dead letter; ErrNotFound when missing.
+func (tx *Tx) DeadLetterDelete(id string) error {
+	seq, err := Seq(id)
+	if err != nil {
+		return ErrNotFound
+	}
+	b := tx.tx.Bucket(bucketDeadLetters)
+	if b.Get(u64(seq)) == nil {
+		return ErrNotFound
+	}
+	return b.Delete(u64(seq))
+}
+
+// DeadLetters lists dead letters newest first, optionally of one type,
+// starting after cursor (an id; empty: the newest). It returns the next
+// cursor, empty at the end.
+func (tx *Tx) DeadLetters(typ, cursor string, limit int) ([]DeadLetter, string, error) {
+	c := tx.tx.Bucket(bucketDeadLetters).Cursor()
+	var k, v []byte
+	if cursor == "" {
+		k, v = c.Last()
+	} else {
+		seq, err := Seq(cursor)
+		if err != nil {
+			return nil, "", fmt.Errorf("store: bad cursor: %w", err)
+		}
+		c.Seek(u64(seq))
+		k, v = c.Prev()
+	}
+	var out []DeadLetter
+	for ; k != nil; k, v = c.Prev() {
+		var d DeadLetter
+		if err := json.Unmarshal(v, &d); err != nil {
+			return nil, "", fmt.Errorf("store: decode dead letter: %w", err)
+		}
+		if typ != "" && d.Type != typ {
+			continue
+		}
+		if limit > 0 && len(out) == limit {
+			return out, out[len(out)-1].ID, nil
+		}
+		out = append(out, d)
+	}
+	return out, "", nil
+}
+
+// DeadLetterCounts returns the number of dead letters per task type.
+func (tx *Tx) DeadLetterCounts() (map[string]int, error) {
+	counts := map[string]int{}
+	err := tx.tx.Bucket(bucketDeadLetters).ForEach(func(_, v []byte) error {
+		var d struct {
+			Type string `json:"type"`
+		}
+		if err := json.Unmarshal(v, &d); err != nil {
+			return err
+		}
+		counts[d.Type]++
+		return nil
+	})
+	return counts, err
+}

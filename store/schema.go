@@ -1,0 +1,81 @@
+package store
+
+import (
+	"fmt"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+var (
+	bucketMeta        = []byte("meta")
+	bucketOutbox      = []byte("outbox")       // queue name -> sub-bucket: seq -> OutboxRecord
+	bucketOutboxKeys  = []byte("outbox_keys")  // dedup key -> record id
+	bucketDeadLetters = []byte("dead_letters") // id -> DeadLetter
+	bucketUsers       = []byte("users")        // id -> User
+	bucketUserEmails  = []byte("user_emails")  // email -> id
+	bucketTokens      = []byte("api_tokens")   // sha256(token) -> APIToken
+	bucketSessions    = []byte("sessions")     // sha256(session) -> Session
+)
+
+var keySchemaVersion = []byte("schema_version")
+
+// migration moves the schema from version N-1 to N, where N is its index+1.
+type migration struct {
+	name string
+	fn   func(tx *bolt.Tx) error
+}
+
+// migrations are applied in order, each in its own transaction, and never
+// edited once released: add a new one instead.
+var migrations = []migration{
+	{"core buckets", func(tx *bolt.Tx) error {
+		return createBuckets(tx, bucketOutbox, bucketOutboxKeys, bucketDeadLetters,
+			bucketUsers, bucketUserEmails, bucketTokens, bucketSessions)
+	}},
+}
+
+// SchemaVersion is the version this build migrates to.
+func SchemaVersion() int { return len(migrations) }
+
+func createBuckets(tx *bolt.Tx, names ...[]byte) error {
+	for _, n := range names {
+		if _, err := tx.CreateBucketIfNotExists(n); err != nil {
+			return fmt.Errorf("create bucket %s: %w", n, err)
+		}
+	}
+	return nil
+}
+
+func (db *DB) migrate() error {
+	var version int
+	err := db.bolt.Update(func(tx *bolt.Tx) error {
+		meta, err := tx.CreateBucketIfNotExists(bucketMeta)
+		if err != nil {
+			return err
+		}
+		if v := meta.Get(keySchemaVersion); v != nil {
+			_, err := fmt.Sscanf(string(v), "%d", &version)
+			return err
+		}
+		return meta.Put(keySchemaVersion, []byte("0"))
+	})
+	if err != nil {
+		return fmt.Errorf("store: read schema version: %w", err)
+	}
+	if version > len(migrations) {
+		return fmt.Errorf("store: the data file has schema version %d but this build knows only up to %d; run a newer mailroom", version, len(migrations))
+	}
+	for i := version; i < len(migrations); i++ {
+		m := migrations[i]
+		err := db.bolt.Update(func(tx *bolt.Tx) error {
+			if err := m.fn(tx); err != nil {
+				return err
+			}
+			return tx.Bucket(bucketMeta).Put(keySchemaVersion, fmt.Appendf(nil, "%d", i+1))
+		})
+		if err != nil {
+			return fmt.Errorf("store: migration %d (%s): %w", i+1, m.name, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,169 @@
+package store
+
+import (
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// User owns Gmail accounts, rules and forms.
+type User struct {
+	ID        string    `json:"id"`
+	Email     string    `json:"email"`
+	Name      string    `json:"name"`
+	CreatedAt time.Time `json:"createdAt"`
+}
+
+// UserCreate stores a new user; ErrConflict when the email is taken
+// (compared case-insensitively).
+func (tx *Tx) UserCreate(email, name string) (User, error) {
+	emails := tx.tx.Bucket(bucketUserEmails)
+	norm := strings.ToLower(strings.TrimSpace(email))
+	if emails.Get([]byte(norm)) != nil {
+		return User{}, fmt.Errorf("store: user %s: %w", email, ErrConflict)
+	}
+	u := User{ID: NewID(), Email: strings.TrimSpace(email), Name: name, CreatedAt: time.Now().UTC()}
+	if err := putJSON(tx.tx.Bucket(bucketUsers), []byte(u.ID), u); err != nil {
+		return User{}, err
+	}
+	return u, emails.Put([]byte(norm), []byte(u.ID))
+}
+
+// UserGet returns one user.
+func (tx *Tx) UserGet(id string) (User, error) {
+	var u User
+	return u, getJSON(tx.tx.Bucket(bucketUsers), []byte(id), &u)
+}
+
+// Users lists every user, by id.
+func (tx *Tx) Users() ([]User, error) {
+	var out []User
+	err := tx.tx.Bucket(bucketUsers).ForEach(func(_, v []byte) error {
+		var u User
+		if err := json.Unmarshal(v, &u); err != nil {
+			return err
+		}
+		out = append(out, u)
+		return nil
+	})
+	return out, err
+}
+
+// APIToken is a bearer token made in the admin page. Only its hash is kept.
+type APIToken struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name"`
+	Hash      []byte    `json:"hash"`
+	Prefix    string    `json:"prefix"`
+	CreatedAt time.Time `json:"createdAt"`
+	LastUsed  time.Time `json:"lastUsed,omitzero"`
+}
+
+func tokenHash(token string) []byte {
+	h := sha256.Sum256([]byte(token))
+	return h[:]
+}
+
+// APITokenCreate stores the hash of a new token.
+func (tx *Tx) APITokenCreate(name, token string) (APIToken, error) {
+	t := APIToken{ID: NewID(), Name: name, Hash: tokenHash(token), Prefix: token[:min(8, len(token))], CreatedAt: time.Now().UTC()}
+	return t, putJSON(tx.tx.Bucket(bucketTokens), t.Hash, t)
+}
+
+// APITokenLookup finds the token with that plain value.
+func (tx *Tx) APITokenLookup(token string) (APIToken, error) {
+	var t APIToken
+	return t, getJSON(tx.tx.Bucket(bucketTokens), tokenHash(token), &t)
+}
+
+// APITokens lists the tokens (hashes only).
+func (tx *Tx) APITokens() ([]APIToken, error) {
+	var out []APIToken
+	err := tx.tx.Bucket(bucketTokens).ForEach(func(_, v []byte) error {
+		var t APIToken
+		if err := json.Unmarshal(v, &t); err != nil {
+			return err
+		}
+		out = append(out, t)
+		return nil
+	})
+	return out, err
+}
+
+// APITokenDelete revokes a token by id.
+func (tx *Tx) APITokenDelete(id string) error {
+	b := tx.tx.Bucket(bucketTokens)
+	c := b.Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		var t APIToken
+		if json.Unmarshal(v, &t) == nil && t.ID == id {
+			return b.Delete(k)
+		}
+	}
+	return ErrNotFound
+}
+
+// Session is an admin login.
+type Session struct {
+	CSRF      string    `json:"csrf"`
+	CreatedAt time.Time `json:"createdAt"`
+	ExpiresAt time.Time `json:"expiresAt"`
+}
+
+// SessionPut stores a session under the hash of its cookie value.
+func (tx *Tx) SessionPut(cookie string, s Session) error {
+	return putJSON(tx.tx.Bucket(bucketSessions), tokenHash(cookie), s)
+}
+
+// SessionGet returns a live session; ErrNotFound when missing or expired.
+func (tx *Tx) SessionGet(cookie string, now time.Time) (Session, error) {
+	var s Session
+	if err := getJSON(tx.tx.Bucket(bucketSessions), tokenHash(cookie), &s); err != nil {
+		return s, err
+	}
+	if now.After(s.ExpiresAt) {
+		return s, ErrNotFound
+	}
+	return s, nil
+}
+
+// SessionDelete ends a session.
+func (tx *Tx) SessionDelete(cookie string) error {
+	return tx.tx.Bucket(bucketSessions).Delete(tokenHash(cookie))
+}
+
+// SessionsExpire deletes sessions that ended before now.
+func (tx *Tx) SessionsExpire(now time.Time) error {
+	b := tx.tx.Bucket(bucketSessions)
+	var dead [][]byte
+	err := b.ForEach(func(k, v []byte) error {
+		var s Session
+		if json.Unmarshal(v, &s) != nil || now.After(s.ExpiresAt) {
+			dead = append(dead, k)
+		}
+		return nil
+	})
+	for _, k := range dead {
+		if err := b.Delete(k); err != nil {
+			return err
+		}
+	}
+	return err
+}
+
+var keyAdminHash = []byte("admin_password_hash")
+
+// AdminPasswordHash returns the stored admin password hash, nil when unset.
+func (tx *Tx) AdminPasswordHash() []byte {
+	if v := tx.tx.Bucket(bucketMeta).Get(keyAdminHash); v != nil {
+		return append([]byte(nil), v...)
+	}
+	return nil
+}
+
+// SetAdminPasswordHash stores the admin password hash.
+func (tx *Tx) SetAdminPasswordHash(hash []byte) error {
+	return tx.tx.Bucket(bucketMeta).Put(keyAdminHash, hash)
+}
