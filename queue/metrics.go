@@ -2,11 +2,10 @@ package queue
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"sync"
 	"time"
 
-	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
@@ -124,18 +123,25 @@ func (q *Queue) Stats(ctx context.Context) ([]QueueStats, error) {
 	if err != nil {
 		return nil, err
 	}
+	known := map[string]bool{}
+	if q.inspector != nil {
+		names, err := q.inspector.Queues()
+		if err != nil {
+			return nil, fmt.Errorf("queue: list broker queues: %w", err)
+		}
+		for _, n := range names {
+			known[n] = true
+		}
+	}
 	var out []QueueStats
 	for _, qi := range q.table.Queues() {
 		s := QueueStats{Name: qi.Name, Types: qi.Types, Concurrency: qi.Concurrency}
-		if q.inspector != nil {
+		if known[qi.Name] {
 			info, err := q.inspector.GetQueueInfo(qi.Name)
-			switch {
-			case err == nil:
-				s.Pending, s.Active, s.Scheduled, s.Retry = info.Pending, info.Active, info.Scheduled, info.Retry
-			case errors.Is(err, asynq.ErrQueueNotFound):
-			default:
-				return nil, err
+			if err != nil {
+				return nil, fmt.Errorf("queue: stats of %s: %w", qi.Name, err)
 			}
+			s.Pending, s.Active, s.Scheduled, s.Retry = info.Pending, info.Active, info.Scheduled, info.Retry
 		}
 		s.Outbox = max(outbox[qi.Name]-q.relays[qi.Name].backlog(), 0)
 		s.Pending += s.Outbox

@@ -205,11 +205,15 @@ type enqueueFlags struct{ bringForward bool }
 func Key(k string) Option { return func(r *store.OutboxRecord, _ *enqueueFlags) { r.Key = k } }
 
 // RunAt delays the task until t.
-func RunAt(t time.Time) Option { return func(r *store.OutboxRecord, _ *enqueueFlags) { r.RunAt = t.UTC() } }
+func RunAt(t time.Time) Option {
+	return func(r *store.OutboxRecord, _ *enqueueFlags) { r.RunAt = t.UTC() }
+}
 
 // BringForward, with Key, moves an existing record's run time earlier when
 // the new one is earlier.
-func BringForward() Option { return func(_ *store.OutboxRecord, f *enqueueFlags) { f.bringForward = true } }
+func BringForward() Option {
+	return func(_ *store.OutboxRecord, f *enqueueFlags) { f.bringForward = true }
+}
 
 // Enqueue records a task in the caller's transaction. The task reaches the
 // broker after the transaction commits. With Key, an existing live record

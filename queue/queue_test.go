@@ -1,0 +1,379 @@
+package queue_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"mailroom/queue"
+	"mailroom/queue/broker"
+	"mailroom/queue/broker/brokertest"
+	"mailroom/store"
+	"mailroom/store/storetest"
+)
+
+// harness is a queue over a real broker and a real bbolt file, with the
+// debug:record type handled by fn.
+type harness struct {
+	db *store.DB
+	q  *queue.Queue
+}
+
+func newHarness(t *testing.T, b *broker.Broker, cfg queue.Config, fn queue.Handler) *harness {
+	t.Helper()
+	db := storetest.Open(t)
+	table := queue.NewTable(queue.TableConfig{MaxRetries: 3, ConcurrencyMessageAdded: 3, ConcurrencyState: 5, Debug: true})
+	for _, tt := range table.Types() {
+		h := fn
+		if tt.Name != queue.TypeDebugRecord {
+			h = func(context.Context, *queue.Task) error { return nil }
+		}
+		if err := table.Handle(tt.Name, h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if cfg.RetryInitial == 0 {
+		cfg.RetryInitial, cfg.RetryMax = 50*time.Millisecond, 200*time.Millisecond
+	}
+	cfg.DelayedCheckInterval = 100 * time.Millisecond
+	cfg.PollInterval = 20 * time.Millisecond
+	q, err := queue.New(cfg, db, b.RedisConnOpt(), table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(q.Stop)
+	return &harness{db: db, q: q}
+}
+
+func (h *harness) enqueue(t *testing.T, n int, payload any, opts ...queue.Option) []string {
+	t.Helper()
+	var ids []string
+	err := h.db.Update(func(tx *store.Tx) error {
+		for range n {
+			rec, _, err := h.q.Enqueue(tx, queue.TypeDebugRecord, payload, opts...)
+			if err != nil {
+				return err
+			}
+			ids = append(ids, rec.ID)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func outboxLen(t *testing.T, db *store.DB, queueName string) int {
+	n := 0
+	if err := db.View(func(tx *store.Tx) error { n = tx.OutboxLen(queueName); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func deadLetters(t *testing.T, db *store.DB) []store.DeadLetter {
+	var out []store.DeadLetter
+	err := db.View(func(tx *store.Tx) error {
+		var err error
+		out, _, err = tx.DeadLetters("", "", 0)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestDurableTasksRunOnceAndLeaveTheOutbox(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, b *broker.Broker) {
+		var mu sync.Mutex
+		seen := map[string]int{}
+		h := newHarness(t, b, queue.Config{RelayCap: 50}, func(_ context.Context, task *queue.Task) error {
+			mu.Lock()
+			seen[task.ID]++
+			mu.Unlock()
+			return nil
+		})
+		ids := h.enqueue(t, 500, map[string]int{"n": 1})
+		waitUntil(t, 20*time.Second, "all tasks to run", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(seen) == len(ids)
+		})
+		waitUntil(t, 5*time.Second, "the outbox to empty", func() bool { return outboxLen(t, h.db, "debug") == 0 })
+		for _, id := range ids {
+			if seen[id] != 1 {
+				t.Errorf("task %s ran %d times, want 1", id, seen[id])
+			}
+		}
+	})
+}
+
+func TestRelayKeepsTheBrokerBounded(t *testing.T) {
+	b := brokertest.Embedded(t)
+	release := make(chan struct{})
+	var ran atomic.Int64
+	h := newHarness(t, b, queue.Config{RelayCap: 20}, func(ctx context.Context, _ *queue.Task) error {
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		ran.Add(1)
+		return nil
+	})
+	h.enqueue(t, 200, struct{}{})
+	waitUntil(t, 5*time.Second, "the relay to fill the broker", func() bool {
+		st, err := h.q.Stats(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return debugStats(st).Active > 0
+	})
+	time.Sleep(200 * time.Millisecond) // give an unbounded relay the chance to overfill
+	st, err := h.q.Stats(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := debugStats(st)
+	if inBroker := s.Pending - s.Outbox + s.Active; inBroker > 20 {
+		t.Fatalf("broker holds %d tasks of the queue, cap is 20 (stats %+v)", inBroker, s)
+	}
+	if s.Pending+s.Active != 200 {
+		t.Fatalf("pending+active = %d, want 200 (stats %+v)", s.Pending+s.Active, s)
+	}
+	close(release)
+	waitUntil(t, 20*time.Second, "every task to run", func() bool { return ran.Load() == 200 })
+}
+
+func debugStats(st []queue.QueueStats) queue.QueueStats {
+	for _, s := range st {
+		if s.Name == "debug" {
+			return s
+		}
+	}
+	return queue.QueueStats{}
+}
+
+func TestErrorClasses(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, b *broker.Broker) {
+		var attempts sync.Map // payload kind -> *atomic.Int64
+		count := func(kind string) *atomic.Int64 {
+			v, _ := attempts.LoadOrStore(kind, new(atomic.Int64))
+			return v.(*atomic.Int64)
+		}
+		limitedOnce := atomic.Bool{}
+		h := newHarness(t, b, queue.Config{}, func(_ context.Context, task *queue.Task) error {
+			var p struct{ Kind string }
+			_ = json.Unmarshal(task.Payload, &p)
+			count(p.Kind).Add(1)
+			switch p.Kind {
+			case "permanent":
+				return queue.Permanent(errors.New("account was deleted"))
+			case "retry":
+				return errors.New("gmail answered 503")
+			case "limited":
+				if limitedOnce.CompareAndSwap(false, true) {
+					return queue.RateLimited(errors.New("quota"), 200*time.Millisecond)
+				}
+				return nil
+			case "stale":
+				return queue.Stale("superseded")
+			}
+			return nil
+		})
+		for _, k := range []string{"permanent", "retry", "limited", "stale"} {
+			h.enqueue(t, 1, map[string]string{"kind": k})
+		}
+		waitUntil(t, 15*time.Second, "two dead letters", func() bool { return len(deadLetters(t, h.db)) == 2 })
+		waitUntil(t, 5*time.Second, "the outbox to empty", func() bool { return outboxLen(t, h.db, "debug") == 0 })
+		byErr := map[string]store.DeadLetter{}
+		for _, d := range deadLetters(t, h.db) {
+			byErr[d.Error] = d
+		}
+		if d := byErr["account was deleted"]; d.Attempts != 1 {
+			t.Errorf("permanent: attempts = %d, want 1", d.Attempts)
+		}
+		if d := byErr["gmail answered 503"]; d.Attempts != 4 || d.FirstFailedAt.After(d.LastFailedAt) {
+			t.Errorf("retryable: attempts = %d (want 4: 1 + 3 retries), first %v last %v", d.Attempts, d.FirstFailedAt, d.LastFailedAt)
+		}
+		if n := count("retry").Load(); n != 4 {
+			t.Errorf("retryable handler ran %d times, want 4", n)
+		}
+		if n := count("limited").Load(); n != 2 {
+			t.Errorf("rate-limited handler ran %d times, want 2", n)
+		}
+		if n := count("stale").Load(); n != 1 {
+			t.Errorf("stale handler ran %d times, want 1", n)
+		}
+		st, err := h.q.Stats(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s := debugStats(st); s.Failed != 5 || s.DeadLettered != 2 {
+			t.Errorf("stats: failed %d (want 5: 1 permanent + 4 retryable), dead-lettered %d (want 2)", s.Failed, s.DeadLettered)
+		}
+	})
+}
+
+func TestRedriveRunsTheTaskAgain(t *testing.T) {
+	b := brokertest.Embedded(t)
+	var fail atomic.Bool
+	fail.Store(true)
+	var ok atomic.Int64
+	h := newHarness(t, b, queue.Config{}, func(context.Context, *queue.Task) error {
+		if fail.Load() {
+			return queue.Permanent(errors.New("boom"))
+		}
+		ok.Add(1)
+		return nil
+	})
+	h.enqueue(t, 3, struct{}{})
+	waitUntil(t, 10*time.Second, "three dead letters", func() bool { return len(deadLetters(t, h.db)) == 3 })
+	fail.Store(false)
+	dls := deadLetters(t, h.db)
+	n, missing, err := h.q.Redrive([]string{dls[0].ID, "00000000deadbeef"})
+	if err != nil || n != 1 || len(missing) != 1 {
+		t.Fatalf("Redrive = %d, %v, %v; want 1, one missing, nil", n, missing, err)
+	}
+	waitUntil(t, 10*time.Second, "the redriven task to run", func() bool { return ok.Load() == 1 })
+	if n, err := h.q.RedriveType(queue.TypeDebugRecord); err != nil || n != 2 {
+		t.Fatalf("RedriveType = %d, %v; want 2", n, err)
+	}
+	waitUntil(t, 10*time.Second, "all redriven tasks to run", func() bool { return ok.Load() == 3 })
+	if got := deadLetters(t, h.db); len(got) != 0 {
+		t.Fatalf("archive holds %d after redrive, want 0", len(got))
+	}
+	if _, err := h.q.RedriveType("no:such"); err == nil {
+		t.Fatal("RedriveType of an unknown type: want an error")
+	}
+}
+
+func TestKeyDeduplicatesAndBringForward(t *testing.T) {
+	b := brokertest.Embedded(t)
+	var ran atomic.Int64
+	h := newHarness(t, b, queue.Config{}, func(context.Context, *queue.Task) error { ran.Add(1); return nil })
+	later := time.Now().Add(time.Hour)
+	first := h.enqueue(t, 1, struct{}{}, queue.Key("sheet-1"), queue.RunAt(later))
+	second := h.enqueue(t, 1, struct{}{}, queue.Key("sheet-1"), queue.RunAt(later))
+	if first[0] != second[0] {
+		t.Fatalf("same key gave two records %s and %s", first[0], second[0])
+	}
+	time.Sleep(300 * time.Millisecond)
+	if ran.Load() != 0 {
+		t.Fatal("a task scheduled in an hour ran")
+	}
+	h.enqueue(t, 1, struct{}{}, queue.Key("sheet-1"), queue.RunAt(time.Now()), queue.BringForward())
+	waitUntil(t, 5*time.Second, "the brought-forward task to run", func() bool { return ran.Load() == 1 })
+	// The key is free again once the record is gone.
+	waitUntil(t, 5*time.Second, "the outbox to empty", func() bool { return outboxLen(t, h.db, "debug") == 0 })
+	third := h.enqueue(t, 1, struct{}{}, queue.Key("sheet-1"))
+	if third[0] == first[0] {
+		t.Fatal("a finished record's key still deduplicates")
+	}
+	waitUntil(t, 5*time.Second, "the new task to run", func() bool { return ran.Load() == 2 })
+}
+
+func TestOutboxIsHandedAgainAtStart(t *testing.T) {
+	// Records written while nothing runs (as after a crash) are run at start.
+	b := brokertest.Embedded(t)
+	db := storetest.Open(t)
+	table := queue.NewTable(queue.TableConfig{MaxRetries: 3, ConcurrencyMessageAdded: 1, ConcurrencyState: 1, Debug: true})
+	var ran atomic.Int64
+	for _, tt := range table.Types() {
+		_ = table.Handle(tt.Name, func(context.Context, *queue.Task) error { ran.Add(1); return nil })
+	}
+	q, err := queue.New(queue.Config{PollInterval: 20 * time.Millisecond}, db, b.RedisConnOpt(), table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(tx *store.Tx) error {
+		for range 100 {
+			if _, _, err := q.Enqueue(tx, queue.TypeDebugRecord, struct{}{}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer q.Stop()
+	waitUntil(t, 10*time.Second, "recovered tasks to run", func() bool { return ran.Load() == 100 })
+}
+
+func TestAlertsAreGrouped(t *testing.T) {
+	var mu sync.Mutex
+	var bodies []string
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		raw, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		bodies = append(bodies, string(raw))
+		mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer hook.Close()
+	alerts := queue.NewAlerter(queue.AlertConfig{WebhookURL: hook.URL, Interval: 300 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { alerts.Run(ctx); close(done) }()
+
+	b := brokertest.Embedded(t)
+	h := newHarness(t, b, queue.Config{Alerts: alerts, RelayCap: 1000}, func(context.Context, *queue.Task) error {
+		return queue.Permanent(errors.New("storm"))
+	})
+	start := time.Now()
+	h.enqueue(t, 1000, struct{}{})
+	waitUntil(t, 60*time.Second, "1,000 dead letters", func() bool { return len(deadLetters(t, h.db)) == 1000 })
+	cancel()
+	<-done
+	elapsed := time.Since(start)
+	mu.Lock()
+	defer mu.Unlock()
+	// At most one message per interval, plus the first and the final flush.
+	if limit := int(elapsed/(300*time.Millisecond)) + 2; len(bodies) > limit || len(bodies) == 0 {
+		t.Fatalf("%d alert messages in %s, want between 1 and %d", len(bodies), elapsed, limit)
+	}
+	total := 0
+	for _, body := range bodies {
+		var msg struct{ Content, Text string }
+		if err := json.Unmarshal([]byte(body), &msg); err != nil || msg.Content == "" || msg.Content != msg.Text {
+			t.Fatalf("body %q is not accepted by both Discord (content) and Slack (text)", body)
+		}
+		var n int
+		if i := strings.Index(msg.Content, "debug:record: "); i >= 0 {
+			_, _ = fmtSscan(msg.Content[i+len("debug:record: "):], &n)
+		}
+		total += n
+	}
+	if total != 1000 {
+		t.Fatalf("alerts summarised %d dead letters, want 1000 (%d messages)", total, len(bodies))
+	}
+	t.Logf("1,000 dead letters announced in %d messages", len(bodies))
+}
