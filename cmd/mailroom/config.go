@@ -1,0 +1,372 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"mailroom/store"
+)
+
+// config is every setting of the appliance. Each field is a flag with a
+// MAILROOM_* environment twin; the flag wins when both are given.
+type config struct {
+	DataDir       string
+	HTTPAddr      string
+	PublicURL     string
+	RedisURL      string
+	AdminPassword string
+	APIToken      string
+	SecretKey     string
+
+	GoogleClientID     string
+	GoogleClientSecret string
+	GoogleRedirectURL  string
+	GoogleAPIURL       string
+	GoogleTokenURL     string
+	GoogleCertsURL     string
+	PushAudience       string
+	PushServiceAccount string
+	PushToken          string
+	PubSubTopic        string
+	AlertWebhookURL    string
+
+	ReclassifyDebounce time.Duration
+	ReclassifyMaxWait  time.Duration
+	ReclassifyTick     time.Duration
+	ReclassifyBatch    int
+	RuleSaveLimit      int
+	RuleSaveWindow     time.Duration
+
+	SheetsFlushDelay      time.Duration
+	SheetsFlushThreshold  int
+	SheetsWritesPerMinute int
+
+	RetryInitial    time.Duration
+	RetryMultiplier float64
+	RetryMax        time.Duration
+	MaxRetries      int
+
+	ConcurrencyMessageAdded int
+	ConcurrencyState        int
+	GmailPollInterval       time.Duration
+	GmailWatchRenew         time.Duration
+
+	// Beyond the contract.
+	Demo                 bool
+	BrokerAddr           string
+	BrokerPassword       string
+	RelayCap             int
+	GOGC                 int
+	TaskPollInterval     time.Duration
+	DelayedCheckInterval time.Duration
+	ShutdownTimeout      time.Duration
+	LogLevel             string
+	LogFormat            string
+	DebugTasks           bool
+}
+
+// setting is one row of the configuration table.
+type setting struct {
+	flag, env, usage string
+	value            flag.Value
+	secret           bool // may come from $ENV_FILE; never printed
+	hidden           bool
+}
+
+func (c *config) settings() []setting {
+	s := func(p *string, def string) flag.Value { *p = def; return (*stringValue)(p) }
+	d := func(p *time.Duration, def time.Duration) flag.Value { *p = def; return (*durationValue)(p) }
+	n := func(p *int, def int) flag.Value { *p = def; return (*intValue)(p) }
+	f := func(p *float64, def float64) flag.Value { *p = def; return (*floatValue)(p) }
+	b := func(p *bool, def bool) flag.Value { *p = def; return (*boolValue)(p) }
+	return []setting{
+		{"data-dir", "MAILROOM_DATA_DIR", "folder for the bbolt file and the secret key file", s(&c.DataDir, "./data"), false, false},
+		{"http-addr", "MAILROOM_HTTP_ADDR", "listener for the admin page, the API and the push endpoint", s(&c.HTTPAddr, "127.0.0.1:8080"), false, false},
+		{"public-url", "MAILROOM_PUBLIC_URL", "base URL users and Google reach mailroom at (default http:// + the listener)", s(&c.PublicURL, ""), false, false},
+		{"redis-url", "MAILROOM_REDIS_URL", "external Redis (redis://[:password@]host:port/db); empty: the embedded store", s(&c.RedisURL, ""), true, false},
+		{"admin-password", "MAILROOM_ADMIN_PASSWORD", "admin login password; unset on first start: generated and printed once", s(&c.AdminPassword, ""), true, false},
+		{"api-token", "MAILROOM_API_TOKEN", "static bearer token accepted by /api/v1", s(&c.APIToken, ""), true, false},
+		{"secret-key", "MAILROOM_SECRET_KEY", "base64 of 32 bytes encrypting OAuth tokens at rest (default: key file in the data dir)", s(&c.SecretKey, ""), true, false},
+		{"google-client-id", "MAILROOM_GOOGLE_CLIENT_ID", "OAuth client id for connecting Gmail accounts", s(&c.GoogleClientID, ""), false, false},
+		{"google-client-secret", "MAILROOM_GOOGLE_CLIENT_SECRET", "OAuth client secret", s(&c.GoogleClientSecret, ""), true, false},
+		{"google-redirect-url", "MAILROOM_GOOGLE_REDIRECT_URL", "OAuth redirect URL (default: public URL + /oauth/google/callback)", s(&c.GoogleRedirectURL, ""), false, false},
+		{"google-api-url", "MAILROOM_GOOGLE_API_URL", "base URL serving Gmail and Sheets (default: Google's)", s(&c.GoogleAPIURL, ""), false, false},
+		{"google-token-url", "MAILROOM_GOOGLE_TOKEN_URL", "OAuth2 token endpoint (default: Google's)", s(&c.GoogleTokenURL, ""), false, false},
+		{"google-certs-url", "MAILROOM_GOOGLE_CERTS_URL", "JWKS verifying push OIDC tokens (default: Google's)", s(&c.GoogleCertsURL, ""), false, false},
+		{"push-audience", "MAILROOM_PUSH_AUDIENCE", "required aud of the push OIDC token", s(&c.PushAudience, ""), false, false},
+		{"push-service-account", "MAILROOM_PUSH_SERVICE_ACCOUNT", "required email claim of the push OIDC token", s(&c.PushServiceAccount, ""), false, false},
+		{"push-token", "MAILROOM_PUSH_TOKEN", "shared secret accepted as ?token= on the push URL", s(&c.PushToken, ""), true, false},
+		{"pubsub-topic", "MAILROOM_PUBSUB_TOPIC", "projects/P/topics/T for users.watch; empty: polling only", s(&c.PubSubTopic, ""), false, false},
+		{"alert-webhook-url", "MAILROOM_ALERT_WEBHOOK_URL", "Discord- or Slack-compatible webhook for dead-letter alerts", s(&c.AlertWebhookURL, ""), true, false},
+		{"reclassify-debounce", "MAILROOM_RECLASSIFY_DEBOUNCE", "quiet time after the last rule save before reclassify starts", d(&c.ReclassifyDebounce, 60*time.Second), false, false},
+		{"reclassify-max-wait", "MAILROOM_RECLASSIFY_MAX_WAIT", "reclassify starts at the latest this long after the first unsent save", d(&c.ReclassifyMaxWait, 10*time.Minute), false, false},
+		{"reclassify-tick", "MAILROOM_RECLASSIFY_TICK", "how often due reclassify jobs are looked for", d(&c.ReclassifyTick, 10*time.Second), false, false},
+		{"reclassify-batch", "MAILROOM_RECLASSIFY_BATCH", "threads per reclassify batch task", n(&c.ReclassifyBatch, 50), false, false},
+		{"rule-save-limit", "MAILROOM_RULE_SAVE_LIMIT", "rule saves allowed per user per window", n(&c.RuleSaveLimit, 20), false, false},
+		{"rule-save-window", "MAILROOM_RULE_SAVE_WINDOW", "the sliding window of the rule save limit", d(&c.RuleSaveWindow, 60*time.Second), false, false},
+		{"sheets-flush-delay", "MAILROOM_SHEETS_FLUSH_DELAY", "a sheet's buffer is flushed at most this long after its first unsent row", d(&c.SheetsFlushDelay, 10*time.Second), false, false},
+		{"sheets-flush-threshold", "MAILROOM_SHEETS_FLUSH_THRESHOLD", "a buffer this full is flushed at once; the most rows one write carries", n(&c.SheetsFlushThreshold, 500), false, false},
+		{"sheets-writes-per-minute", "MAILROOM_SHEETS_WRITES_PER_MINUTE", "Sheets write calls per minute per Google account", n(&c.SheetsWritesPerMinute, 60), false, false},
+		{"retry-initial", "MAILROOM_RETRY_INITIAL", "first retry delay of a failed task", d(&c.RetryInitial, 30*time.Second), false, false},
+		{"retry-multiplier", "MAILROOM_RETRY_MULTIPLIER", "growth of the retry delay per failure", f(&c.RetryMultiplier, 2), false, false},
+		{"retry-max", "MAILROOM_RETRY_MAX", "longest retry delay", d(&c.RetryMax, 5*time.Minute), false, false},
+		{"max-retries", "MAILROOM_MAX_RETRIES", "retries after the first failed attempt before a task is dead-lettered", n(&c.MaxRetries, 3), false, false},
+		{"concurrency-message-added", "MAILROOM_CONCURRENCY_MESSAGE_ADDED", "workers of the message-added queue", n(&c.ConcurrencyMessageAdded, 3), false, false},
+		{"concurrency-state", "MAILROOM_CONCURRENCY_STATE", "workers of each state-change queue", n(&c.ConcurrencyState, 5), false, false},
+		{"gmail-poll-interval", "MAILROOM_GMAIL_POLL_INTERVAL", "each account is also synced this often without a push", d(&c.GmailPollInterval, 15*time.Minute), false, false},
+		{"gmail-watch-renew", "MAILROOM_GMAIL_WATCH_RENEW", "how often users.watch is renewed", d(&c.GmailWatchRenew, 24*time.Hour), false, false},
+		{"demo", "MAILROOM_DEMO", "run with a built-in simulated Google and a traffic generator", b(&c.Demo, false), false, false},
+		{"broker-addr", "MAILROOM_BROKER_ADDR", "expose the embedded broker on this loopback address (for redis-cli); empty: no port", s(&c.BrokerAddr, ""), false, false},
+		{"broker-password", "MAILROOM_BROKER_PASSWORD", "password of the exposed embedded broker", s(&c.BrokerPassword, ""), true, false},
+		{"relay-cap", "MAILROOM_RELAY_CAP", "most tasks of one queue held in the broker; the rest wait in bbolt", n(&c.RelayCap, 1000), false, false},
+		{"gogc", "MAILROOM_GOGC", "garbage collector target percent (GOGC) for the process; 0 keeps Go's default", n(&c.GOGC, 400), false, false},
+		{"task-poll-interval", "MAILROOM_TASK_POLL_INTERVAL", "how often an idle queue server looks for work", d(&c.TaskPollInterval, 100*time.Millisecond), false, false},
+		{"delayed-check-interval", "MAILROOM_DELAYED_CHECK_INTERVAL", "how often scheduled and retrying tasks are made ready", d(&c.DelayedCheckInterval, time.Second), false, false},
+		{"shutdown-timeout", "MAILROOM_SHUTDOWN_TIMEOUT", "how long running tasks may take to finish at shutdown", d(&c.ShutdownTimeout, 10*time.Second), false, false},
+		{"log-level", "MAILROOM_LOG_LEVEL", "debug, info, warn or error", s(&c.LogLevel, "info"), false, false},
+		{"log-format", "MAILROOM_LOG_FORMAT", "text or json", s(&c.LogFormat, "text"), false, false},
+		{"debug-tasks", "MAILROOM_DEBUG_TASKS", "enable the debug:record task type and its API (tests, benchmarks)", b(&c.DebugTasks, false), false, true},
+	}
+}
+
+// parseConfig reads the environment, then the flags, then validates.
+func parseConfig(name string, args []string, getenv func(string) string, stderr io.Writer) (*config, error) {
+	c := &config{}
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	settings := c.settings()
+	for _, s := range settings {
+		v := getenv(s.env)
+		if v == "" && s.secret {
+			if path := getenv(s.env + "_FILE"); path != "" {
+				raw, err := os.ReadFile(path)
+				if err != nil {
+					return nil, fmt.Errorf("%s_FILE: %w", s.env, err)
+				}
+				v = strings.TrimSpace(string(raw))
+			}
+		}
+		if v != "" {
+			if err := s.value.Set(v); err != nil {
+				return nil, fmt.Errorf("%s=%q: %w", s.env, v, err)
+			}
+		}
+		usage := s.usage + " (" + s.env + ")"
+		if s.hidden {
+			usage = "(internal) " + usage
+		}
+		fs.Var(s.value, s.flag, usage)
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// configError names the offending setting by flag and environment name.
+type configError struct {
+	flag, env, msg string
+}
+
+func (e *configError) Error() string {
+	return fmt.Sprintf("invalid --%s (%s): %s", e.flag, e.env, e.msg)
+}
+
+func (c *config) validate() error {
+	bad := func(flagName, msg string) error {
+		for _, s := range new(config).settings() {
+			if s.flag == flagName {
+				return &configError{flag: s.flag, env: s.env, msg: msg}
+			}
+		}
+		return errors.New(flagName + ": " + msg)
+	}
+	if c.DataDir == "" {
+		return bad("data-dir", "must not be empty")
+	}
+	if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
+		return bad("http-addr", "want host:port, "+err.Error())
+	}
+	for _, u := range []struct{ flag, val string }{
+		{"public-url", c.PublicURL}, {"google-redirect-url", c.GoogleRedirectURL}, {"google-api-url", c.GoogleAPIURL},
+		{"google-token-url", c.GoogleTokenURL}, {"google-certs-url", c.GoogleCertsURL}, {"alert-webhook-url", c.AlertWebhookURL},
+	} {
+		if u.val == "" {
+			continue
+		}
+		p, err := url.Parse(u.val)
+		if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
+			return bad(u.flag, "want an absolute http(s) URL")
+		}
+	}
+	if c.RedisURL != "" {
+		p, err := url.Parse(c.RedisURL)
+		if err != nil || (p.Scheme != "redis" && p.Scheme != "rediss") || p.Host == "" {
+			return bad("redis-url", "want redis://[:password@]host:port/db")
+		}
+	}
+	if c.SecretKey != "" {
+		if _, err := store.ParseKey(c.SecretKey); err != nil {
+			return bad("secret-key", err.Error())
+		}
+	}
+	if c.PubSubTopic != "" {
+		parts := strings.Split(c.PubSubTopic, "/")
+		if len(parts) != 4 || parts[0] != "projects" || parts[2] != "topics" || parts[1] == "" || parts[3] == "" {
+			return bad("pubsub-topic", "want projects/PROJECT/topics/TOPIC")
+		}
+	}
+	if (c.GoogleClientID == "") != (c.GoogleClientSecret == "") {
+		return bad("google-client-secret", "set both the OAuth client id and secret, or neither")
+	}
+	positive := []struct {
+		flag string
+		d    time.Duration
+	}{
+		{"reclassify-debounce", c.ReclassifyDebounce}, {"reclassify-max-wait", c.ReclassifyMaxWait},
+		{"reclassify-tick", c.ReclassifyTick}, {"rule-save-window", c.RuleSaveWindow},
+		{"sheets-flush-delay", c.SheetsFlushDelay}, {"retry-initial", c.RetryInitial}, {"retry-max", c.RetryMax},
+		{"gmail-poll-interval", c.GmailPollInterval}, {"gmail-watch-renew", c.GmailWatchRenew},
+		{"task-poll-interval", c.TaskPollInterval}, {"delayed-check-interval", c.DelayedCheckInterval},
+		{"shutdown-timeout", c.ShutdownTimeout},
+	}
+	for _, p := range positive {
+		if p.d <= 0 {
+			return bad(p.flag, "must be a positive duration such as 10s or 5m")
+		}
+	}
+	if c.ReclassifyMaxWait < c.ReclassifyDebounce {
+		return bad("reclassify-max-wait", "must not be shorter than --reclassify-debounce")
+	}
+	if c.RetryMax < c.RetryInitial {
+		return bad("retry-max", "must not be shorter than --retry-initial")
+	}
+	if c.GmailWatchRenew > 7*24*time.Hour {
+		return bad("gmail-watch-renew", "must be under 7 days (Google expires a watch after 7)")
+	}
+	ints := []struct {
+		flag   string
+		v, min int
+		max    int
+	}{
+		{"reclassify-batch", c.ReclassifyBatch, 1, 1000},
+		{"rule-save-limit", c.RuleSaveLimit, 1, 1 << 20},
+		{"sheets-flush-threshold", c.SheetsFlushThreshold, 1, 10000},
+		{"sheets-writes-per-minute", c.SheetsWritesPerMinute, 1, 1 << 20},
+		{"max-retries", c.MaxRetries, 0, 100},
+		{"concurrency-message-added", c.ConcurrencyMessageAdded, 1, 1000},
+		{"concurrency-state", c.ConcurrencyState, 1, 1000},
+		{"relay-cap", c.RelayCap, 1, 1 << 20},
+		{"gogc", c.GOGC, 0, 10000},
+	}
+	for _, i := range ints {
+		if i.v < i.min || i.v > i.max {
+			return bad(i.flag, fmt.Sprintf("must be between %d and %d, got %d", i.min, i.max, i.v))
+		}
+	}
+	if c.RetryMultiplier < 1 || c.RetryMultiplier > 100 {
+		return bad("retry-multiplier", "must be between 1 and 100")
+	}
+	if c.BrokerAddr != "" {
+		if c.RedisURL != "" {
+			return bad("broker-addr", "only applies to the embedded broker; unset --redis-url or this")
+		}
+		host, _, err := net.SplitHostPort(c.BrokerAddr)
+		if err != nil {
+			return bad("broker-addr", "want host:port")
+		}
+		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			return bad("broker-addr", "must be a loopback address")
+		}
+		if c.BrokerPassword == "" {
+			return bad("broker-password", "required when --broker-addr is set")
+		}
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		return bad("log-level", "want debug, info, warn or error")
+	}
+	switch c.LogFormat {
+	case "text", "json":
+	default:
+		return bad("log-format", "want text or json")
+	}
+	return nil
+}
+
+// publicURL is the configured public URL or one made from the listener.
+func (c *config) publicURL() string {
+	if c.PublicURL != "" {
+		return strings.TrimRight(c.PublicURL, "/")
+	}
+	return "http://" + c.HTTPAddr
+}
+
+type stringValue string
+
+func (v *stringValue) Set(s string) error { *v = stringValue(s); return nil }
+func (v *stringValue) String() string     { return string(*v) }
+
+type durationValue time.Duration
+
+func (v *durationValue) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return errors.New("not a duration (use Go syntax such as 60s or 5m)")
+	}
+	*v = durationValue(d)
+	return nil
+}
+func (v *durationValue) String() string { return time.Duration(*v).String() }
+
+type intValue int
+
+func (v *intValue) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return errors.New("not a whole number")
+	}
+	*v = intValue(n)
+	return nil
+}
+func (v *intValue) String() string { return strconv.Itoa(int(*v)) }
+
+type floatValue float64
+
+func (v *floatValue) Set(s string) error {
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return errors.New("not a number")
+	}
+	*v = floatValue(f)
+	return nil
+}
+func (v *floatValue) String() string { return strconv.FormatFloat(float64(*v), 'g', -1, 64) }
+
+type boolValue bool
+
+func (v *boolValue) Set(s string) error {
+	b, err := strconv.ParseBool(s)
+	if err != nil {
+		return errors.New("want true or false")
+	}
+	*v = boolValue(b)
+	return nil
+}
+func (v *boolValue) String() string   { return strconv.FormatBool(bool(*v)) }
+func (v *boolValue) IsBoolFlag() bool { return true }

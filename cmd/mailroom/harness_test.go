@@ -1,0 +1,165 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+)
+
+// testApp is the whole appliance started in process on a free port, as
+// serve builds it, with time compressed.
+type testApp struct {
+	*app
+	t     testing.TB
+	URL   string
+	Token string
+}
+
+const testToken = "test-api-token"
+
+// testConfig is the default configuration with short timings for tests.
+func testConfig(t testing.TB) *config {
+	t.Helper()
+	cfg, err := parseConfig("test", nil, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.DataDir = t.TempDir()
+	cfg.HTTPAddr = "127.0.0.1:0"
+	cfg.APIToken = testToken
+	cfg.AdminPassword = "correct horse battery staple"
+	cfg.RetryInitial, cfg.RetryMax = 50*time.Millisecond, 200*time.Millisecond
+	cfg.TaskPollInterval = 20 * time.Millisecond
+	cfg.DelayedCheckInterval = 100 * time.Millisecond
+	cfg.ShutdownTimeout = 5 * time.Second
+	cfg.LogLevel = "warn"
+	return cfg
+}
+
+// startApp builds and starts the app; mutate may change the test config.
+func startApp(t testing.TB, mutate func(*config)) *testApp {
+	t.Helper()
+	cfg := testConfig(t)
+	if mutate != nil {
+		mutate(cfg)
+	}
+	if err := cfg.validate(); err != nil {
+		t.Fatalf("test config: %v", err)
+	}
+	a, err := newApp(context.Background(), cfg, newLogger(cfg, testWriter{t}))
+	if err != nil {
+		t.Fatalf("newApp: %v", err)
+	}
+	if err := a.start(context.Background()); err != nil {
+		a.closeAll()
+		t.Fatalf("start: %v", err)
+	}
+	ta := &testApp{app: a, t: t, URL: "http://" + a.addr(), Token: testToken}
+	t.Cleanup(func() {
+		if err := a.stop(context.Background()); err != nil {
+			t.Errorf("stop: %v", err)
+		}
+	})
+	return ta
+}
+
+// do sends a request with the API token; body is JSON-encoded unless it is
+// a []byte or nil.
+func (ta *testApp) do(method, path string, body any) (int, []byte) {
+	ta.t.Helper()
+	var r io.Reader
+	switch b := body.(type) {
+	case nil:
+	case []byte:
+		r = bytes.NewReader(b)
+	default:
+		raw, err := json.Marshal(b)
+		if err != nil {
+			ta.t.Fatal(err)
+		}
+		r = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequest(method, ta.URL+path, r)
+	if err != nil {
+		ta.t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+ta.Token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		ta.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, raw
+}
+
+// json sends a request, checks the status and decodes the answer into out.
+func (ta *testApp) json(method, path string, body any, want int, out any) {
+	ta.t.Helper()
+	status, raw := ta.do(method, path, body)
+	if status != want {
+		ta.t.Fatalf("%s %s: status %d, want %d; body %s", method, path, status, want, raw)
+	}
+	if out != nil {
+		if err := json.Unmarshal(raw, out); err != nil {
+			ta.t.Fatalf("%s %s: decode %s: %v", method, path, raw, err)
+		}
+	}
+}
+
+// waitUntil polls cond until it holds or the deadline passes.
+func waitUntil(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(string(bytes.TrimRight(p, "\n")))
+	return len(p), nil
+}
+
+var (
+	binaryOnce sync.Once
+	binaryPath string
+	binaryErr  error
+)
+
+// buildBinary builds bin/mailroom once per test run for the process-level
+// tests (crash safety, graceful shutdown).
+func buildBinary(t testing.TB) string {
+	t.Helper()
+	binaryOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "mailroom-bin-")
+		if err != nil {
+			binaryErr = err
+			return
+		}
+		binaryPath = filepath.Join(dir, "mailroom")
+		out, err := exec.Command("go", "build", "-o", binaryPath, ".").CombinedOutput()
+		if err != nil {
+			binaryErr = err
+			binaryPath = string(out)
+		}
+	})
+	if binaryErr != nil {
+		t.Fatalf("build mailroom: %v\n%s", binaryErr, binaryPath)
+	}
+	return binaryPath
+}
