@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -85,11 +86,15 @@ func benchCommand(ctx context.Context, args []string, getenv func(string) string
 	redisURL := fs.String("redis-url", getenv("MAILROOM_REDIS_URL"), "run the scenarios on this Redis instead of the embedded broker (MAILROOM_REDIS_URL)")
 	quick := fs.Bool("quick", false, "smaller runs (smoke test; figures not comparable with targets)")
 	markdown := fs.Bool("markdown", false, "print a Markdown table")
+	memoryChild := fs.Int("memory-child", 0, "internal: run the memory burst in this process")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
 		return &usageError{err}
+	}
+	if *memoryChild > 0 {
+		return runMemoryChild(ctx, *memoryChild, bufio.NewWriter(stdout))
 	}
 	all := benchScenarios()
 	var chosen []benchScenario
@@ -187,8 +192,4 @@ func formatFigure(v float64) string {
 	default:
 		return fmt.Sprintf("%.2f", v)
 	}
-}
-
-func benchCore(ctx context.Context, o benchOptions) (benchResult, error) {
-	return benchResult{}, errors.New("not built yet")
 }

@@ -1,0 +1,312 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"mailroom/queue"
+	"mailroom/queue/broker"
+	"mailroom/store"
+)
+
+// benchGOGC is the GC target serve uses by default (MAILROOM_GOGC).
+const benchGOGC = 400
+
+// benchCore measures durable tasks end to end against raw asynq on the same
+// broker, on the embedded broker and on redis-server, and the peak RSS of a
+// process taking a 100,000-task burst.
+func benchCore(ctx context.Context, o benchOptions) (benchResult, error) {
+	var r benchResult
+	n := 20000
+	burst := 100000
+	if o.Quick {
+		n, burst = 2000, 10000
+	}
+	prev := debug.SetGCPercent(benchGOGC)
+	defer debug.SetGCPercent(prev)
+	r.Notes = append(r.Notes, fmt.Sprintf("%d no-op tasks, concurrency 10, GOGC=%d (MAILROOM_GOGC default); medians of 3 runs", n, benchGOGC))
+
+	type target struct {
+		name, url string
+	}
+	targets := []target{{"embedded", ""}}
+	redisURL := o.RedisURL
+	if redisURL == "" {
+		url, stop, err := startBenchRedis(ctx)
+		if err != nil {
+			r.Notes = append(r.Notes, "redis-server not measured: "+err.Error())
+		} else {
+			defer stop()
+			redisURL = url
+		}
+	}
+	if redisURL != "" {
+		targets = append(targets, target{"redis", redisURL})
+	}
+	for _, tg := range targets {
+		var durable, raw []float64
+		for i := range 3 {
+			o.progress("   %s run %d/3: durable", tg.name, i+1)
+			d, err := benchDurable(ctx, tg.url, n)
+			if err != nil {
+				return r, fmt.Errorf("durable on %s: %w", tg.name, err)
+			}
+			o.progress("   %s run %d/3: raw asynq", tg.name, i+1)
+			rw, err := benchRawAsynq(ctx, tg.url, n)
+			if err != nil {
+				return r, fmt.Errorf("raw asynq on %s: %w", tg.name, err)
+			}
+			durable, raw = append(durable, d), append(raw, rw)
+		}
+		dm, rm := median(durable), median(raw)
+		if tg.name == "embedded" {
+			r.addTarget("durable tasks/s, embedded broker", dm, "tasks/s", 2500, true)
+			r.add("raw asynq tasks/s, embedded broker", rm, "tasks/s")
+			r.addTarget("durable ÷ raw, embedded broker", dm/rm, "ratio", 0.8, true)
+		} else {
+			r.addTarget("durable tasks/s, redis-server", dm, "tasks/s", 5000, true)
+			r.add("raw asynq tasks/s, redis-server", rm, "tasks/s")
+			r.add("durable ÷ raw, redis-server", dm/rm, "ratio")
+		}
+	}
+	o.progress("   memory: %d durable tasks in a child process", burst)
+	peak, err := benchMemoryChild(ctx, burst)
+	if err != nil {
+		return r, fmt.Errorf("memory: %w", err)
+	}
+	r.addTarget(fmt.Sprintf("peak RSS through a %d-task burst", burst), peak, "MiB", 100, false)
+	return r, nil
+}
+
+func median(v []float64) float64 {
+	s := append([]float64(nil), v...)
+	for i := range s {
+		for j := i + 1; j < len(s); j++ {
+			if s[j] < s[i] {
+				s[i], s[j] = s[j], s[i]
+			}
+		}
+	}
+	return s[len(s)/2]
+}
+
+// benchQueue builds a store, a broker and a queue with a no-op debug type.
+func benchQueue(ctx context.Context, redisURL string, onDone func()) (*queue.Queue, *store.DB, func(), error) {
+	dir, err := os.MkdirTemp("", "mailroom-bench-")
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	db, err := store.Open(dir, store.Options{SecretKey: make([]byte, 32)})
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, nil, nil, err
+	}
+	b, err := broker.Open(ctx, broker.Config{RedisURL: redisURL})
+	if err != nil {
+		db.Close()
+		os.RemoveAll(dir)
+		return nil, nil, nil, err
+	}
+	if redisURL != "" {
+		if err := b.Client().FlushDB(ctx).Err(); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	table := queue.NewTable(queue.TableConfig{MaxRetries: 3, ConcurrencyMessageAdded: 1, ConcurrencyState: 1, Debug: true, DebugConcurrency: 10})
+	for _, tt := range table.Types() {
+		h := func(context.Context, *queue.Task) error { return nil }
+		if tt.Name == queue.TypeDebugRecord {
+			h = func(context.Context, *queue.Task) error { onDone(); return nil }
+		}
+		_ = table.Handle(tt.Name, h)
+	}
+	q, err := queue.New(queue.Config{PollInterval: 50 * time.Millisecond}, db, b.RedisConnOpt(), table)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if err := q.Start(ctx); err != nil {
+		return nil, nil, nil, err
+	}
+	return q, db, func() { q.Stop(); b.Close(); db.Close(); os.RemoveAll(dir) }, nil
+}
+
+// benchDurable writes n records (100 per transaction, as producers do) while
+// the queue drains them; the clock stops when the last handler returns.
+func benchDurable(ctx context.Context, redisURL string, n int) (float64, error) {
+	var done atomic.Int64
+	all := make(chan struct{})
+	q, db, closeFn, err := benchQueue(ctx, redisURL, func() {
+		if done.Add(1) == int64(n) {
+			close(all)
+		}
+	})
+	if err != nil {
+		return 0, err
+	}
+	defer closeFn()
+	start := time.Now()
+	for written := 0; written < n; written += 100 {
+		err := db.Update(func(tx *store.Tx) error {
+			for range min(100, n-written) {
+				if _, _, err := q.Enqueue(tx, queue.TypeDebugRecord, struct{}{}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return 0, err
+		}
+	}
+	select {
+	case <-all:
+	case <-time.After(5 * time.Minute):
+		return 0, fmt.Errorf("only %d of %d tasks ran in 5 minutes", done.Load(), n)
+	}
+	return float64(n) / time.Since(start).Seconds(), nil
+}
+
+// benchRawAsynq enqueues n tasks straight into asynq from 16 goroutines
+// while one server with concurrency 10 drains them.
+func benchRawAsynq(ctx context.Context, redisURL string, n int) (float64, error) {
+	b, err := broker.Open(ctx, broker.Config{RedisURL: redisURL})
+	if err != nil {
+		return 0, err
+	}
+	defer b.Close()
+	if redisURL != "" {
+		if err := b.Client().FlushDB(ctx).Err(); err != nil {
+			return 0, err
+		}
+	}
+	var done atomic.Int64
+	all := make(chan struct{})
+	srv := asynq.NewServer(b.RedisConnOpt(), asynq.Config{
+		Concurrency: 10, Queues: map[string]int{"raw": 1}, TaskCheckInterval: 50 * time.Millisecond, LogLevel: asynq.ErrorLevel,
+	})
+	mux := asynq.NewServeMux()
+	mux.HandleFunc("raw:noop", func(context.Context, *asynq.Task) error {
+		if done.Add(1) == int64(n) {
+			close(all)
+		}
+		return nil
+	})
+	if err := srv.Start(mux); err != nil {
+		return 0, err
+	}
+	defer srv.Shutdown()
+	client := asynq.NewClient(b.RedisConnOpt())
+	defer client.Close()
+	start := time.Now()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var firstErr atomic.Value
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= int64(n) {
+				if _, err := client.Enqueue(asynq.NewTask("raw:noop", nil), asynq.Queue("raw")); err != nil {
+					firstErr.CompareAndSwap(nil, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err, _ := firstErr.Load().(error); err != nil {
+		return 0, err
+	}
+	select {
+	case <-all:
+	case <-time.After(5 * time.Minute):
+		return 0, fmt.Errorf("only %d of %d raw tasks ran", done.Load(), n)
+	}
+	return float64(n) / time.Since(start).Seconds(), nil
+}
+
+// benchMemoryChild runs the burst in a fresh process (so earlier scenarios
+// do not count) and reads its peak RSS.
+func benchMemoryChild(ctx context.Context, n int) (float64, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return 0, err
+	}
+	cmd := exec.CommandContext(ctx, exe, "bench", "--memory-child", strconv.Itoa(n))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return 0, fmt.Errorf("child: %w", err)
+	}
+	var kib float64
+	if _, err := fmt.Sscanf(strings.TrimSpace(string(out)), "peak_rss_kib %g", &kib); err != nil {
+		return 0, fmt.Errorf("child said %q", out)
+	}
+	return kib / 1024, nil
+}
+
+// runMemoryChild is the child's side: a burst of n durable tasks written at
+// once, drained, then the peak RSS (VmHWM) printed.
+func runMemoryChild(ctx context.Context, n int, w *bufio.Writer) error {
+	debug.SetGCPercent(benchGOGC)
+	if _, err := benchDurable(ctx, "", n); err != nil {
+		return err
+	}
+	raw, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return err
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if strings.HasPrefix(line, "VmHWM:") {
+			fields := strings.Fields(line)
+			fmt.Fprintf(w, "peak_rss_kib %s\n", fields[1])
+			return w.Flush()
+		}
+	}
+	return errors.New("no VmHWM in /proc/self/status")
+}
+
+// startBenchRedis starts redis-server on a free loopback port.
+func startBenchRedis(ctx context.Context) (string, func(), error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return "", nil, errors.New("redis-server not installed (pass --redis-url)")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
+	if err := cmd.Start(); err != nil {
+		return "", nil, err
+	}
+	stop := func() { cmd.Process.Kill(); cmd.Wait() }
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			stop()
+			return "", nil, errors.New("redis-server did not start")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return "redis://" + addr + "/0", stop, nil
+}
