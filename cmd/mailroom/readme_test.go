@@ -1,0 +1,60 @@
+package main
+
+import (
+	"os"
+	"strings"
+	"testing"
+)
+
+// The README's configuration table must name every setting the binary reads.
+func TestREADMEListsEverySetting(t *testing.T) {
+	raw, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(raw)
+	for _, s := range new(config).settings() {
+		if s.hidden {
+			continue
+		}
+		if !strings.Contains(readme, "`"+s.env+"`") {
+			t.Errorf("README.md does not document %s (--%s)", s.env, s.flag)
+		}
+	}
+}
+
+func TestConfigErrorsNameTheFlag(t *testing.T) {
+	cases := []struct {
+		env, value, want string
+	}{
+		{"MAILROOM_RECLASSIFY_DEBOUNCE", "soon", "MAILROOM_RECLASSIFY_DEBOUNCE"},
+		{"MAILROOM_RECLASSIFY_DEBOUNCE", "-1s", "--reclassify-debounce"},
+		{"MAILROOM_SHEETS_FLUSH_THRESHOLD", "0", "--sheets-flush-threshold"},
+		{"MAILROOM_REDIS_URL", "http://x", "--redis-url"},
+		{"MAILROOM_SECRET_KEY", "c2hvcnQ=", "--secret-key"},
+		{"MAILROOM_PUBSUB_TOPIC", "topic", "--pubsub-topic"},
+		{"MAILROOM_HTTP_ADDR", "8080", "--http-addr"},
+		{"MAILROOM_MAX_RETRIES", "x", "MAILROOM_MAX_RETRIES"},
+		{"MAILROOM_BROKER_ADDR", "0.0.0.0:6379", "--broker-addr"},
+		{"MAILROOM_RETRY_MULTIPLIER", "0.5", "--retry-multiplier"},
+		{"MAILROOM_LOG_LEVEL", "loud", "--log-level"},
+	}
+	for _, c := range cases {
+		env := map[string]string{c.env: c.value}
+		_, err := parseConfig("serve", nil, func(k string) string { return env[k] }, nopWriter{})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s=%q: error %v, want one naming %s", c.env, c.value, err, c.want)
+		}
+	}
+	// A flag overrides its environment twin.
+	cfg, err := parseConfig("serve", []string{"--sheets-flush-delay", "3s"}, func(k string) string {
+		return map[string]string{"MAILROOM_SHEETS_FLUSH_DELAY": "9s"}[k]
+	}, nopWriter{})
+	if err != nil || cfg.SheetsFlushDelay.String() != "3s" {
+		t.Fatalf("flag over env: %v, %v", cfg, err)
+	}
+}
+
+type nopWriter struct{}
+
+func (nopWriter) Write(p []byte) (int, error) { return len(p), nil }
