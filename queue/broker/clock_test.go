@@ -1,0 +1,61 @@
+package broker
+
+import (
+	"errors"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+)
+
+type fakeStore struct {
+	mu    sync.Mutex
+	total time.Duration
+	calls int
+}
+
+func (f *fakeStore) FastForward(d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.total += d
+	f.calls++
+}
+
+func (f *fakeStore) get() (time.Duration, int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.total, f.calls
+}
+
+func TestClockAdvancesByElapsedTime(t *testing.T) {
+	t.Parallel()
+	store := &fakeStore{}
+	c := newClock(store, 10*time.Millisecond, slog.New(slog.DiscardHandler))
+	c.Stop() // before Start: a no-op
+
+	start := time.Now()
+	if err := c.Start(t.Context()); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	if err := c.Start(t.Context()); !errors.Is(err, errClockStarted) {
+		t.Errorf("second Start: err = %v, want errClockStarted", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, calls := store.get(); calls >= 5 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the clock did not tick 5 times in 5s")
+		}
+		time.Sleep(5 * time.Millisecond) // polling, with a deadline above
+	}
+	c.Stop()
+	elapsed := time.Since(start)
+	c.Stop() // twice: a no-op
+
+	total, calls := store.get()
+	if total <= 0 || total > elapsed {
+		t.Errorf("forwarded %s in %d ticks, want in (0, %s]", total, calls, elapsed)
+	}
+}
