@@ -1,0 +1,5 @@
+//go:build !race
+
+package googlefake_test
+
+const raceEnabled = false

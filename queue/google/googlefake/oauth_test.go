@@ -1,0 +1,234 @@
+package googlefake_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/oauth2"
+	"google.golang.org/api/gmail/v1"
+	"google.golang.org/api/idtoken"
+	"google.golang.org/api/option"
+
+	"mailroom/queue/google/googlefake"
+)
+
+func TestTokenRefresh(t *testing.T) {
+	t.Parallel()
+	// Tokens shorter than the clients' early-expiry margin are refreshed
+	// again and again (how often is the client libraries' business).
+	e := newEnv(t, googlefake.Options{AccessTokenTTL: time.Second})
+	for range 3 {
+		_, err := e.gmail.Users.GetProfile("me").Do()
+		check(t, err)
+	}
+	if got := e.srv.Calls(googlefake.MethodToken); got < 2 {
+		t.Errorf("token calls = %d, want at least 2", got)
+	}
+
+	long := newEnv(t, googlefake.Options{})
+	for range 3 {
+		_, err := long.gmail.Users.GetProfile("me").Do()
+		check(t, err)
+	}
+	if got := long.srv.Calls(googlefake.MethodToken); got != 1 {
+		t.Errorf("token calls with 1 h tokens = %d, want 1", got)
+	}
+}
+
+func TestRevokedRefreshToken(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, googlefake.Options{})
+	_, err := e.gmail.Users.GetProfile("me").Do()
+	check(t, err)
+	e.srv.RevokeRefreshToken(ann)
+
+	// The cached access token died with its refresh token: 401.
+	_, err = e.gmail.Users.GetProfile("me").Do()
+	if code, reason := apiCode(t, err); code != 401 || reason != "authError" {
+		t.Errorf("after revoke, cached token: %d %s, want 401 authError", code, reason)
+	}
+	// A fresh token source cannot refresh: invalid_grant, through the Gmail call.
+	g, _ := e.clients(t, e.refresh)
+	_, err = g.Users.GetProfile("me").Do()
+	var rerr *oauth2.RetrieveError
+	if !errors.As(err, &rerr) || rerr.ErrorCode != "invalid_grant" || rerr.Response.StatusCode != 400 {
+		t.Fatalf("after revoke, refresh: %v, want invalid_grant 400", err)
+	}
+	// A new grant works again.
+	g, _ = e.clients(t, e.srv.AddAccount(ann))
+	_, err = g.Users.GetProfile("me").Do()
+	check(t, err)
+}
+
+func TestBadAccessToken(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, googlefake.Options{})
+	ctx := context.Background()
+	g, err := gmail.NewService(ctx, option.WithEndpoint(e.base),
+		option.WithTokenSource(oauth2.StaticTokenSource(&oauth2.Token{AccessToken: "ya29.nope"})))
+	check(t, err)
+	_, err = g.Users.GetProfile("me").Do()
+	if code, _ := apiCode(t, err); code != 401 {
+		t.Errorf("unknown token: %d, want 401", code)
+	}
+
+	tok := must[string](t)(e.srv.AccessToken(ann))
+	g, err = gmail.NewService(ctx, option.WithEndpoint(e.base),
+		option.WithTokenSource(oauth2.StaticTokenSource(&oauth2.Token{AccessToken: tok})))
+	check(t, err)
+	_, err = g.Users.GetProfile("me").Do()
+	check(t, err)
+	e.srv.ExpireAccessTokens(ann)
+	_, err = g.Users.GetProfile("me").Do()
+	if code, _ := apiCode(t, err); code != 401 {
+		t.Errorf("expired token: %d, want 401", code)
+	}
+
+	// No credentials at all.
+	g, err = gmail.NewService(ctx, option.WithEndpoint(e.base), option.WithoutAuthentication())
+	check(t, err)
+	_, err = g.Users.GetProfile("me").Do()
+	if code, _ := apiCode(t, err); code != 401 {
+		t.Errorf("no token: %d, want 401", code)
+	}
+	if _, err := e.srv.AccessToken("nobody@example.com"); !errors.Is(err, googlefake.ErrUnknownAccount) {
+		t.Errorf("access token for unknown account: %v", err)
+	}
+}
+
+func TestAnonymousAccount(t *testing.T) {
+	t.Parallel()
+	srv := googlefake.StartForTest(t, googlefake.Options{AnonymousAccount: ann})
+	srv.AddAccount(ann)
+	g, err := gmail.NewService(context.Background(), option.WithEndpoint(srv.URL()), option.WithoutAuthentication())
+	check(t, err)
+	p, err := g.Users.GetProfile("me").Do()
+	check(t, err)
+	if p.EmailAddress != ann {
+		t.Errorf("profile = %s, want %s", p.EmailAddress, ann)
+	}
+}
+
+func TestClientCredentials(t *testing.T) {
+	t.Parallel()
+	srv := googlefake.StartForTest(t, googlefake.Options{ClientID: "id", ClientSecret: "secret"})
+	refresh := srv.AddAccount(ann)
+	for _, tc := range []struct {
+		secret string
+		ok     bool
+	}{{"secret", true}, {"wrong", false}} {
+		conf := &oauth2.Config{ClientID: "id", ClientSecret: tc.secret, Endpoint: oauth2.Endpoint{TokenURL: srv.TokenURL()}}
+		_, err := conf.TokenSource(context.Background(), &oauth2.Token{RefreshToken: refresh}).Token()
+		var rerr *oauth2.RetrieveError
+		switch {
+		case tc.ok && err != nil:
+			t.Errorf("secret %q: %v", tc.secret, err)
+		case !tc.ok && (!errors.As(err, &rerr) || rerr.ErrorCode != "invalid_client"):
+			t.Errorf("secret %q: %v, want invalid_client", tc.secret, err)
+		}
+	}
+}
+
+func TestConsentFlow(t *testing.T) {
+	t.Parallel()
+	const consented = "carol@example.com"
+	e := newEnv(t, googlefake.Options{ClientID: "client-id", ClientSecret: "client-secret"})
+	conf := &oauth2.Config{
+		ClientID: "client-id", ClientSecret: "client-secret",
+		Endpoint:    oauth2.Endpoint{AuthURL: e.srv.AuthURL(), TokenURL: e.srv.TokenURL()},
+		RedirectURL: "http://app.example/oauth/google/callback",
+		Scopes:      []string{"openid", "email", gmail.GmailModifyScope},
+	}
+	noFollow := &http.Client{
+		Transport:     e.hc.Transport,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	consent := func() url.Values {
+		t.Helper()
+		resp, err := noFollow.Get(conf.AuthCodeURL("st4te", oauth2.AccessTypeOffline))
+		check(t, err)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusFound {
+			t.Fatalf("consent status %d", resp.StatusCode)
+		}
+		loc, err := url.Parse(resp.Header.Get("Location"))
+		check(t, err)
+		if !strings.HasPrefix(loc.String(), conf.RedirectURL+"?") {
+			t.Fatalf("redirected to %s", loc)
+		}
+		return loc.Query()
+	}
+
+	// Nobody configured to approve: access_denied.
+	if q := consent(); q.Get("error") != "access_denied" || q.Get("state") != "st4te" {
+		t.Fatalf("without consent account: %v", q)
+	}
+
+	e.srv.SetConsentAccount(consented)
+	q := consent()
+	if q.Get("state") != "st4te" || q.Get("code") == "" {
+		t.Fatalf("consent redirect query = %v", q)
+	}
+	ctx := context.WithValue(context.Background(), oauth2.HTTPClient, e.hc)
+	tok, err := conf.Exchange(ctx, q.Get("code"))
+	check(t, err)
+	if tok.RefreshToken == "" || tok.AccessToken == "" || tok.Expiry.IsZero() {
+		t.Fatalf("token = %+v", tok)
+	}
+	// The id_token names the account and verifies with the emulator's keys.
+	idTok, _ := tok.Extra("id_token").(string)
+	v, err := idtoken.NewValidator(ctx, option.WithHTTPClient(e.srv.CertsHTTPClient()))
+	check(t, err)
+	payload, err := v.Validate(ctx, idTok, "client-id")
+	check(t, err)
+	if payload.Claims["email"] != consented {
+		t.Errorf("id_token email = %v", payload.Claims["email"])
+	}
+	// A code works once.
+	_, err = conf.Exchange(ctx, q.Get("code"))
+	var rerr *oauth2.RetrieveError
+	if !errors.As(err, &rerr) || rerr.ErrorCode != "invalid_grant" {
+		t.Errorf("second exchange: %v, want invalid_grant", err)
+	}
+	// The refresh token reaches the consented mailbox.
+	g, _ := e.clients(t, tok.RefreshToken)
+	p, err := g.Users.GetProfile("me").Do()
+	check(t, err)
+	if p.EmailAddress != consented || !e.srv.HasAccount(consented) {
+		t.Errorf("profile = %s, want %s", p.EmailAddress, consented)
+	}
+	// login_hint naming a known account wins.
+	resp, err := noFollow.Get(conf.AuthCodeURL("s", oauth2.SetAuthURLParam("login_hint", ann)))
+	check(t, err)
+	resp.Body.Close()
+	loc, _ := url.Parse(resp.Header.Get("Location"))
+	tok, err = conf.Exchange(ctx, loc.Query().Get("code"))
+	check(t, err)
+	g, _ = e.clients(t, tok.RefreshToken)
+	p, err = g.Users.GetProfile("me").Do()
+	check(t, err)
+	if p.EmailAddress != ann {
+		t.Errorf("login_hint profile = %s, want %s", p.EmailAddress, ann)
+	}
+}
+
+func TestRevokeEndpoint(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, googlefake.Options{})
+	resp, err := e.hc.PostForm(e.base+"revoke", url.Values{"token": {e.refresh}})
+	check(t, err)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("revoke: %d", resp.StatusCode)
+	}
+	_, err = e.gmail.Users.GetProfile("me").Do()
+	var rerr *oauth2.RetrieveError
+	if !errors.As(err, &rerr) || rerr.ErrorCode != "invalid_grant" {
+		t.Errorf("after revoke: %v, want invalid_grant", err)
+	}
+}
