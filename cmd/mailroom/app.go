@@ -18,6 +18,7 @@ import (
 	"mailroom/queue"
 	"mailroom/queue/broker"
 	"mailroom/store"
+	"mailroom/web"
 )
 
 // loop is a background service with a lifecycle (tickers, relays, the
@@ -41,11 +42,12 @@ type app struct {
 	queue  *queue.Queue
 	alerts *queue.Alerter
 
-	handler  http.Handler
-	server   *http.Server
-	listener net.Listener
-	loops    []loop
-	debug    *debugTasks
+	handler    http.Handler
+	server     *http.Server
+	listener   net.Listener
+	loops      []loop
+	extensions []web.Extension // the pipelines' routes and pages
+	debug      *debugTasks
 
 	// generatedPassword is set when the admin password was made on this start.
 	generatedPassword string

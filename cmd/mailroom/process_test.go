@@ -1,0 +1,215 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"mailroom/store"
+)
+
+// proc is a mailroom binary running as a child process.
+type proc struct {
+	t       *testing.T
+	cmd     *exec.Cmd
+	url     string
+	dataDir string
+	out     *bytes.Buffer
+	exited  chan error
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// startProc runs `mailroom serve` on dataDir with the debug task type.
+func startProc(t *testing.T, dataDir string, env ...string) *proc {
+	t.Helper()
+	bin := buildBinary(t)
+	addr := freeAddr(t)
+	cmd := exec.Command(bin, "serve")
+	cmd.Env = append(os.Environ(),
+		"MAILROOM_DATA_DIR="+dataDir,
+		"MAILROOM_HTTP_ADDR="+addr,
+		"MAILROOM_API_TOKEN="+testToken,
+		"MAILROOM_ADMIN_PASSWORD=correct horse battery staple",
+		"MAILROOM_DEBUG_TASKS=true",
+		"MAILROOM_TASK_POLL_INTERVAL=20ms",
+		"MAILROOM_LOG_LEVEL=warn",
+	)
+	cmd.Env = append(cmd.Env, env...)
+	out := &bytes.Buffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{t: t, cmd: cmd, url: "http://" + addr, dataDir: dataDir, out: out, exited: make(chan error, 1)}
+	go func() { p.exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-p.exited
+	})
+	waitUntil(t, 30*time.Second, "the child's /readyz", func() bool {
+		select {
+		case err := <-p.exited:
+			t.Fatalf("mailroom exited early: %v\n%s", err, out)
+		default:
+		}
+		resp, err := http.Get(p.url + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	return p
+}
+
+func (p *proc) post(path string, body any) {
+	p.t.Helper()
+	raw, _ := json.Marshal(body)
+	req, _ := http.NewRequest(http.MethodPost, p.url+path, bytes.NewReader(raw))
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		msg, _ := io.ReadAll(resp.Body)
+		p.t.Fatalf("POST %s: %s %s", path, resp.Status, msg)
+	}
+}
+
+// completions reads the debug task log: how often each id completed.
+func completions(t *testing.T, dataDir string) map[string]int {
+	t.Helper()
+	f, err := os.Open(filepath.Join(dataDir, debugLogName))
+	if err != nil {
+		if os.IsNotExist(err) {
+			return map[string]int{}
+		}
+		t.Fatal(err)
+	}
+	defer f.Close()
+	seen := map[string]int{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if line := strings.TrimSpace(sc.Text()); len(line) == 16 {
+			seen[line]++
+		}
+	}
+	return seen
+}
+
+func TestCrashSafetyKill9(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and kills the binary")
+	}
+	const total = 5000
+	dir := t.TempDir()
+	p := startProc(t, dir)
+	p.post("/api/v1/debug/tasks", map[string]any{"count": total, "sleepMs": 2})
+	waitUntil(t, 60*time.Second, "some tasks to complete", func() bool { return len(completions(t, dir)) >= total/5 })
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-p.exited
+	before := len(completions(t, dir))
+	if before >= total {
+		t.Fatalf("all %d tasks finished before the kill; the test proves nothing", total)
+	}
+
+	startProc(t, dir)
+	waitUntil(t, 90*time.Second, "every task to complete after the restart", func() bool { return len(completions(t, dir)) == total })
+	twice := 0
+	for _, n := range completions(t, dir) {
+		if n > 1 {
+			twice++
+		}
+	}
+	t.Logf("kill -9 after %d of %d completions; after restart all %d completed; %d ran twice (at least once, as designed)", before, total, total, twice)
+	fmt.Printf("crash safety: %d of %d tasks ran twice after kill -9\n", twice, total)
+}
+
+func TestGracefulShutdownLosesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and signals the binary")
+	}
+	const total = 300
+	dir := t.TempDir()
+	p := startProc(t, dir, "MAILROOM_SHUTDOWN_TIMEOUT=3s")
+	p.post("/api/v1/debug/tasks", map[string]any{"count": total, "sleepMs": 100})
+	waitUntil(t, 30*time.Second, "some tasks to complete", func() bool { return len(completions(t, dir)) >= 20 })
+	start := time.Now()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-p.exited:
+		if err != nil {
+			t.Fatalf("serve exited with %v after SIGTERM, want 0\n%s", err, p.out)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("serve did not exit within 20s of SIGTERM\n%s", p.out)
+	}
+	t.Logf("exited cleanly %s after SIGTERM with %d of %d done", time.Since(start).Round(time.Millisecond), len(completions(t, dir)), total)
+	if err := store.Verify(filepath.Join(dir, store.FileName)); err != nil {
+		t.Fatalf("bbolt after shutdown: %v", err)
+	}
+	startProc(t, dir)
+	waitUntil(t, 60*time.Second, "every task to complete after the restart", func() bool { return len(completions(t, dir)) == total })
+}
+
+func TestBadConfigExitsWithReason(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	cmd := exec.Command(buildBinary(t), "serve")
+	cmd.Env = append(os.Environ(), "MAILROOM_DATA_DIR="+t.TempDir(), "MAILROOM_SHEETS_FLUSH_DELAY=often")
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 {
+		t.Fatalf("exit: %v, want code 2; output %s", err, out)
+	}
+	if !strings.Contains(string(out), "MAILROOM_SHEETS_FLUSH_DELAY") || strings.Count(strings.TrimSpace(string(out)), "\n") > 0 {
+		t.Fatalf("want one line naming MAILROOM_SHEETS_FLUSH_DELAY, got %q", out)
+	}
+}
+
+func TestSecondInstanceFailsFast(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	dir := t.TempDir()
+	startProc(t, dir)
+	cmd := exec.Command(buildBinary(t), "serve")
+	cmd.Env = append(os.Environ(), "MAILROOM_DATA_DIR="+dir, "MAILROOM_HTTP_ADDR="+freeAddr(t))
+	start := time.Now()
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatal("a second instance on the same data dir started")
+	}
+	if !strings.Contains(string(out), "in use by another mailroom process") || time.Since(start) > 10*time.Second {
+		t.Fatalf("second instance: %q after %s", out, time.Since(start))
+	}
+}

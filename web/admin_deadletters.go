@@ -1,0 +1,158 @@
+package web
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"sort"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"mailroom/store"
+)
+
+type typeCount struct {
+	Type  string
+	Count int
+}
+
+type deadLettersView struct {
+	Types      []typeCount
+	Type       string
+	Total      int // in the archive, of every type
+	Items      []store.DeadLetter
+	Cursor     string
+	Next       string
+	CanRedrive bool
+	CanAlert   bool
+}
+
+type deadLetterView struct {
+	Letter     store.DeadLetter
+	Payload    string
+	CanRedrive bool
+}
+
+// typeCounts lists the table's types and any other type in the archive,
+// with how many dead letters each has.
+func (s *server) typeCounts() ([]typeCount, int, error) {
+	var counts map[string]int
+	if err := s.deps.DB.View(func(tx *store.Tx) error {
+		var err error
+		counts, err = tx.DeadLetterCounts()
+		return err
+	}); err != nil {
+		return nil, 0, fmt.Errorf("web: count dead letters: %w", err)
+	}
+	var out []typeCount
+	seen := map[string]bool{}
+	total := 0
+	if s.deps.Queue != nil {
+		for _, tt := range s.deps.Queue.Table().Types() {
+			out = append(out, typeCount{Type: tt.Name, Count: counts[tt.Name]})
+			seen[tt.Name] = true
+		}
+	}
+	var others []typeCount
+	for typ, n := range counts {
+		total += n
+		if !seen[typ] {
+			others = append(others, typeCount{Type: typ, Count: n})
+		}
+	}
+	sort.Slice(others, func(i, j int) bool { return others[i].Type < others[j].Type })
+	return append(out, others...), total, nil
+}
+
+func (s *server) deadLettersPage(c *gin.Context) {
+	q, err := s.parseDeadLetterQuery(c)
+	if err != nil {
+		Fail(c, err)
+		return
+	}
+	types, total, err := s.typeCounts()
+	if err != nil {
+		Fail(c, err)
+		return
+	}
+	items, next, err := s.deadLetters(q)
+	if err != nil {
+		Fail(c, err)
+		return
+	}
+	Render(c, "deadletters", deadLettersView{
+		Types: types, Type: q.Type, Total: total, Items: items, Cursor: q.Cursor, Next: next,
+		CanRedrive: s.deps.Queue != nil, CanAlert: s.deps.Alerts != nil,
+	})
+}
+
+func (s *server) deadLetterPage(c *gin.Context) {
+	d, err := s.deadLetter(c.Param("id"))
+	if err != nil {
+		Fail(c, err)
+		return
+	}
+	Render(c, "deadletter", deadLetterView{Letter: d, Payload: prettyJSON(payloadJSON(d.Payload)), CanRedrive: s.deps.Queue != nil})
+}
+
+func (s *server) adminRedriveOne(c *gin.Context) {
+	id := c.Param("id")
+	n, _, err := s.redriveIDs([]string{id})
+	if err != nil {
+		Fail(c, err)
+		return
+	}
+	if n == 0 {
+		SetFlash(c, "error", fmt.Sprintf("Dead letter %s is gone: it was already redriven or discarded.", id))
+	} else {
+		SetFlash(c, "ok", fmt.Sprintf("Dead letter %s is queued again.", id))
+	}
+	Redirect(c, "/admin/deadletters")
+}
+
+func (s *server) adminDiscard(c *gin.Context) {
+	id := c.Param("id")
+	err := s.discard(id)
+	var e *Error
+	switch {
+	case errors.As(err, &e) && e.Status == 404:
+		SetFlash(c, "error", fmt.Sprintf("Dead letter %s is gone: it was already redriven or discarded.", id))
+	case err != nil:
+		Fail(c, err)
+		return
+	default:
+		SetFlash(c, "ok", fmt.Sprintf("Dead letter %s is discarded.", id))
+	}
+	Redirect(c, "/admin/deadletters")
+}
+
+func (s *server) adminRedriveType(c *gin.Context) {
+	typ := c.PostForm("type")
+	if typ == "" {
+		Fail(c, Invalid("type", "Choose a task type to redrive."))
+		return
+	}
+	n, err := s.redriveType(typ)
+	if err != nil {
+		Fail(c, err)
+		return
+	}
+	SetFlash(c, "ok", fmt.Sprintf("%s of type %s queued again.", plural(n, "dead letter", "dead letters"), typ))
+	Redirect(c, "/admin/deadletters?type="+url.QueryEscape(typ))
+}
+
+func (s *server) adminTestAlert(c *gin.Context) {
+	if s.deps.Alerts == nil {
+		Fail(c, Unavailable("Alerts are not wired in this server."))
+		return
+	}
+	ctx, cancel := s.ctx(c, 15*time.Second)
+	defer cancel()
+	if err := s.deps.Alerts.Test(ctx); err != nil {
+		SetFlash(c, "error", "The test alert was not delivered: "+err.Error())
+	} else {
+		SetFlash(c, "ok", "A test alert was posted to the webhook.")
+	}
+	Redirect(c, "/admin/deadletters")
+}

@@ -1,0 +1,292 @@
+package web
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"mailroom/queue"
+	"mailroom/queue/broker/brokertest"
+	"mailroom/store"
+	"mailroom/store/storetest"
+)
+
+const (
+	testAPIToken = "static-test-token"
+	testPassword = "correct horse battery staple"
+)
+
+// env is one web handler over a fresh store and (optionally) a queue.
+type env struct {
+	t     testing.TB
+	h     http.Handler
+	db    *store.DB
+	q     *queue.Queue
+	flaky *flakyHandler
+}
+
+type envOptions struct {
+	queue      bool // build a queue (not started)
+	startQueue bool // and start it over an embedded broker
+	deps       func(*Deps)
+}
+
+func newEnv(t testing.TB, o envOptions) *env {
+	t.Helper()
+	e := &env{t: t, db: storetest.Open(t)}
+	if o.queue || o.startQueue {
+		e.q, e.flaky = newTestQueue(t, e.db, o.startQueue)
+	}
+	deps := Deps{
+		Logger:        testLogger(t),
+		DB:            e.db,
+		Queue:         e.q,
+		APIToken:      testAPIToken,
+		AdminPassword: testPassword,
+	}
+	if o.deps != nil {
+		o.deps(&deps)
+	}
+	h, err := New(deps)
+	if err != nil {
+		t.Fatalf("web.New: %v", err)
+	}
+	e.h = h
+	return e
+}
+
+func testLogger(t testing.TB) *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+type tWriter struct{ t testing.TB }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// flakyHandler backs debug:record: a payload {"id":X,"fail":N} fails
+// permanently on its first N runs, then succeeds.
+type flakyHandler struct {
+	mu   sync.Mutex
+	runs map[string]int
+	ok   map[string]bool
+}
+
+func (f *flakyHandler) handle(_ context.Context, t *queue.Task) error {
+	var p struct {
+		ID   string `json:"id"`
+		Fail int    `json:"fail"`
+	}
+	if err := json.Unmarshal(t.Payload, &p); err != nil {
+		return queue.Permanent(fmt.Errorf("bad payload: %w", err))
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.runs[p.ID]++
+	if f.runs[p.ID] <= p.Fail {
+		return queue.Permanent(fmt.Errorf("simulated failure %d of %d for %s", f.runs[p.ID], p.Fail, p.ID))
+	}
+	f.ok[p.ID] = true
+	return nil
+}
+
+func (f *flakyHandler) succeeded(id string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.ok[id]
+}
+
+func newTestQueue(t testing.TB, db *store.DB, start bool) (*queue.Queue, *flakyHandler) {
+	t.Helper()
+	table := queue.NewTable(queue.TableConfig{MaxRetries: 1, ConcurrencyMessageAdded: 1, ConcurrencyState: 1, Debug: true, DebugConcurrency: 2})
+	flaky := &flakyHandler{runs: map[string]int{}, ok: map[string]bool{}}
+	for _, tt := range table.Types() {
+		h := func(context.Context, *queue.Task) error { return nil }
+		if tt.Name == queue.TypeDebugRecord {
+			h = flaky.handle
+		}
+		if err := table.Handle(tt.Name, h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := brokertest.Embedded(t)
+	q, err := queue.New(queue.Config{
+		RetryInitial: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond,
+		PollInterval: 10 * time.Millisecond, DelayedCheckInterval: 50 * time.Millisecond,
+		ShutdownTimeout: 2 * time.Second, Logger: testLogger(t),
+	}, db, b.RedisConnOpt(), table)
+	if err != nil {
+		t.Fatalf("queue.New: %v", err)
+	}
+	if start {
+		if err := q.Start(context.Background()); err != nil {
+			t.Fatalf("queue.Start: %v", err)
+		}
+		t.Cleanup(q.Stop)
+	}
+	return q, flaky
+}
+
+// seedDeadLetter puts a dead letter straight into the archive.
+func seedDeadLetter(t testing.TB, db *store.DB, typ, queueName, payload, errText string) string {
+	t.Helper()
+	var id string
+	err := db.Update(func(tx *store.Tx) error {
+		rec, _, err := tx.OutboxAdd(store.OutboxRecord{Queue: queueName, Type: typ, Payload: json.RawMessage(payload)})
+		if err != nil {
+			return err
+		}
+		if err := tx.OutboxDelete(queueName, rec.ID); err != nil {
+			return err
+		}
+		id = rec.ID
+		now := time.Now().UTC()
+		return tx.DeadLetterPut(store.DeadLetter{ID: rec.ID, Type: typ, Queue: queueName, Payload: json.RawMessage(payload),
+			Error: errText, Attempts: 4, FirstFailedAt: now.Add(-time.Minute), LastFailedAt: now})
+	})
+	if err != nil {
+		t.Fatalf("seed dead letter: %v", err)
+	}
+	return id
+}
+
+// request sends one request to h. body is a string, []byte, url.Values
+// (sent as a form) or nil; headers may be nil.
+func request(t testing.TB, h http.Handler, method, path string, body any, headers map[string]string) *httptest.ResponseRecorder {
+	t.Helper()
+	var r io.Reader
+	contentType := ""
+	switch b := body.(type) {
+	case nil:
+	case string:
+		r, contentType = strings.NewReader(b), "application/json"
+	case []byte:
+		r, contentType = bytes.NewReader(b), "application/json"
+	case url.Values:
+		r, contentType = strings.NewReader(b.Encode()), "application/x-www-form-urlencoded"
+	default:
+		t.Fatalf("request: unsupported body type %T", body)
+	}
+	req := httptest.NewRequest(method, path, r)
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, req)
+	return w
+}
+
+func bearer(token string) map[string]string {
+	return map[string]string{"Authorization": "Bearer " + token}
+}
+
+// apiError decodes the contract's error shape, failing the test when the
+// body is not in it.
+func apiError(t testing.TB, w *httptest.ResponseRecorder) errorDetail {
+	t.Helper()
+	var b struct {
+		Error *errorDetail `json:"error"`
+	}
+	if err := json.Unmarshal(w.Body.Bytes(), &b); err != nil || b.Error == nil || b.Error.Code == "" || b.Error.Message == "" {
+		t.Fatalf("body is not the contract's error shape (status %d): %q", w.Code, w.Body.String())
+	}
+	if ct := w.Header().Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+		t.Errorf("error Content-Type = %q, want application/json", ct)
+	}
+	return *b.Error
+}
+
+func decode[T any](t testing.TB, w *httptest.ResponseRecorder) T {
+	t.Helper()
+	var v T
+	if err := json.Unmarshal(w.Body.Bytes(), &v); err != nil {
+		t.Fatalf("decode %T from %q: %v", v, w.Body.String(), err)
+	}
+	return v
+}
+
+// session is a logged-in admin.
+type session struct {
+	cookie string
+	csrf   string
+}
+
+func (s session) headers() map[string]string {
+	return map[string]string{"Cookie": sessionCookie + "=" + s.cookie}
+}
+
+var csrfInput = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+
+// login signs in with the test password and reads the CSRF token off the
+// overview page.
+func login(t testing.TB, h http.Handler) session {
+	t.Helper()
+	w := request(t, h, http.MethodPost, "/admin/login", url.Values{"password": {testPassword}}, nil)
+	if w.Code != http.StatusSeeOther {
+		t.Fatalf("login: status %d, body %s", w.Code, w.Body.String())
+	}
+	var s session
+	for _, c := range w.Result().Cookies() {
+		if c.Name == sessionCookie {
+			s.cookie = c.Value
+		}
+	}
+	if s.cookie == "" {
+		t.Fatal("login: no session cookie")
+	}
+	w = request(t, h, http.MethodGet, "/admin/tokens", nil, s.headers())
+	m := csrfInput.FindStringSubmatch(w.Body.String())
+	if m == nil {
+		t.Fatalf("login: no CSRF token on the page (status %d)", w.Code)
+	}
+	s.csrf = m[1]
+	return s
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t testing.TB, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func deadLetterIDs(t testing.TB, db *store.DB) []string {
+	t.Helper()
+	var ids []string
+	err := db.View(func(tx *store.Tx) error {
+		list, _, err := tx.DeadLetters("", "", 0)
+		for _, d := range list {
+			ids = append(ids, d.ID)
+		}
+		return err
+	})
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		t.Fatal(err)
+	}
+	return ids
+}

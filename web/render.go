@@ -1,0 +1,277 @@
+package web
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/gin-gonic/gin"
+)
+
+// Page is what every template receives: the layout's needs, and the
+// handler's data in Data.
+type Page struct {
+	// Name is the template's name.
+	Name string
+	// Active is the nav entry the request falls under.
+	Active string
+	Nav    []NavItem
+	// CSRF is the session's token; every state-changing form carries it
+	// ({{template "csrf" .}}).
+	CSRF      string
+	LoggedIn  bool
+	Demo      bool
+	PublicURL string
+	Flash     *Flash
+	Now       time.Time
+	Data      any
+}
+
+// Flash is a one-time notice shown on the next page.
+type Flash struct {
+	Kind string // "ok" or "error"
+	Text string
+}
+
+// Render writes the page template name (templates/NAME.html) with data in
+// the shared layout, status 200.
+func Render(c *gin.Context, name string, data any) {
+	RenderStatus(c, http.StatusOK, name, data)
+}
+
+// RenderStatus is Render with another status.
+func RenderStatus(c *gin.Context, status int, name string, data any) {
+	s := serverOf(c)
+	if s == nil {
+		c.String(http.StatusInternalServerError, "web: Render outside the web handler")
+		return
+	}
+	s.render(c, status, name, data)
+}
+
+func (s *server) render(c *gin.Context, status int, name string, data any) {
+	t, ok := s.pages[name]
+	if !ok {
+		s.log.Error("render: no such template", "template", name)
+		c.Data(http.StatusInternalServerError, "text/plain; charset=utf-8", []byte("no such page template: "+name))
+		c.Abort()
+		return
+	}
+	p := Page{
+		Name:      name,
+		Active:    s.active(c.Request.URL.Path),
+		Nav:       s.nav,
+		Demo:      s.deps.Demo,
+		PublicURL: s.deps.PublicURL,
+		Flash:     takeFlash(c),
+		Now:       s.now(),
+		Data:      data,
+	}
+	if sess, ok := sessionOf(c); ok {
+		p.LoggedIn, p.CSRF = true, sess.CSRF
+	}
+	var buf bytes.Buffer
+	if err := t.ExecuteTemplate(&buf, "layout", p); err != nil {
+		s.log.Error("render template", "template", name, "err", err)
+		c.Data(http.StatusInternalServerError, "text/plain; charset=utf-8", []byte("The page could not be drawn; the error is logged."))
+		c.Abort()
+		return
+	}
+	c.Header("Cache-Control", "no-store")
+	c.Data(status, "text/html; charset=utf-8", buf.Bytes())
+}
+
+// renderError draws the error page for e.
+func (s *server) renderError(c *gin.Context, e *Error) {
+	s.render(c, e.Status, "error", e)
+}
+
+// active returns the longest nav path the request path falls under.
+func (s *server) active(path string) string {
+	best := ""
+	for _, n := range s.nav {
+		if (path == n.Path || strings.HasPrefix(path, n.Path+"/")) && len(n.Path) > len(best) {
+			best = n.Path
+		}
+	}
+	return best
+}
+
+const flashCookie = "mailroom_flash"
+
+// SetFlash shows text once on the next admin page (kind "ok" or "error").
+func SetFlash(c *gin.Context, kind, text string) {
+	s := serverOf(c)
+	raw, _ := json.Marshal(Flash{Kind: kind, Text: text})
+	http.SetCookie(c.Writer, &http.Cookie{
+		Name: flashCookie, Value: url.QueryEscape(string(raw)), Path: "/",
+		MaxAge: 60, HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: s != nil && s.secure,
+	})
+}
+
+// Redirect answers 303 See Other (after a form post).
+func Redirect(c *gin.Context, location string) {
+	c.Redirect(http.StatusSeeOther, location)
+	c.Abort()
+}
+
+func takeFlash(c *gin.Context) *Flash {
+	ck, err := c.Request.Cookie(flashCookie)
+	if err != nil {
+		return nil
+	}
+	http.SetCookie(c.Writer, &http.Cookie{Name: flashCookie, Value: "", Path: "/", MaxAge: -1})
+	raw, err := url.QueryUnescape(ck.Value)
+	if err != nil {
+		return nil
+	}
+	var f Flash
+	if json.Unmarshal([]byte(raw), &f) != nil || f.Text == "" {
+		return nil
+	}
+	if f.Kind != "error" {
+		f.Kind = "ok"
+	}
+	return &f
+}
+
+// funcs are the template functions, bound to this server.
+func (s *server) funcs() template.FuncMap {
+	return template.FuncMap{
+		"asset":    s.static.url,
+		"ago":      func(t time.Time) string { return ago(s.now(), t) },
+		"datetime": datetime,
+		"rfc3339":  func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
+		"dur":      humanDuration,
+		"pretty":   prettyJSON,
+		"plural":   plural,
+		"num":      num,
+		"truncate": truncateText,
+		"dict":     dict,
+		"iszero":   func(v any) bool { return num(v) == "0" },
+	}
+}
+
+func datetime(t time.Time) string {
+	if t.IsZero() {
+		return "—"
+	}
+	return t.UTC().Format("2006-01-02 15:04:05 UTC")
+}
+
+func ago(now, t time.Time) string {
+	if t.IsZero() {
+		return "never"
+	}
+	d := now.Sub(t)
+	future := d < 0
+	if future {
+		d = -d
+	}
+	var s string
+	switch {
+	case d < 5*time.Second:
+		return "just now"
+	case d < time.Minute:
+		s = fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		s = fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		s = fmt.Sprintf("%dh", int(d.Hours()))
+	default:
+		s = fmt.Sprintf("%dd", int(d.Hours()/24))
+	}
+	if future {
+		return "in " + s
+	}
+	return s + " ago"
+}
+
+func humanDuration(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "—"
+	case d < time.Millisecond:
+		return fmt.Sprintf("%dµs", d.Microseconds())
+	case d < time.Second:
+		return fmt.Sprintf("%.1fms", float64(d)/float64(time.Millisecond))
+	case d < time.Minute:
+		return fmt.Sprintf("%.2fs", d.Seconds())
+	}
+	return d.Round(time.Second).String()
+}
+
+// prettyJSON indents a JSON document; anything else is returned as is.
+func prettyJSON(raw []byte) string {
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, raw, "", "  "); err != nil {
+		return string(raw)
+	}
+	return buf.String()
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return fmt.Sprintf("%d %s", n, one)
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}
+
+// num formats a count with thousands separators.
+func num(v any) string {
+	var n int64
+	switch x := v.(type) {
+	case int:
+		n = int64(x)
+	case int64:
+		n = x
+	default:
+		return fmt.Sprint(v)
+	}
+	s := fmt.Sprint(n)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, r := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(r)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}
+
+// truncateText cuts s to at most n runes, marking the cut.
+func truncateText(n int, s string) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	return strings.TrimSpace(string(r[:n])) + "…"
+}
+
+// dict builds a map from key, value pairs, to pass several values to a
+// partial: {{template "empty" dict "Title" "..." "Text" "..."}}.
+func dict(kv ...any) (map[string]any, error) {
+	if len(kv)%2 != 0 {
+		return nil, fmt.Errorf("dict: odd number of arguments")
+	}
+	m := make(map[string]any, len(kv)/2)
+	for i := 0; i < len(kv); i += 2 {
+		k, ok := kv[i].(string)
+		if !ok {
+			return nil, fmt.Errorf("dict: key %v is not a string", kv[i])
+		}
+		m[k] = kv[i+1]
+	}
+	return m, nil
+}

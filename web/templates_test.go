@@ -1,0 +1,112 @@
+package web
+
+import (
+	"encoding/json"
+	"html/template"
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"mailroom/assets"
+	"mailroom/queue"
+	"mailroom/store"
+	"mailroom/store/storetest"
+)
+
+// templateSamples holds data for every page template. A page added to
+// assets/templates needs an entry here: the test fails until it has one.
+func templateSamples() map[string]any {
+	at := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+	dl := store.DeadLetter{ID: "00000000000000a1", Type: queue.TypeSheetsFlush, Queue: "sheets-flush",
+		Payload: json.RawMessage(`{"sheet":"s"}`), Error: "quota <exhausted>", Attempts: 4, FirstFailedAt: at, LastFailedAt: at}
+	row := queueRow{QueueStats: queue.QueueStats{Name: "sheets-flush", Types: []string{queue.TypeSheetsFlush}, Concurrency: 4, Pending: 1200, DeadLettered: 1},
+		Status: "dead letters", StatusClass: "err", Spark: sparkline([]int{1, 5, 2}, []int{0, 1, 0}), P50: "1.2ms", P99: "9.8ms", DeadLink: "/admin/deadletters?type=sheets:flush"}
+	return map[string]any{
+		"error":       &Error{Status: 404, Code: "not_found", Message: "No such thing.", Field: "id"},
+		"login":       loginView{Next: "/admin", Error: "That password is not right.", NoPassword: true},
+		"logout":      nil,
+		"overview":    overviewView{Running: true, Queues: []queueRow{row}, Totals: queueTotals{Pending: 1200, Workers: 4}, UpdatedAt: at},
+		"deadletters": deadLettersView{Types: []typeCount{{Type: dl.Type, Count: 1}}, Type: dl.Type, Total: 1, Items: []store.DeadLetter{dl}, Cursor: "00000000000000ff", Next: dl.ID, CanRedrive: true, CanAlert: true},
+		"deadletter":  deadLetterView{Letter: dl, Payload: prettyJSON(dl.Payload), CanRedrive: true},
+		"tokens":      tokensView{Tokens: []store.APIToken{{ID: "t1", Name: "ci", Prefix: "mr_abcde", CreatedAt: at, LastUsed: at}, {ID: "t2", Name: "old", Prefix: "mr_zzzzz", CreatedAt: at}}, New: &newToken{Name: "ci", Token: "mr_secret", BaseURL: "https://mail.example.com"}, Error: "bad name"},
+	}
+}
+
+// TestRenderEveryTemplate draws every page of assets/templates, logged in
+// and out, in demo mode, with a flash.
+func TestRenderEveryTemplate(t *testing.T) {
+	t.Parallel()
+	srv, err := newServer(Deps{DB: storetest.Open(t), Demo: true, Extensions: []Extension{testExtension{}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	samples := templateSamples()
+	names := slices.Sorted(maps.Keys(srv.pages))
+	if len(names) < len(samples) {
+		t.Errorf("parsed %v, want at least %v", names, slices.Sorted(maps.Keys(samples)))
+	}
+	for _, name := range names {
+		data, ok := samples[name]
+		if !ok {
+			t.Errorf("template %q has no sample data in templateSamples; add one", name)
+			continue
+		}
+		for _, loggedIn := range []bool{true, false} {
+			w := httptest.NewRecorder()
+			c, _ := gin.CreateTestContext(w)
+			c.Request = httptest.NewRequest(http.MethodGet, "/admin/x", nil)
+			c.Request.AddCookie(&http.Cookie{Name: flashCookie, Value: `%7B%22Kind%22%3A%22ok%22%2C%22Text%22%3A%22Saved.%22%7D`})
+			c.Set(serverKey, srv)
+			if loggedIn {
+				c.Set(sessionKey, store.Session{CSRF: "csrf-token"})
+			}
+			srv.render(c, http.StatusOK, name, data)
+			body := w.Body.String()
+			if w.Code != http.StatusOK {
+				t.Errorf("%s (logged in %v): status %d: %s", name, loggedIn, w.Code, body)
+				continue
+			}
+			for _, want := range []string{"<!doctype html>", "</html>", "simulated Google", "Saved."} {
+				if !strings.Contains(body, want) {
+					t.Errorf("%s (logged in %v): output lacks %q", name, loggedIn, want)
+				}
+			}
+			if loggedIn && (!strings.Contains(body, `value="csrf-token"`) || !strings.Contains(body, "Rules")) {
+				t.Errorf("%s: logged-in page lacks the sign-out form or the extension's nav", name)
+			}
+		}
+	}
+}
+
+func TestParsePagesErrors(t *testing.T) {
+	t.Parallel()
+	funcs := template.FuncMap{"asset": func(string) (string, error) { return "", nil }}
+	layout := &fstest.MapFile{Data: []byte(`{{define "layout"}}{{template "content" .}}{{end}}`)}
+	cases := map[string]fstest.MapFS{
+		"parse error":  {"_layout.html": layout, "bad.html": {Data: []byte(`{{define "content"}}{{.Oops}`)}},
+		"no content":   {"_layout.html": layout, "page.html": {Data: []byte(`{{define "title"}}x{{end}}`)}},
+		"no layout":    {"page.html": {Data: []byte(`{{define "content"}}x{{end}}`)}},
+		"not html":     {"_layout.html": layout, "notes.txt": {Data: []byte(`x`)}},
+		"unknown func": {"_layout.html": layout, "page.html": {Data: []byte(`{{define "content"}}{{nope}}{{end}}`)}},
+	}
+	for name, fsys := range cases {
+		if _, err := parsePages(fsys, funcs); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+	ok := fstest.MapFS{"_layout.html": layout, "page.html": {Data: []byte(`{{define "content"}}x{{end}}`)}}
+	if pages, err := parsePages(ok, funcs); err != nil || pages["page"] == nil {
+		t.Errorf("good set: %v %v", pages, err)
+	}
+	// The embedded set parses (New would fail otherwise).
+	if _, err := parsePages(assets.Templates(), (&server{static: &staticFiles{}}).funcs()); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,260 @@
+// Package web is mailroom's HTTP face: the JSON API under /api/v1, the
+// server-rendered admin page under /admin, health and metrics, and the
+// hooks (Extension) through which the pipelines add their own routes and
+// pages. Handlers bind, validate, call one method and render; pipelines know
+// nothing of HTTP.
+package web
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"mailroom/assets"
+	"mailroom/queue"
+	"mailroom/store"
+)
+
+// Deps is everything the web layer needs. Zero values take the defaults
+// named.
+type Deps struct {
+	// Logger receives request logs and errors. Nil: discard.
+	Logger *slog.Logger
+	// DB is the store. Required.
+	DB *store.DB
+	// Queue is the task machinery. Nil: the queue pages and /api/v1/queues
+	// show no queues, and redrive answers 503.
+	Queue *queue.Queue
+	// Gatherer is what /metrics exposes. Nil: an empty registry.
+	Gatherer prometheus.Gatherer
+	// Ready answers /readyz: nil error means ready. Nil: the store is pinged.
+	Ready func(ctx context.Context) error
+	// APIToken is MAILROOM_API_TOKEN, a static bearer token for /api/v1.
+	// Empty: only tokens made in the admin page are accepted.
+	APIToken string
+	// AdminPassword is MAILROOM_ADMIN_PASSWORD. Empty: the login checks the
+	// bcrypt hash stored by EnsureAdminPassword.
+	AdminPassword string
+	// PublicURL is MAILROOM_PUBLIC_URL; an https URL makes cookies Secure.
+	PublicURL string
+	// Demo shows the demo banner on every admin page.
+	Demo bool
+	// Alerts backs the "send a test alert" button. Nil: the button is hidden.
+	Alerts *queue.Alerter
+	// Now is the clock. Nil: time.Now.
+	Now func() time.Time
+	// TrustedProxies are the addresses or CIDRs of reverse proxies whose
+	// X-Forwarded-For is believed when finding the client's IP (the login
+	// limit is per client IP). Nil: none, the peer address is the client.
+	TrustedProxies []string
+	// SessionTTL is how long an admin login lasts. Zero: 12h.
+	SessionTTL time.Duration
+	// LoginLimit is how many failed logins one client IP may make per
+	// LoginWindow. Zero: 5 per minute.
+	LoginLimit  int
+	LoginWindow time.Duration
+	// Extensions add routes, admin pages and nav entries (the pipelines).
+	Extensions []Extension
+}
+
+// Extension is how a pipeline adds its routes and admin pages without
+// editing this package's files. Its handlers use the helpers of this
+// package: BindJSON, JSON, Fail, AbortError, Render, SetFlash, CSRFToken.
+type Extension interface {
+	// Routes registers the extension's handlers on the groups given.
+	Routes(r Routers)
+	// Nav returns the extension's entries in the admin navigation, in
+	// order; nil for none.
+	Nav() []NavItem
+}
+
+// Routers are the groups an Extension registers on.
+type Routers struct {
+	// API is /api/v1: bearer-token auth is already applied; errors must
+	// use the contract's JSON shape (Fail, AbortError).
+	API *gin.RouterGroup
+	// Admin is /admin: a logged-in session is required (else a redirect to
+	// the login page) and CSRF is checked on every POST, PUT, PATCH and
+	// DELETE. Pages render with Render.
+	Admin *gin.RouterGroup
+	// Public is the root, with no auth: /push/gmail, OAuth callbacks.
+	Public *gin.RouterGroup
+	// RequireAdmin is the Admin group's session and CSRF middleware, for
+	// admin-only routes outside /admin (for example /oauth/google/start).
+	RequireAdmin gin.HandlerFunc
+}
+
+// NavItem is one entry of the admin navigation.
+type NavItem struct {
+	Title string
+	Path  string // absolute, for example "/admin/rules"
+}
+
+// server holds the built state of one handler; nothing here is global.
+type server struct {
+	deps       Deps
+	log        *slog.Logger
+	now        func() time.Time
+	pages      map[string]*template.Template
+	static     *staticFiles
+	nav        []NavItem
+	secure     bool
+	limiter    *loginLimiter
+	mappers    []ErrorMapper
+	gatherer   prometheus.Gatherer
+	sessionTTL time.Duration
+}
+
+// ErrorMapper may be implemented by an Extension to turn its pipeline's
+// errors into API errors; Fail consults every mapper before its defaults.
+// Return nil for errors it does not know.
+type ErrorMapper interface {
+	MapError(err error) *Error
+}
+
+// New builds the HTTP handler: a gin engine with every route of routes.go
+// and the extensions'. It fails when a template does not parse.
+func New(deps Deps) (http.Handler, error) {
+	s, err := newServer(deps)
+	if err != nil {
+		return nil, err
+	}
+	return s.engine()
+}
+
+// newServer checks deps, fills in defaults and parses the templates.
+func newServer(deps Deps) (*server, error) {
+	if deps.DB == nil {
+		return nil, errors.New("web: Deps.DB is required")
+	}
+	s := &server{deps: deps, log: deps.Logger, now: deps.Now, gatherer: deps.Gatherer, sessionTTL: deps.SessionTTL}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	s.log = s.log.With("component", "web")
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.gatherer == nil {
+		s.gatherer = prometheus.NewRegistry()
+	}
+	if s.sessionTTL <= 0 {
+		s.sessionTTL = 12 * time.Hour
+	}
+	limit, window := deps.LoginLimit, deps.LoginWindow
+	if limit <= 0 {
+		limit = 5
+	}
+	if window <= 0 {
+		window = time.Minute
+	}
+	s.limiter = newLoginLimiter(limit, window)
+	s.secure = strings.HasPrefix(strings.ToLower(deps.PublicURL), "https://")
+	s.nav = []NavItem{{Title: "Overview", Path: "/admin"}, {Title: "Dead letters", Path: "/admin/deadletters"}}
+	for _, ext := range deps.Extensions {
+		s.nav = append(s.nav, ext.Nav()...)
+		if m, ok := ext.(ErrorMapper); ok {
+			s.mappers = append(s.mappers, m)
+		}
+	}
+	s.nav = append(s.nav, NavItem{Title: "API tokens", Path: "/admin/tokens"})
+
+	var err error
+	if s.static, err = newStaticFiles(assets.Static()); err != nil {
+		return nil, err
+	}
+	if s.pages, err = parsePages(assets.Templates(), s.funcs()); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// engine builds the gin engine with every route.
+func (s *server) engine() (*gin.Engine, error) {
+	gin.SetMode(gin.ReleaseMode)
+	e := gin.New()
+	e.HandleMethodNotAllowed = true
+	e.ContextWithFallback = true
+	if err := e.SetTrustedProxies(s.deps.TrustedProxies); err != nil {
+		return nil, fmt.Errorf("web: trusted proxies: %w", err)
+	}
+	e.Use(s.logRequests, s.recovery, s.securityHeaders, s.withServer)
+	e.NoRoute(s.notFound)
+	e.NoMethod(s.methodNotAllowed)
+	s.routes(e)
+	return e, nil
+}
+
+// parsePages parses the templates: every file starting with "_" into a
+// shared base, then each other *.html file as a page on a clone of it.
+func parsePages(fsys fs.FS, funcs template.FuncMap) (map[string]*template.Template, error) {
+	entries, err := fs.ReadDir(fsys, ".")
+	if err != nil {
+		return nil, fmt.Errorf("web: read templates: %w", err)
+	}
+	base := template.New("").Funcs(funcs)
+	var pageFiles []string
+	for _, e := range entries {
+		name := e.Name()
+		switch {
+		case e.IsDir():
+			return nil, fmt.Errorf("web: templates/%s: folders are not supported; put pages at the top level", name)
+		case !strings.HasSuffix(name, ".html"):
+			return nil, fmt.Errorf("web: templates/%s: template files must end in .html", name)
+		case strings.HasPrefix(name, "_"):
+			if _, err := base.ParseFS(fsys, name); err != nil {
+				return nil, fmt.Errorf("web: parse template %s: %w", name, err)
+			}
+		default:
+			pageFiles = append(pageFiles, name)
+		}
+	}
+	if base.Lookup("layout") == nil {
+		return nil, errors.New(`web: no template defines "layout" (expected in templates/_layout.html)`)
+	}
+	pages := make(map[string]*template.Template, len(pageFiles))
+	for _, file := range pageFiles {
+		t, err := base.Clone()
+		if err != nil {
+			return nil, fmt.Errorf("web: clone layout for %s: %w", file, err)
+		}
+		if _, err := t.ParseFS(fsys, file); err != nil {
+			return nil, fmt.Errorf("web: parse template %s: %w", file, err)
+		}
+		if t.Lookup("content") == nil {
+			return nil, fmt.Errorf(`web: template %s does not define "content"`, file)
+		}
+		pages[strings.TrimSuffix(file, ".html")] = t
+	}
+	return pages, nil
+}
+
+const serverKey = "mailroom.web.server"
+
+// withServer puts the server in the context, for the exported helpers.
+func (s *server) withServer(c *gin.Context) {
+	c.Set(serverKey, s)
+	c.Next()
+}
+
+func serverOf(c *gin.Context) *server {
+	if v, ok := c.Get(serverKey); ok {
+		if s, ok := v.(*server); ok {
+			return s
+		}
+	}
+	return nil
+}
+
+func (s *server) ctx(c *gin.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(c.Request.Context(), d)
+}
