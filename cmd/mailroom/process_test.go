@@ -27,7 +27,8 @@ type proc struct {
 	url     string
 	dataDir string
 	out     *bytes.Buffer
-	exited  chan error
+	exited  chan struct{} // closed when the process has exited
+	exitErr error         // its exit status, once exited is closed
 }
 
 func freeAddr(t *testing.T) string {
@@ -61,16 +62,16 @@ func startProc(t *testing.T, dataDir string, env ...string) *proc {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &proc{t: t, cmd: cmd, url: "http://" + addr, dataDir: dataDir, out: out, exited: make(chan error, 1)}
-	go func() { p.exited <- cmd.Wait() }()
+	p := &proc{t: t, cmd: cmd, url: "http://" + addr, dataDir: dataDir, out: out, exited: make(chan struct{})}
+	go func() { p.exitErr = cmd.Wait(); close(p.exited) }()
 	t.Cleanup(func() {
 		cmd.Process.Kill()
 		<-p.exited
 	})
 	waitUntil(t, 30*time.Second, "the child's /readyz", func() bool {
 		select {
-		case err := <-p.exited:
-			t.Fatalf("mailroom exited early: %v\n%s", err, out)
+		case <-p.exited:
+			t.Fatalf("mailroom exited early: %v\n%s", p.exitErr, out)
 		default:
 		}
 		resp, err := http.Get(p.url + "/readyz")
@@ -165,9 +166,9 @@ func TestGracefulShutdownLosesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case err := <-p.exited:
-		if err != nil {
-			t.Fatalf("serve exited with %v after SIGTERM, want 0\n%s", err, p.out)
+	case <-p.exited:
+		if p.exitErr != nil {
+			t.Fatalf("serve exited with %v after SIGTERM, want 0\n%s", p.exitErr, p.out)
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatalf("serve did not exit within 20s of SIGTERM\n%s", p.out)
