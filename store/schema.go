@@ -32,6 +32,13 @@ var migrations = []migration{
 		return createBuckets(tx, bucketOutbox, bucketOutboxKeys, bucketDeadLetters,
 			bucketUsers, bucketUserEmails, bucketTokens, bucketSessions)
 	}},
+	{"gmail accounts and messages", func(tx *bolt.Tx) error {
+		return createBuckets(tx, bucketAccounts, bucketAccountEmails, bucketGmailData)
+	}},
+	{"forms and submissions", func(tx *bolt.Tx) error {
+		return createBuckets(tx, bucketForms, bucketFormSheets, bucketSubmissions, bucketFormBuffers, bucketSheetWrites)
+	}},
+	{"label rules and reclassify", createRulesBuckets},
 }
 
 // SchemaVersion is the version this build migrates to.

@@ -29,13 +29,21 @@ func templateSamples() map[string]any {
 	row := queueRow{QueueStats: queue.QueueStats{Name: "sheets-flush", Types: []string{queue.TypeSheetsFlush}, Concurrency: 4, Pending: 1200, DeadLettered: 1},
 		Status: "dead letters", StatusClass: "err", Spark: sparkline([]int{1, 5, 2}, []int{0, 1, 0}), P50: "1.2ms", P99: "9.8ms", DeadLink: "/admin/deadletters?type=sheets:flush"}
 	return map[string]any{
-		"error":       &Error{Status: 404, Code: "not_found", Message: "No such thing.", Field: "id"},
-		"login":       loginView{Next: "/admin", Error: "That password is not right.", NoPassword: true},
-		"logout":      nil,
-		"overview":    overviewView{Running: true, Queues: []queueRow{row}, Totals: queueTotals{Pending: 1200, Workers: 4}, UpdatedAt: at},
-		"deadletters": deadLettersView{Types: []typeCount{{Type: dl.Type, Count: 1}}, Type: dl.Type, Total: 1, Items: []store.DeadLetter{dl}, Cursor: "00000000000000ff", Next: dl.ID, CanRedrive: true, CanAlert: true},
-		"deadletter":  deadLetterView{Letter: dl, Payload: prettyJSON(dl.Payload), CanRedrive: true},
-		"tokens":      tokensView{Tokens: []store.APIToken{{ID: "t1", Name: "ci", Prefix: "mr_abcde", CreatedAt: at, LastUsed: at}, {ID: "t2", Name: "old", Prefix: "mr_zzzzz", CreatedAt: at}}, New: &newToken{Name: "ci", Token: "mr_secret", BaseURL: "https://mail.example.com"}, Error: "bad name"},
+		"error":        &Error{Status: 404, Code: "not_found", Message: "No such thing.", Field: "id"},
+		"login":        loginView{Next: "/admin", Error: "That password is not right.", NoPassword: true},
+		"logout":       nil,
+		"overview":     overviewView{Running: true, Queues: []queueRow{row}, Totals: queueTotals{Pending: 1200, Workers: 4}, UpdatedAt: at},
+		"deadletters":  deadLettersView{Types: []typeCount{{Type: dl.Type, Count: 1}}, Type: dl.Type, Total: 1, Items: []store.DeadLetter{dl}, Cursor: "00000000000000ff", Next: dl.ID, CanRedrive: true, CanAlert: true},
+		"deadletter":   deadLetterView{Letter: dl, Payload: prettyJSON(dl.Payload), CanRedrive: true},
+		"accounts":     gmailAccountsSample(at),
+		"account":      gmailAccountSample(at),
+		"forms":        formsSample(at),
+		"rules":        rulesSample(at),
+		"rules_users":  rulesUsersSample(at),
+		"demo_mailbox": demoMailboxSample(at),
+		"demo_sheets":  demoSheetsSample(at),
+		"demo_alerts":  demoAlertsSample(at),
+		"tokens":       tokensView{Tokens: []store.APIToken{{ID: "t1", Name: "ci", Prefix: "mr_abcde", CreatedAt: at, LastUsed: at}, {ID: "t2", Name: "old", Prefix: "mr_zzzzz", CreatedAt: at}}, New: &newToken{Name: "ci", Token: "mr_secret", BaseURL: "https://mail.example.com"}, Error: "bad name"},
 	}
 }
 

@@ -17,6 +17,9 @@ import (
 
 	"mailroom/queue"
 	"mailroom/queue/broker"
+	"mailroom/queue/gmail"
+	"mailroom/queue/sheets"
+	"mailroom/queue/rules"
 	"mailroom/store"
 	"mailroom/web"
 )
@@ -48,6 +51,9 @@ type app struct {
 	loops      []loop
 	extensions []web.Extension // the pipelines' routes and pages
 	debug      *debugTasks
+	gmail      *gmail.Pipeline // set by wireGmail
+	sheets     *sheets.Pipeline // set by wireSheets
+	rules      *rules.Pipeline // set by wireRules
 
 	// generatedPassword is set when the admin password was made on this start.
 	generatedPassword string
@@ -59,8 +65,8 @@ type app struct {
 
 // newApp opens the store and the broker and builds the task table, the
 // pipelines and the web handler. Nothing runs until start.
-func newApp(ctx context.Context, cfg *config, logger *slog.Logger) (a *app, err error) {
-	a = &app{cfg: cfg, log: logger, registry: prometheus.NewRegistry(), done: make(chan struct{})}
+func newApp(ctx context.Context, cfg *config, logger *slog.Logger) (_ *app, err error) {
+	a := &app{cfg: cfg, log: logger, registry: prometheus.NewRegistry(), done: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			a.closeAll()

@@ -23,6 +23,10 @@ type benchOptions struct {
 	// Quick shrinks the scenario (CI smoke runs); figures are then not
 	// comparable with the targets.
 	Quick bool
+	// onReclassify, when set, is called as the measured part of the rules
+	// throughput scenario starts; the func it returns when it ends
+	// (profiling).
+	onReclassify func() func()
 }
 
 func (o benchOptions) progress(format string, args ...any) {
@@ -76,6 +80,13 @@ type benchScenario struct {
 func benchScenarios() []benchScenario {
 	return []benchScenario{
 		{"core", "Durable tasks end to end vs raw asynq, and memory through a 100,000-task burst", benchCore},
+		{"gmail-isolation", "Read events push to applied: idle, behind 1,000 slow message-added events, and one shared queue", benchGmailIsolation},
+		{"gmail-throughput", "10,000 Gmail history records of mixed kinds, push to all applied, embedded broker and redis-server", benchGmailThroughput},
+		{"sheets-story", "Form submissions to Google Sheets: mailroom vs one row per call vs a 1-minute cron (939 rows, 24 forms)", benchSheetsStory},
+		{"sheets-memory", "Sheets buffers: broker bytes per waiting row and bbolt bytes per submission", benchSheetsMemory},
+		{"sheets-throughput", "Form submissions accepted per second through the API", benchSheetsThroughput},
+		{"rules-story", "Five saves of a rule in a minute on 3,000 threads: mailroom vs the naive original", benchRulesStory},
+		{"rules-throughput", "Reclassify of 100,000 threads against 20 rules", benchRulesThroughput},
 	}
 }
 

@@ -48,6 +48,7 @@ type config struct {
 	SheetsFlushDelay      time.Duration
 	SheetsFlushThreshold  int
 	SheetsWritesPerMinute int
+	SheetsQuotaWindow     time.Duration // the "minute" of SheetsWritesPerMinute (tests compress it)
 
 	RetryInitial    time.Duration
 	RetryMultiplier float64
@@ -61,6 +62,7 @@ type config struct {
 
 	// Beyond the contract.
 	Demo                 bool
+	DemoScale            float64
 	BrokerAddr           string
 	BrokerPassword       string
 	RelayCap             int
@@ -115,6 +117,7 @@ func (c *config) settings() []setting {
 		{"sheets-flush-delay", "MAILROOM_SHEETS_FLUSH_DELAY", "a sheet's buffer is flushed at most this long after its first unsent row", d(&c.SheetsFlushDelay, 10*time.Second), false, false},
 		{"sheets-flush-threshold", "MAILROOM_SHEETS_FLUSH_THRESHOLD", "a buffer this full is flushed at once; the most rows one write carries", n(&c.SheetsFlushThreshold, 500), false, false},
 		{"sheets-writes-per-minute", "MAILROOM_SHEETS_WRITES_PER_MINUTE", "Sheets write calls per minute per Google account", n(&c.SheetsWritesPerMinute, 60), false, false},
+		{"sheets-quota-window", "MAILROOM_SHEETS_QUOTA_WINDOW", "the window of --sheets-writes-per-minute (tests compress the minute)", d(&c.SheetsQuotaWindow, time.Minute), false, true},
 		{"retry-initial", "MAILROOM_RETRY_INITIAL", "first retry delay of a failed task", d(&c.RetryInitial, 30*time.Second), false, false},
 		{"retry-multiplier", "MAILROOM_RETRY_MULTIPLIER", "growth of the retry delay per failure", f(&c.RetryMultiplier, 2), false, false},
 		{"retry-max", "MAILROOM_RETRY_MAX", "longest retry delay", d(&c.RetryMax, 5*time.Minute), false, false},
@@ -124,6 +127,7 @@ func (c *config) settings() []setting {
 		{"gmail-poll-interval", "MAILROOM_GMAIL_POLL_INTERVAL", "each account is also synced this often without a push", d(&c.GmailPollInterval, 15*time.Minute), false, false},
 		{"gmail-watch-renew", "MAILROOM_GMAIL_WATCH_RENEW", "how often users.watch is renewed", d(&c.GmailWatchRenew, 24*time.Hour), false, false},
 		{"demo", "MAILROOM_DEMO", "run with a built-in simulated Google and a traffic generator", b(&c.Demo, false), false, false},
+		{"demo-scale", "MAILROOM_DEMO_SCALE", "share of the demo's mailbox sizes (tests use a small one)", f(&c.DemoScale, 1), false, true},
 		{"broker-addr", "MAILROOM_BROKER_ADDR", "expose the embedded broker on this loopback address (for redis-cli); empty: no port", s(&c.BrokerAddr, ""), false, false},
 		{"broker-password", "MAILROOM_BROKER_PASSWORD", "password of the exposed embedded broker", s(&c.BrokerPassword, ""), true, false},
 		{"relay-cap", "MAILROOM_RELAY_CAP", "most tasks of one queue held in the broker; the rest wait in bbolt", n(&c.RelayCap, 1000), false, false},
@@ -239,7 +243,7 @@ func (c *config) validate() error {
 	}{
 		{"reclassify-debounce", c.ReclassifyDebounce}, {"reclassify-max-wait", c.ReclassifyMaxWait},
 		{"reclassify-tick", c.ReclassifyTick}, {"rule-save-window", c.RuleSaveWindow},
-		{"sheets-flush-delay", c.SheetsFlushDelay}, {"retry-initial", c.RetryInitial}, {"retry-max", c.RetryMax},
+		{"sheets-flush-delay", c.SheetsFlushDelay}, {"sheets-quota-window", c.SheetsQuotaWindow}, {"retry-initial", c.RetryInitial}, {"retry-max", c.RetryMax},
 		{"gmail-poll-interval", c.GmailPollInterval}, {"gmail-watch-renew", c.GmailWatchRenew},
 		{"task-poll-interval", c.TaskPollInterval}, {"delayed-check-interval", c.DelayedCheckInterval},
 		{"shutdown-timeout", c.ShutdownTimeout},
@@ -277,6 +281,9 @@ func (c *config) validate() error {
 		if i.v < i.min || i.v > i.max {
 			return bad(i.flag, fmt.Sprintf("must be between %d and %d, got %d", i.min, i.max, i.v))
 		}
+	}
+	if c.DemoScale <= 0 || c.DemoScale > 1 {
+		return bad("demo-scale", "must be above 0 and at most 1")
 	}
 	if c.RetryMultiplier < 1 || c.RetryMultiplier > 100 {
 		return bad("retry-multiplier", "must be between 1 and 100")

@@ -19,7 +19,7 @@ func (a *app) buildWeb() error {
 		return err
 	}
 	a.generatedPassword = generated
-	exts := append([]web.Extension{opsExtension{a}}, a.extensions...)
+	exts := append(append([]web.Extension{opsExtension{a}}, a.extensions...), a.setupExtension())
 	h, err := web.New(web.Deps{
 		Logger:        a.log,
 		DB:            a.db,

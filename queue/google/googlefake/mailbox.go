@@ -199,7 +199,7 @@ func (g *Gmail) ensureMailbox(email string) *mailbox {
 		return b
 	}
 	g.nboxes++
-	base := g.nboxes * 1_000_000
+	base := g.s.opts.HistoryStart + g.nboxes*1_000_000
 	b := &mailbox{
 		email: e, historyID: base, floor: base,
 		msgs: make(map[string]*message), threads: make(map[string]int),

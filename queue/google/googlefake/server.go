@@ -70,6 +70,11 @@ type Options struct {
 	HistoryMaxRecords int
 	// WatchTTL is how long users.watch lasts. Zero: 7 days.
 	WatchTTL time.Duration
+	// HistoryStart offsets every mailbox's history ids: the n-th mailbox
+	// made starts at HistoryStart + n×1,000,000. A restarted demo sets it
+	// above what an earlier run handed out, because clients keep their
+	// watermarks and per-message history ids. Zero: 0.
+	HistoryStart uint64
 
 	// SheetsWriteLimit is the number of Sheets write calls an account may make
 	// per SheetsWindow; further writes get 429 RESOURCE_EXHAUSTED. Zero: 60;
@@ -254,6 +259,20 @@ func (s *Server) now() time.Time { return s.opts.Now() }
 
 // newID returns the next number of the server-wide id sequence.
 func (s *Server) newID() uint64 { return s.nextID.Add(1) }
+
+// SkipIDs makes every message and spreadsheet id made from now on come
+// after floor in the server-wide id sequence (nothing changes when the
+// sequence is already past it). A restarted demo calls it once its fixed
+// data is made, so that new messages never take ids that an earlier run
+// gave to others.
+func (s *Server) SkipIDs(floor uint64) {
+	for {
+		cur := s.nextID.Load()
+		if cur >= floor || s.nextID.CompareAndSwap(cur, floor) {
+			return
+		}
+	}
+}
 
 // Calls returns how many requests the emulator received for method (one of
 // the Method constants), including failed and faulted ones.

@@ -1,0 +1,524 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"runtime"
+	"slices"
+	"sync"
+	"time"
+
+	"mailroom/queue"
+	"mailroom/queue/broker"
+	"mailroom/queue/google"
+	"mailroom/queue/google/googlefake"
+	"mailroom/queue/rules"
+	"mailroom/store"
+)
+
+// addStoryThreads fills the mailbox of email with the story's mail: n
+// threads (every fifth with a reply from the owner), a third of them from
+// GitHub, a third from GitLab, subjects spread over seven repositories.
+func addStoryThreads(fake *googlefake.Server, email string, n int) error {
+	for i := range n {
+		from := fmt.Sprintf("Person %d <p%d@example.org>", i, i)
+		switch i % 3 {
+		case 0:
+			from = fmt.Sprintf("GitHub <notifications+%d@github.com>", i)
+		case 1:
+			from = fmt.Sprintf("CI %d <ci%d@gitlab.com>", i, i)
+		}
+		id, err := fake.Gmail.AddMessage(email, googlefake.Message{From: from, To: email, Subject: fmt.Sprintf("[repo-%d] issue %d", i%7, i), Body: "text"})
+		if err != nil {
+			return err
+		}
+		if i%5 == 0 {
+			reply := googlefake.Message{ThreadID: id, From: email, To: from, Subject: fmt.Sprintf("Re: [repo-%d] issue %d", i%7, i), Body: "ok"}
+			if _, err := fake.Gmail.AddMessage(email, reply); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// seedMirror stores a connected account of userID whose mirror is the
+// emulator's mailbox of email, as a finished full sync leaves it, and
+// returns its id. (A real full sync of thousands of messages waits for the
+// Gmail quota for minutes; the rules scenarios start after it.)
+func seedMirror(db *store.DB, fake *googlefake.Server, userID, email string) (string, error) {
+	id := store.NewID()
+	tok, err := json.Marshal(google.Token{RefreshToken: fake.AddAccount(email)})
+	if err != nil {
+		return "", err
+	}
+	msgs := fake.Gmail.Messages(email)
+	labels := map[string]string{}
+	for lid, name := range fake.Gmail.LabelNames(email) {
+		if lid != name {
+			labels[lid] = name
+		}
+	}
+	err = db.Update(func(tx *store.Tx) error {
+		if err := tx.AccountPut(store.Account{ID: id, UserID: userID, Email: email, Status: store.AccountReady,
+			Token: db.Seal(tok, id), HistoryID: fake.Gmail.HistoryID(email)}); err != nil {
+			return err
+		}
+		return tx.LabelsReplace(id, labels)
+	})
+	if err != nil {
+		return "", err
+	}
+	for chunk := range slices.Chunk(msgs, 5000) {
+		err := db.Update(func(tx *store.Tx) error {
+			for _, m := range chunk {
+				sm := store.Message{ID: m.ID}
+				sm.MergeFetched(store.Message{ID: m.ID, ThreadID: m.ThreadID, From: m.From, To: m.To, Cc: m.Cc, Subject: m.Subject,
+					Snippet: m.Snippet, Date: m.Date, LabelIDs: m.LabelIDs, HistoryID: m.HistoryID})
+				if err := tx.MessagePut(id, sm); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return "", err
+		}
+	}
+	return id, nil
+}
+
+// rulesBench is the rules pipeline over a fresh store, the embedded broker,
+// a real queue and the emulator, with one user and one account.
+type rulesBench struct {
+	db      *store.DB
+	broker  *broker.Broker
+	fake    *googlefake.Server
+	q       *queue.Queue
+	p       *rules.Pipeline
+	pub     *rules.Publisher
+	user    string
+	account string
+	email   string
+	closers []func()
+}
+
+func (b *rulesBench) close() {
+	for i := len(b.closers) - 1; i >= 0; i-- {
+		b.closers[i]()
+	}
+}
+
+// newRulesBench builds the environment; threads fill the mailbox.
+func newRulesBench(ctx context.Context, cfg rules.Config, threads int) (b *rulesBench, err error) {
+	b = &rulesBench{email: "bench@example.com"}
+	defer func() {
+		if err != nil {
+			b.close()
+		}
+	}()
+	dir, err := os.MkdirTemp("", "mailroom-bench-rules-")
+	if err != nil {
+		return nil, err
+	}
+	b.closers = append(b.closers, func() { os.RemoveAll(dir) })
+	if b.db, err = store.Open(dir, store.Options{SecretKey: make([]byte, 32)}); err != nil {
+		return nil, err
+	}
+	b.closers = append(b.closers, func() { b.db.Close() })
+	if b.broker, err = broker.Open(ctx, broker.Config{}); err != nil {
+		return nil, err
+	}
+	b.closers = append(b.closers, func() { b.broker.Close() })
+	b.fake = googlefake.New(googlefake.Options{})
+	if _, err := b.fake.Start(); err != nil {
+		return nil, err
+	}
+	b.closers = append(b.closers, func() { b.fake.Close() })
+	b.fake.AddAccount(b.email)
+	if err := addStoryThreads(b.fake, b.email, threads); err != nil {
+		return nil, err
+	}
+	err = b.db.Update(func(tx *store.Tx) error {
+		u, err := tx.UserCreate("owner@example.com", "")
+		b.user = u.ID
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if b.account, err = seedMirror(b.db, b.fake, b.user, b.email); err != nil {
+		return nil, err
+	}
+	client := google.New(google.Config{
+		APIURL: b.fake.URL(), TokenURL: b.fake.TokenURL(), ReadRetries: -1,
+		HTTPClient: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}},
+	})
+	var (
+		mu      sync.Mutex
+		openers = map[string]rules.Gmail{}
+	)
+	open := func(ctx context.Context, accountID string) (rules.Gmail, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if g, ok := openers[accountID]; ok {
+			return g, nil
+		}
+		var acc store.Account
+		if err := b.db.View(func(tx *store.Tx) (err error) { acc, err = tx.AccountGet(accountID); return err }); err != nil {
+			return nil, queue.Permanent(err)
+		}
+		plain, err := b.db.Unseal(acc.Token, acc.ID)
+		if err != nil {
+			return nil, queue.Permanent(err)
+		}
+		var tok google.Token
+		if err := json.Unmarshal(plain, &tok); err != nil {
+			return nil, queue.Permanent(err)
+		}
+		g, err := client.Gmail(ctx, client.TokenSource(tok, nil))
+		if err != nil {
+			return nil, err
+		}
+		openers[accountID] = g
+		return g, nil
+	}
+	if b.p, err = rules.New(cfg, b.db, b.broker.Client(), open); err != nil {
+		return nil, err
+	}
+	table := queue.NewTable(queue.TableConfig{MaxRetries: 3, ConcurrencyMessageAdded: 1, ConcurrencyState: 1})
+	for _, tt := range table.Types() {
+		h := func(context.Context, *queue.Task) error { return nil }
+		if tt.Name == queue.TypeRulesReclassifyBatch {
+			h = b.p.HandleBatch
+		}
+		if err := table.Handle(tt.Name, h); err != nil {
+			return nil, err
+		}
+	}
+	b.q, err = queue.New(queue.Config{PollInterval: 5 * time.Millisecond, DelayedCheckInterval: 100 * time.Millisecond,
+		RetryInitial: 100 * time.Millisecond, RetryMax: time.Second}, b.db, b.broker.RedisConnOpt(), table)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.q.Start(ctx); err != nil {
+		return nil, err
+	}
+	b.closers = append(b.closers, b.q.Stop)
+	b.pub = b.p.Publisher(b.q)
+	if err := b.pub.Start(ctx); err != nil {
+		return nil, err
+	}
+	b.closers = append(b.closers, b.pub.Stop)
+	b.fake.ResetCounters()
+	return b, nil
+}
+
+// jobs returns the user's jobs, newest first.
+func (b *rulesBench) jobs() ([]rules.Job, error) {
+	st, err := b.p.Status(b.user, 0)
+	return st.Jobs, err
+}
+
+// waitJobs waits until n jobs are published and finished.
+func (b *rulesBench) waitJobs(ctx context.Context, n int, timeout time.Duration) ([]rules.Job, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		jobs, err := b.jobs()
+		if err != nil {
+			return nil, err
+		}
+		finished := 0
+		for _, j := range jobs {
+			if !j.FinishedAt.IsZero() {
+				finished++
+			}
+		}
+		if len(jobs) >= n && finished == len(jobs) {
+			return jobs, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%d jobs of %d finished after %s", finished, n, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// labelled returns the ids of the messages carrying the label in Gmail.
+func (b *rulesBench) labelled(name string) map[string]bool {
+	out := map[string]bool{}
+	id, ok := b.fake.Gmail.LabelID(b.email, name)
+	if !ok {
+		return out
+	}
+	for _, m := range b.fake.Gmail.Messages(b.email) {
+		if slices.Contains(m.LabelIDs, id) {
+			out[m.ID] = true
+		}
+	}
+	return out
+}
+
+// matches returns the ids of the messages spec matches.
+func (b *rulesBench) matches(spec rules.Spec) (map[string]bool, error) {
+	c, err := rules.Compile(spec)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	for _, m := range b.fake.Gmail.Messages(b.email) {
+		if c.Match(&rules.Message{From: m.From, To: m.To, Cc: m.Cc, Subject: m.Subject, Body: m.Body}) {
+			out[m.ID] = true
+		}
+	}
+	return out, nil
+}
+
+// gmailCalls sums the emulator's Gmail API calls.
+func (b *rulesBench) gmailCalls() int {
+	n := 0
+	for method, c := range b.fake.CallCounts() {
+		if len(method) > 6 && method[:6] == "gmail." {
+			n += c
+		}
+	}
+	return n
+}
+
+// storyVersions are the five saves of the story: each changes what the
+// rule matches, the last one stays.
+func storyVersions() []rules.Spec {
+	mk := func(field, op, value string) rules.Spec {
+		return rules.Spec{Label: "GitHub", Match: rules.MatchAll, Conditions: []rules.Condition{{Field: field, Op: op, Value: value}}}
+	}
+	return []rules.Spec{
+		mk(rules.FieldFrom, rules.OpContains, "github"),
+		mk(rules.FieldSubject, rules.OpContains, "[repo-1]"),
+		mk(rules.FieldFrom, rules.OpContains, "@gitlab.com"),
+		mk(rules.FieldSubject, rules.OpMatches, `issue \d*5$`),
+		mk(rules.FieldFrom, rules.OpContains, "@github.com"),
+	}
+}
+
+type storyRun struct {
+	enqueued, worked, stale int
+	calls, units            int
+	final                   time.Duration // from the last save to the final labels in Gmail
+}
+
+// runStory makes the story's five saves, spaced gap apart, and measures.
+func runStory(ctx context.Context, o benchOptions, naive bool, threads int, scale time.Duration) (storyRun, error) {
+	var run storyRun
+	cfg := rules.Config{
+		Debounce: 60 * time.Second / scale, MaxWait: 10 * time.Minute / scale, Tick: 10 * time.Second / scale,
+		Naive: naive, GmailUnitsPerMinute: -1, Logger: nil,
+	}
+	b, err := newRulesBench(ctx, cfg, threads)
+	if err != nil {
+		return run, err
+	}
+	defer b.close()
+	versions := storyVersions()
+	gap := 12 * time.Second / scale
+	var id string
+	for i, v := range versions {
+		if i == 0 {
+			s, err := b.p.Create(ctx, b.user, v)
+			if err != nil {
+				return run, err
+			}
+			id = s.Rule.ID
+		} else {
+			if _, err := b.p.Update(ctx, id, v); err != nil {
+				return run, err
+			}
+		}
+		if i < len(versions)-1 {
+			time.Sleep(gap)
+		}
+	}
+	last := time.Now()
+	want, err := b.matches(versions[len(versions)-1])
+	if err != nil {
+		return run, err
+	}
+	// Final labels: equal to the last version's matches, and no job left.
+	deadline := last.Add(5 * time.Minute)
+	for {
+		jobs, err := b.jobs()
+		if err != nil {
+			return run, err
+		}
+		busy := len(jobs) == 0
+		for _, j := range jobs {
+			busy = busy || j.FinishedAt.IsZero()
+		}
+		if st, _ := b.p.Status(b.user, 0); st.Pending != nil {
+			busy = true
+		}
+		if !busy && equalSets(want, b.labelled("GitHub")) {
+			run.final = time.Since(last)
+			for _, j := range jobs {
+				run.enqueued += j.Batches
+				run.worked += j.BatchesDone
+				run.stale += j.BatchesSkippedStale
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			return run, errors.New("the labels never became final")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	run.calls, run.units = b.gmailCalls(), b.fake.Gmail.QuotaUnits(b.email)
+	return run, nil
+}
+
+func equalSets(a, b map[string]bool) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k := range a {
+		if !b[k] {
+			return false
+		}
+	}
+	return true
+}
+
+// benchRulesStory is story 1 measured: five saves of one rule in a minute
+// on 3,000 threads, mailroom against the naive original (publish on every
+// save, no stale skip) in the same run.
+func benchRulesStory(ctx context.Context, o benchOptions) (benchResult, error) {
+	var r benchResult
+	threads, scale := 3000, time.Duration(10)
+	if o.Quick {
+		threads, scale = 600, 100
+	}
+	runs := map[bool]storyRun{}
+	for _, naive := range []bool{false, true} {
+		name := map[bool]string{false: "mailroom", true: "naive"}[naive]
+		o.progress("   %s: %d threads, five saves %s apart, debounce %s", name, threads, 12*time.Second/scale, 60*time.Second/scale)
+		run, err := runStory(ctx, o, naive, threads, scale)
+		if err != nil {
+			return r, fmt.Errorf("%s: %w", name, err)
+		}
+		runs[naive] = run
+	}
+	m, n := runs[false], runs[true]
+	batches := float64(threads / 50)
+	r.addTarget("mailroom: batch tasks enqueued", float64(m.enqueued), "tasks", batches, false)
+	r.addTarget("mailroom: batches that did Gmail work", float64(m.worked), "tasks", batches, false)
+	r.add("mailroom: batches skipped as stale", float64(m.stale), "tasks")
+	r.add("mailroom: Gmail calls", float64(m.calls), "calls")
+	r.add("mailroom: Gmail quota units", float64(m.units), "units")
+	r.add("mailroom: time to final labels after the last save", m.final.Seconds(), "s")
+	r.add("naive: batch tasks enqueued", float64(n.enqueued), "tasks")
+	r.add("naive: batches that did Gmail work", float64(n.worked), "tasks")
+	r.add("naive: Gmail calls", float64(n.calls), "calls")
+	r.add("naive: Gmail quota units", float64(n.units), "units")
+	r.add("naive: time to final labels after the last save", n.final.Seconds(), "s")
+	r.addTarget("quota units, naive ÷ mailroom", float64(n.units)/float64(max(m.units, 1)), "ratio", 4, true)
+	r.Notes = append(r.Notes, fmt.Sprintf("%d threads, batches of 50; time compressed %dx (saves %s apart, debounce %s, tick %s), so mailroom's time to final labels includes the compressed debounce; Gmail quota share unlimited so both runs do all their work", threads, scale, 12*time.Second/scale, 60*time.Second/scale, 10*time.Second/scale))
+	return r, nil
+}
+
+// benchRulesThroughput measures the reclassify of 100,000 threads against
+// 20 rules with no emulator latency: threads per second from publish to
+// the job's end, with the default batch of 50 threads and with 500.
+func benchRulesThroughput(ctx context.Context, o benchOptions) (benchResult, error) {
+	var r benchResult
+	threads := 100_000
+	if o.Quick {
+		threads = 10_000
+	}
+	for _, size := range []int{50, 500} {
+		o.progress("   %d threads in batches of %d: seeding", threads, size)
+		t, err := runThroughput(ctx, o, threads, size)
+		if err != nil {
+			return r, fmt.Errorf("batches of %d: %w", size, err)
+		}
+		name := fmt.Sprintf("reclassify throughput, 20 rules, batches of %d", size)
+		if size == 50 {
+			r.addTarget(name, t.rate, "threads/s", 20000, true)
+		} else {
+			r.add(name, t.rate, "threads/s")
+		}
+		r.add(fmt.Sprintf("batches of %d: elapsed", size), t.elapsed.Seconds(), "s")
+		r.add(fmt.Sprintf("batches of %d: Gmail calls", size), float64(t.calls), "calls")
+		r.Notes = append(r.Notes, t.note)
+	}
+	return r, nil
+}
+
+type throughputRun struct {
+	rate    float64
+	elapsed time.Duration
+	calls   int
+	note    string
+}
+
+func runThroughput(ctx context.Context, o benchOptions, threads, size int) (throughputRun, error) {
+	var run throughputRun
+	b, err := newRulesBench(ctx, rules.Config{SaveLimit: 100, GmailUnitsPerMinute: -1, Debounce: time.Hour, MaxWait: time.Hour, Tick: time.Hour, BatchSize: size}, threads)
+	if err != nil {
+		return run, err
+	}
+	defer b.close()
+	var specs []rules.Spec
+	for i := range 20 {
+		s := rules.Spec{Label: fmt.Sprintf("Rule %02d", i), Match: rules.MatchAll}
+		switch i % 4 {
+		case 0:
+			s.Conditions = []rules.Condition{{Field: rules.FieldSubject, Op: rules.OpContains, Value: fmt.Sprintf("[repo-%d]", i%7)}}
+		case 1:
+			s.Conditions = []rules.Condition{{Field: rules.FieldFrom, Op: rules.OpContains, Value: "@gitlab.com"}, {Field: rules.FieldSubject, Op: rules.OpMatches, Value: fmt.Sprintf(`issue \d*%d$`, i%10)}}
+		case 2:
+			s.Match = rules.MatchAny
+			s.Conditions = []rules.Condition{{Field: rules.FieldFrom, Op: rules.OpEquals, Value: fmt.Sprintf("p%d@example.org", i)}, {Field: rules.FieldSubject, Op: rules.OpContains, Value: fmt.Sprintf("issue %d", i*3)}}
+		default:
+			s.Conditions = []rules.Condition{{Field: rules.FieldTo, Op: rules.OpNotContains, Value: "nobody@"}, {Field: rules.FieldFrom, Op: rules.OpContains, Value: fmt.Sprintf("p%d", i)}}
+		}
+		if _, err := b.p.Create(ctx, b.user, s); err != nil {
+			return run, err
+		}
+		specs = append(specs, s)
+	}
+	o.progress("   %d threads in batches of %d: reclassify", threads, size)
+	if o.onReclassify != nil {
+		defer o.onReclassify()()
+	}
+	start := time.Now()
+	st, err := b.pub.RunOnce(ctx, start.Add(2*time.Hour))
+	if err != nil || st.Published != 1 {
+		return run, fmt.Errorf("publish: %d jobs, %v", st.Published, err)
+	}
+	jobs, err := b.waitJobs(ctx, 1, 10*time.Minute)
+	if err != nil {
+		return run, err
+	}
+	j := jobs[0]
+	run.elapsed = j.FinishedAt.Sub(start)
+	run.rate = float64(j.Threads) / run.elapsed.Seconds()
+	run.calls = b.gmailCalls()
+	for _, s := range specs {
+		want, err := b.matches(s)
+		if err != nil {
+			return run, err
+		}
+		if !equalSets(want, b.labelled(s.Label)) {
+			return run, fmt.Errorf("labels of %q in Gmail differ from its matches", s.Label)
+		}
+	}
+	run.note = fmt.Sprintf("batches of %d: %d threads (%d messages) against 20 rules (no body conditions), %d batches, %d labels added, 2 workers (the table's concurrency), emulator in process without latency, GOMAXPROCS %d; Gmail calls by method %v",
+		size, j.Threads, b.fake.Gmail.MessageCount(b.email), j.Batches, j.MessagesLabeled, runtime.GOMAXPROCS(0), b.fake.CallCounts())
+	return run, nil
+}

@@ -1,0 +1,818 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"mailroom/queue/google"
+	"mailroom/queue/google/googlefake"
+	"mailroom/store"
+)
+
+// The Sheets story of DESIGN.md, measured: 939 submissions over 24 forms
+// (one Google account, 60 writes a minute), time compressed.
+const (
+	sheetsStoryRows      = 939
+	sheetsStoryForms     = 24
+	sheetsStoryWrites    = 60 // per minute, Google's per-user quota
+	sheetsStoryDelay     = 10 * time.Second
+	sheetsStoryThreshold = 500
+	benchSheetsKey       = "bench-api-token"
+)
+
+// sheetsStorySpan is how long the story's submissions take to arrive: the
+// burst after a survey's invitation goes out. (The targets assume it: with
+// rows arriving over a whole minute, a form with a row every few seconds
+// is flushed every FlushDelay, about six times a minute, by design.)
+const sheetsStorySpan = 15 * time.Second
+
+// sheetsStoryPlan is when each submission arrives (offset from the start)
+// and which form it is for: Poisson arrivals over the span, a few popular
+// forms and a long tail, the same for every system measured.
+type sheetsStoryPlan struct {
+	at   []time.Duration
+	form []int
+}
+
+func newSheetsStoryPlan(rows, forms int, span time.Duration) sheetsStoryPlan {
+	rng := rand.New(rand.NewPCG(939, 24))
+	weights := make([]float64, forms)
+	sum := 0.0
+	for i := range weights {
+		weights[i] = 1 / math.Sqrt(float64(i+1))
+		sum += weights[i]
+	}
+	p := sheetsStoryPlan{at: make([]time.Duration, rows), form: make([]int, rows)}
+	var t float64
+	for i := range rows {
+		t += rng.ExpFloat64() / float64(rows)
+		p.at[i] = time.Duration(t * float64(span))
+		x := rng.Float64() * sum
+		for j, w := range weights {
+			if x -= w; x <= 0 || j == forms-1 {
+				p.form[i] = j
+				break
+			}
+		}
+	}
+	// Keep the last arrival within the span.
+	if last := p.at[rows-1]; last > span {
+		for i := range p.at {
+			p.at[i] = time.Duration(float64(p.at[i]) * float64(span) / float64(last))
+		}
+	}
+	return p
+}
+
+// sheetsRun is one system's figures, in real (compressed) time.
+type sheetsRun struct {
+	calls        int
+	wall         time.Duration
+	latencies    []time.Duration
+	callsPerForm []int
+	rowsPerForm  []int
+	maxInWindow  int
+}
+
+func (r sheetsRun) percentile(p float64) time.Duration {
+	if len(r.latencies) == 0 {
+		return 0
+	}
+	s := slices.Clone(r.latencies)
+	slices.Sort(s)
+	i := int(math.Ceil(p*float64(len(s)))) - 1
+	return s[max(0, min(i, len(s)-1))]
+}
+
+// benchSheetsStory runs the story for mailroom, for the one-row-per-call
+// baseline and for the 1-minute-cron baseline, against the emulator with
+// the same quota, and reports the figures scaled back to real minutes.
+func benchSheetsStory(ctx context.Context, o benchOptions) (benchResult, error) {
+	var r benchResult
+	rows, compress := sheetsStoryRows, 10.0
+	if o.Quick {
+		rows, compress = 240, 60
+	}
+	minute := time.Duration(float64(time.Minute) / compress)
+	delay := time.Duration(float64(sheetsStoryDelay) / compress)
+	plan := newSheetsStoryPlan(rows, sheetsStoryForms, time.Duration(float64(sheetsStorySpan)/compress))
+	r.Notes = append(r.Notes,
+		fmt.Sprintf("%d submissions over %d forms of one Google account arriving over %s (Poisson, a few popular forms); quota %d writes a minute; flush delay %s, threshold %d", rows, sheetsStoryForms, sheetsStorySpan, sheetsStoryWrites, sheetsStoryDelay, sheetsStoryThreshold),
+		fmt.Sprintf("time compressed %gx (a minute lasts %s) and scaled back; fixed costs (HTTP, fsync, polling) are scaled up with it, so latencies err high", compress, minute),
+		"baselines write through the same Sheets adapter and emulator: one call per row as rows arrive, or one call per form each minute (the cron, whose minute starts halfway through a minute of its own: its latencies vary with that phase, up to 59 s)")
+
+	o.progress("   mailroom")
+	m, err := runMailroomStory(ctx, plan, minute, delay)
+	if err != nil {
+		return r, fmt.Errorf("mailroom: %w", err)
+	}
+	o.progress("   one row per call (about %s)", time.Duration(float64(rows)/sheetsStoryWrites*float64(minute)).Round(time.Second))
+	one, err := runSheetsBaseline(ctx, plan, minute, false)
+	if err != nil {
+		return r, fmt.Errorf("one-row-per-call baseline: %w", err)
+	}
+	o.progress("   1-minute cron")
+	cron, err := runSheetsBaseline(ctx, plan, minute, true)
+	if err != nil {
+		return r, fmt.Errorf("cron baseline: %w", err)
+	}
+
+	scaleMin := func(d time.Duration) float64 { return d.Minutes() * compress }
+	scaleSec := func(d time.Duration) float64 { return d.Seconds() * compress }
+	for _, s := range []struct {
+		name string
+		run  sheetsRun
+	}{{"mailroom", m}, {"one row per call", one}, {"1-minute cron", cron}} {
+		r.add(s.name+": write calls", float64(s.run.calls), "calls")
+		r.add(s.name+": rows per call", float64(rows)/float64(max(s.run.calls, 1)), "rows")
+		r.add(s.name+": wall time to the last row", scaleMin(s.run.wall), "min")
+		r.add(s.name+": p50 latency, submission to row", scaleSec(s.run.percentile(0.50)), "s")
+		if s.name == "mailroom" {
+			r.addTarget(s.name+": p99 latency, submission to row", scaleSec(s.run.percentile(0.99)), "s", (sheetsStoryDelay + time.Second).Seconds(), false)
+		} else {
+			r.add(s.name+": p99 latency, submission to row", scaleSec(s.run.percentile(0.99)), "s")
+		}
+	}
+	extra := 0
+	for f, calls := range m.callsPerForm {
+		need := (m.rowsPerForm[f] + sheetsStoryThreshold - 1) / sheetsStoryThreshold
+		extra = max(extra, calls-need)
+	}
+	r.addTarget("mailroom: most calls of a form beyond one per 500 rows", float64(extra), "calls", 2, false)
+	r.addTarget("mailroom: most writes in any minute", float64(m.maxInWindow), "calls", sheetsStoryWrites, false)
+	return r, nil
+}
+
+// sheetsTimedFake is the emulator with a record of when each row landed (by the
+// submission id in its last cell).
+type sheetsTimedFake struct {
+	*googlefake.Server
+	url    string
+	srv    *http.Server
+	mu     sync.Mutex
+	landed map[string]time.Time
+}
+
+func startSheetsTimedFake(opts googlefake.Options) (*sheetsTimedFake, error) {
+	f := &sheetsTimedFake{Server: googlefake.New(opts), landed: map[string]time.Time{}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	f.url = "http://" + ln.Addr().String() + "/"
+	f.SetBaseURL(f.url)
+	f.srv = &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPut || !strings.HasPrefix(r.URL.Path, "/v4/spreadsheets/") {
+			f.Handler().ServeHTTP(w, r)
+			return
+		}
+		body, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		rec := &sheetsStatusWriter{ResponseWriter: w}
+		f.Handler().ServeHTTP(rec, r)
+		if rec.status != 0 && rec.status != http.StatusOK {
+			return
+		}
+		var vr struct{ Values [][]any }
+		if json.Unmarshal(body, &vr) != nil {
+			return
+		}
+		now := time.Now()
+		f.mu.Lock()
+		for _, row := range vr.Values {
+			if len(row) == 0 {
+				continue
+			}
+			if id, ok := row[len(row)-1].(string); ok {
+				if _, seen := f.landed[id]; !seen {
+					f.landed[id] = now
+				}
+			}
+		}
+		f.mu.Unlock()
+	})}
+	go func() { _ = f.srv.Serve(ln) }()
+	return f, nil
+}
+
+func (f *sheetsTimedFake) Close() { _ = f.srv.Close(); _ = f.Server.Close() }
+
+type sheetsStatusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *sheetsStatusWriter) WriteHeader(code int) {
+	w.status = code
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// sheetsAPI calls a running app's API.
+type sheetsAPI struct {
+	base string
+	c    *http.Client
+}
+
+func newSheetsAPI(base string, conns int) sheetsAPI {
+	return sheetsAPI{base: base, c: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+		MaxIdleConns: conns, MaxIdleConnsPerHost: conns, IdleConnTimeout: time.Minute,
+	}}}
+}
+
+func (b sheetsAPI) do(ctx context.Context, method, path string, body any, want int, out any) error {
+	var rd io.Reader
+	if body != nil {
+		raw, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, b.base+path, rd)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+benchSheetsKey)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := b.c.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != want {
+		return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, raw)
+	}
+	if out != nil {
+		return json.Unmarshal(raw, out)
+	}
+	return nil
+}
+
+// startSheetsBenchApp runs the whole appliance in process against the
+// emulator at googleURL.
+func startSheetsBenchApp(ctx context.Context, googleURL string, mutate func(*config)) (*app, sheetsAPI, func(), error) {
+	cfg, err := parseConfig("bench", nil, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		return nil, sheetsAPI{}, nil, err
+	}
+	dir, err := os.MkdirTemp("", "mailroom-bench-sheets-")
+	if err != nil {
+		return nil, sheetsAPI{}, nil, err
+	}
+	cfg.DataDir, cfg.HTTPAddr = dir, "127.0.0.1:0"
+	cfg.APIToken, cfg.AdminPassword, cfg.LogLevel = benchSheetsKey, "bench admin password", "error"
+	cfg.GoogleAPIURL, cfg.GoogleTokenURL = googleURL, googleURL+"token"
+	cfg.GmailPollInterval = time.Hour
+	cfg.TaskPollInterval, cfg.DelayedCheckInterval = 10*time.Millisecond, 20*time.Millisecond
+	if mutate != nil {
+		mutate(cfg)
+	}
+	if err := cfg.validate(); err != nil {
+		os.RemoveAll(dir)
+		return nil, sheetsAPI{}, nil, err
+	}
+	a, err := newApp(ctx, cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, sheetsAPI{}, nil, err
+	}
+	if err := a.start(ctx); err != nil {
+		a.closeAll()
+		os.RemoveAll(dir)
+		return nil, sheetsAPI{}, nil, err
+	}
+	stop := func() {
+		_ = a.stop(context.Background())
+		os.RemoveAll(dir)
+	}
+	return a, newSheetsAPI("http://"+a.addr(), 256), stop, nil
+}
+
+// sheetsBenchForms makes a user, connects one emulator account and creates n
+// forms, each on its own spreadsheet.
+func sheetsBenchForms(ctx context.Context, api sheetsAPI, fake *googlefake.Server, email string, n int) ([]string, error) {
+	var u, acct struct{ ID string }
+	if err := api.do(ctx, http.MethodPost, "/api/v1/users", map[string]string{"email": "owner-" + email, "name": "Bench"}, http.StatusCreated, &u); err != nil {
+		return nil, err
+	}
+	if err := api.do(ctx, http.MethodPost, "/api/v1/accounts", map[string]string{"userId": u.ID, "email": email, "refreshToken": fake.AddAccount(email)}, http.StatusCreated, &acct); err != nil {
+		return nil, err
+	}
+	ids := make([]string, n)
+	for i := range n {
+		book, err := fake.Sheets.CreateSpreadsheet(email, fmt.Sprintf("Survey %d", i))
+		if err != nil {
+			return nil, err
+		}
+		var f struct{ ID string }
+		if err := api.do(ctx, http.MethodPost, "/api/v1/forms", map[string]any{
+			"userId": u.ID, "accountId": acct.ID, "spreadsheetId": book, "sheet": "Sheet1", "columns": []string{"name", "email", "answer"},
+		}, http.StatusCreated, &f); err != nil {
+			return nil, err
+		}
+		ids[i] = f.ID
+	}
+	return ids, nil
+}
+
+func sheetsAnswers(i int) map[string]any {
+	return map[string]any{"answers": map[string]string{
+		"name": fmt.Sprintf("Person %d", i), "email": fmt.Sprintf("person%d@example.com", i), "answer": "Yes, and I would come again.",
+	}}
+}
+
+func runMailroomStory(ctx context.Context, plan sheetsStoryPlan, minute, delay time.Duration) (sheetsRun, error) {
+	var run sheetsRun
+	fake, err := startSheetsTimedFake(googlefake.Options{SheetsWriteLimit: sheetsStoryWrites, SheetsWindow: minute})
+	if err != nil {
+		return run, err
+	}
+	defer fake.Close()
+	_, api, stop, err := startSheetsBenchApp(ctx, fake.url, func(c *config) {
+		c.SheetsFlushDelay, c.SheetsFlushThreshold = delay, sheetsStoryThreshold
+		c.SheetsWritesPerMinute, c.SheetsQuotaWindow = sheetsStoryWrites, minute
+	})
+	if err != nil {
+		return run, err
+	}
+	defer stop()
+	const email = "story@example.com"
+	forms, err := sheetsBenchForms(ctx, api, fake.Server, email, sheetsStoryForms)
+	if err != nil {
+		return run, err
+	}
+	fake.ResetCounters()
+
+	sent := make(map[string]time.Time, len(plan.at))
+	var (
+		mu       sync.Mutex
+		wg       sync.WaitGroup
+		firstErr atomic.Value
+	)
+	start := time.Now()
+	for i, off := range plan.at {
+		if d := time.Until(start.Add(off)); d > 0 {
+			time.Sleep(d)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			at := time.Now()
+			var got struct{ ID string }
+			if err := api.do(ctx, http.MethodPost, "/api/v1/forms/"+forms[plan.form[i]]+"/submissions", sheetsAnswers(i), http.StatusAccepted, &got); err != nil {
+				firstErr.CompareAndSwap(nil, err)
+				return
+			}
+			mu.Lock()
+			sent[got.ID] = at
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if err, _ := firstErr.Load().(error); err != nil {
+		return run, err
+	}
+	deadline := time.Now().Add(10*minute + 30*time.Second)
+	for {
+		fake.mu.Lock()
+		n := len(fake.landed)
+		fake.mu.Unlock()
+		if n >= len(plan.at) {
+			break
+		}
+		if time.Now().After(deadline) {
+			return run, fmt.Errorf("only %d of %d rows landed", n, len(plan.at))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	fake.mu.Lock()
+	var last time.Time
+	for id, at := range sent {
+		l, ok := fake.landed[id]
+		if !ok {
+			fake.mu.Unlock()
+			return run, fmt.Errorf("submission %s never landed", id)
+		}
+		run.latencies = append(run.latencies, l.Sub(at))
+		if l.After(last) {
+			last = l
+		}
+	}
+	fake.mu.Unlock()
+	run.wall = last.Sub(start)
+	run.calls = fake.Sheets.Stats().WriteCalls
+	run.maxInWindow = fake.Sheets.MaxWritesInWindow(email)
+	if rej := fake.Sheets.Stats().RejectedWrites; rej > 0 {
+		return run, fmt.Errorf("Google refused %d writes over quota", rej)
+	}
+	var list struct {
+		Forms []struct {
+			ID          string
+			WriteCalls  int `json:"writeCalls"`
+			RowsWritten int `json:"rowsWritten"`
+		}
+	}
+	if err := api.do(ctx, http.MethodGet, "/api/v1/forms", nil, http.StatusOK, &list); err != nil {
+		return run, err
+	}
+	for _, f := range list.Forms {
+		run.callsPerForm = append(run.callsPerForm, f.WriteCalls)
+		run.rowsPerForm = append(run.rowsPerForm, f.RowsWritten)
+	}
+	return run, nil
+}
+
+// sheetsLimiter is the baselines' quota: at most n calls in any window.
+type sheetsLimiter struct {
+	n      int
+	window time.Duration
+	calls  []time.Time
+}
+
+func (l *sheetsLimiter) wait(ctx context.Context) error {
+	for {
+		now := time.Now()
+		for len(l.calls) > 0 && now.Sub(l.calls[0]) >= l.window {
+			l.calls = l.calls[1:]
+		}
+		if len(l.calls) < l.n {
+			l.calls = append(l.calls, now)
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(l.calls[0].Add(l.window).Sub(now)):
+		}
+	}
+}
+
+// runSheetsBaseline writes the story's rows the old ways: one call per row
+// as it arrives (cron false), or once a minute one call per form with all
+// its waiting rows (cron true), within the same quota.
+func runSheetsBaseline(ctx context.Context, plan sheetsStoryPlan, minute time.Duration, cron bool) (sheetsRun, error) {
+	var run sheetsRun
+	fake := googlefake.New(googlefake.Options{SheetsWriteLimit: sheetsStoryWrites, SheetsWindow: minute})
+	base, err := fake.Start()
+	if err != nil {
+		return run, err
+	}
+	defer fake.Close()
+	const email = "baseline@example.com"
+	gc := google.New(google.Config{APIURL: base, TokenURL: fake.TokenURL()})
+	client, err := gc.Sheets(ctx, gc.TokenSource(google.Token{RefreshToken: fake.AddAccount(email)}, nil))
+	if err != nil {
+		return run, err
+	}
+	books := make([]string, sheetsStoryForms)
+	for i := range books {
+		if books[i], err = fake.Sheets.CreateSpreadsheet(email, fmt.Sprint("Baseline ", i)); err != nil {
+			return run, err
+		}
+	}
+	nextRow := make([]int, sheetsStoryForms)
+	for i := range nextRow {
+		nextRow[i] = 1
+	}
+	lim := &sheetsLimiter{n: sheetsStoryWrites, window: minute + minute/50}
+	write := func(form int, idx []int) error {
+		if err := lim.wait(ctx); err != nil {
+			return err
+		}
+		rows := make([][]string, len(idx))
+		for j, i := range idx {
+			rows[j] = []string{time.Now().UTC().Format(time.RFC3339), fmt.Sprintf("Person %d", i), fmt.Sprintf("person%d@example.com", i), "Yes, and I would come again.", fmt.Sprint(i)}
+		}
+		a1 := fmt.Sprintf("'Sheet1'!A%d:E%d", nextRow[form], nextRow[form]+len(rows)-1)
+		if err := client.WriteRange(ctx, books[form], a1, rows); err != nil {
+			return err
+		}
+		nextRow[form] += len(rows)
+		return nil
+	}
+
+	start := time.Now()
+	arrivals := make(chan int, len(plan.at))
+	go func() {
+		for i, off := range plan.at {
+			if d := time.Until(start.Add(off)); d > 0 {
+				time.Sleep(d)
+			}
+			arrivals <- i
+		}
+		close(arrivals)
+	}()
+	arrived := func(i int) time.Time { return start.Add(plan.at[i]) }
+	var last time.Time
+	if !cron {
+		for i := range arrivals {
+			if err := write(plan.form[i], []int{i}); err != nil {
+				return run, err
+			}
+			now := time.Now()
+			run.latencies = append(run.latencies, now.Sub(arrived(i)))
+			run.calls++
+			last = now
+		}
+	} else {
+		phase := minute / 2 // the cron's minute does not start with the survey: halfway, on average
+		tick := time.NewTimer(phase)
+		defer tick.Stop()
+		waiting := make([][]int, sheetsStoryForms)
+		done := 0
+		for done < len(plan.at) {
+			select {
+			case i, ok := <-arrivals:
+				if !ok {
+					arrivals = nil
+					continue
+				}
+				waiting[plan.form[i]] = append(waiting[plan.form[i]], i)
+				continue
+			case <-tick.C:
+				tick.Reset(minute)
+			case <-ctx.Done():
+				return run, ctx.Err()
+			}
+			for f, idx := range waiting {
+				if len(idx) == 0 {
+					continue
+				}
+				if err := write(f, idx); err != nil {
+					return run, err
+				}
+				now := time.Now()
+				for _, i := range idx {
+					run.latencies = append(run.latencies, now.Sub(arrived(i)))
+				}
+				run.calls++
+				done += len(idx)
+				waiting[f] = nil
+				last = now
+			}
+		}
+	}
+	run.wall = last.Sub(start)
+	run.maxInWindow = fake.Sheets.MaxWritesInWindow(email)
+	return run, nil
+}
+
+// benchSheetsMemory measures what a waiting row costs: bytes in the broker
+// (none: the broker holds one flush task per sheet, never rows) and bytes
+// in bbolt (the submission, and its id in the sheet's buffer).
+func benchSheetsMemory(ctx context.Context, o benchOptions) (benchResult, error) {
+	var r benchResult
+	n := 10000
+	if o.Quick {
+		n = 1000
+	}
+	fake, err := startSheetsTimedFake(googlefake.Options{SheetsWriteLimit: -1})
+	if err != nil {
+		return r, err
+	}
+	defer fake.Close()
+	a, api, stop, err := startSheetsBenchApp(ctx, fake.url, func(c *config) {
+		c.SheetsFlushDelay = time.Hour // nothing is written: every row waits
+		c.SheetsFlushThreshold = 10000
+	})
+	if err != nil {
+		return r, err
+	}
+	defer stop()
+	forms, err := sheetsBenchForms(ctx, api, fake.Server, "memory@example.com", sheetsStoryForms)
+	if err != nil {
+		return r, err
+	}
+	// One waiting row per form: each form now has its one flush task.
+	for i, f := range forms {
+		if err := api.do(ctx, http.MethodPost, "/api/v1/forms/"+f+"/submissions", sheetsAnswers(i), http.StatusAccepted, nil); err != nil {
+			return r, err
+		}
+	}
+	if err := sheetsWaitScheduled(ctx, api, "sheets-flush", len(forms)); err != nil {
+		return r, err
+	}
+	rdb := a.broker.Client()
+	b0, err := sheetsBrokerBytes(ctx, rdb)
+	if err != nil {
+		return r, err
+	}
+	s0 := sheetsStorage(a.db)
+
+	o.progress("   %d more waiting rows", n)
+	if _, err := sheetsSubmitMany(ctx, api, forms, n, 32); err != nil {
+		return r, err
+	}
+	if err := sheetsWaitScheduled(ctx, api, "sheets-flush", len(forms)); err != nil {
+		return r, err
+	}
+	b1, err := sheetsBrokerBytes(ctx, rdb)
+	if err != nil {
+		return r, err
+	}
+	s1 := sheetsStorage(a.db)
+	r.Notes = append(r.Notes,
+		fmt.Sprintf("%d rows waiting over %d forms (flush delay 1h); broker bytes are keys plus values of every key, before and after", n, len(forms)),
+		"the cron design this replaces held each waiting row as a whole JSON document in Redis (about 7 KB)")
+	r.addTarget("broker bytes per waiting row", float64(b1-b0)/float64(n), "bytes", 0, false)
+	r.add("broker bytes in all, with every row waiting", float64(b1), "bytes")
+	r.add("bbolt bytes per submission (stored)", float64(s1.Submissions-s0.Submissions)/float64(n), "bytes")
+	r.add("bbolt bytes per waiting id (the buffer; freed once written)", float64(s1.Buffers-s0.Buffers)/float64(n), "bytes")
+	return r, nil
+}
+
+func sheetsStorage(db *store.DB) store.FormsStorage {
+	var s store.FormsStorage
+	_ = db.View(func(tx *store.Tx) error { s = tx.FormsStorage(); return nil })
+	return s
+}
+
+// sheetsWaitScheduled waits until the queue holds want scheduled tasks (the
+// relay handed every flush to the broker).
+func sheetsWaitScheduled(ctx context.Context, api sheetsAPI, queueName string, want int) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var qs struct {
+			Queues []struct {
+				Name      string
+				Scheduled int
+			}
+		}
+		if err := api.do(ctx, http.MethodGet, "/api/v1/queues", nil, http.StatusOK, &qs); err != nil {
+			return err
+		}
+		for _, q := range qs.Queues {
+			if q.Name == queueName && q.Scheduled == want {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("queue %s never held %d scheduled tasks: %+v", queueName, want, qs.Queues)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// sheetsBrokerBytes adds up the bytes of every key and value in the broker.
+func sheetsBrokerBytes(ctx context.Context, rdb redis.UniversalClient) (int64, error) {
+	var total int64
+	var cursor uint64
+	for {
+		keys, next, err := rdb.Scan(ctx, cursor, "*", 1000).Result()
+		if err != nil {
+			return 0, err
+		}
+		for _, k := range keys {
+			total += int64(len(k))
+			typ, err := rdb.Type(ctx, k).Result()
+			if err != nil {
+				return 0, err
+			}
+			switch typ {
+			case "string":
+				n, err := rdb.StrLen(ctx, k).Result()
+				if err != nil {
+					return 0, err
+				}
+				total += n
+			case "hash":
+				m, err := rdb.HGetAll(ctx, k).Result()
+				if err != nil {
+					return 0, err
+				}
+				for f, v := range m {
+					total += int64(len(f) + len(v))
+				}
+			case "list":
+				vs, err := rdb.LRange(ctx, k, 0, -1).Result()
+				if err != nil {
+					return 0, err
+				}
+				for _, v := range vs {
+					total += int64(len(v))
+				}
+			case "set":
+				vs, err := rdb.SMembers(ctx, k).Result()
+				if err != nil {
+					return 0, err
+				}
+				for _, v := range vs {
+					total += int64(len(v))
+				}
+			case "zset":
+				zs, err := rdb.ZRangeWithScores(ctx, k, 0, -1).Result()
+				if err != nil {
+					return 0, err
+				}
+				for _, z := range zs {
+					total += int64(len(fmt.Sprint(z.Member))) + 8
+				}
+			}
+		}
+		if cursor = next; cursor == 0 {
+			return total, nil
+		}
+	}
+}
+
+// sheetsSubmitMany posts n submissions round robin over forms from conc
+// clients, as fast as they are answered, and returns the accepted count.
+func sheetsSubmitMany(ctx context.Context, api sheetsAPI, forms []string, n, conc int) (int, error) {
+	var (
+		next     atomic.Int64
+		accepted atomic.Int64
+		firstErr atomic.Value
+		wg       sync.WaitGroup
+	)
+	for range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				if err := api.do(ctx, http.MethodPost, "/api/v1/forms/"+forms[i%len(forms)]+"/submissions", sheetsAnswers(i), http.StatusAccepted, nil); err != nil {
+					firstErr.CompareAndSwap(nil, err)
+					return
+				}
+				accepted.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if err, _ := firstErr.Load().(error); err != nil {
+		return int(accepted.Load()), err
+	}
+	return int(accepted.Load()), nil
+}
+
+// benchSheetsThroughput measures submissions accepted per second through
+// the HTTP API (validation, one batched bbolt commit for many requests,
+// the flush kept in the outbox), with flushes running as they would.
+func benchSheetsThroughput(ctx context.Context, o benchOptions) (benchResult, error) {
+	var r benchResult
+	n, conc := 30000, 128
+	if o.Quick {
+		n = 3000
+	}
+	fake, err := startSheetsTimedFake(googlefake.Options{SheetsWriteLimit: -1})
+	if err != nil {
+		return r, err
+	}
+	defer fake.Close()
+	prev := debug.SetGCPercent(benchGOGC) // as serve runs (MAILROOM_GOGC)
+	defer debug.SetGCPercent(prev)
+	_, api, stop, err := startSheetsBenchApp(ctx, fake.url, func(c *config) {
+		// serve's defaults: the story's short polls cost CPU here.
+		c.TaskPollInterval, c.DelayedCheckInterval = 100*time.Millisecond, time.Second
+	})
+	if err != nil {
+		return r, err
+	}
+	defer stop()
+	forms, err := sheetsBenchForms(ctx, api, fake.Server, "throughput@example.com", sheetsStoryForms)
+	if err != nil {
+		return r, err
+	}
+	// Warm up connections and caches.
+	if _, err := sheetsSubmitMany(ctx, api, forms, 500, conc); err != nil {
+		return r, err
+	}
+	start := time.Now()
+	got, err := sheetsSubmitMany(ctx, api, forms, n, conc)
+	if err != nil {
+		return r, err
+	}
+	elapsed := time.Since(start)
+	r.Notes = append(r.Notes, fmt.Sprintf("%d submissions over %d forms from %d keep-alive clients in the same process (they share its CPU); GOMAXPROCS %d, GOGC %d; flush delay 10s, threshold 500", n, len(forms), conc, runtime.GOMAXPROCS(0), benchGOGC))
+	r.addTarget("submissions accepted per second through the API", float64(got)/elapsed.Seconds(), "submissions/s", 5000, true)
+	if got != n {
+		return r, errors.New("not every submission was accepted")
+	}
+	return r, nil
+}

@@ -1,0 +1,108 @@
+package main
+
+import (
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"mailroom/queue/google/googlefake"
+)
+
+// adminClient logs in to the admin page and returns a client with the
+// session cookie.
+func (ta *testApp) adminClient() *http.Client {
+	ta.t.Helper()
+	jar, _ := cookiejar.New(nil)
+	c := &http.Client{Jar: jar, Timeout: 10 * time.Second}
+	resp, err := c.PostForm(ta.URL+"/admin/login", url.Values{"password": {"correct horse battery staple"}, "next": {"/admin"}})
+	if err != nil {
+		ta.t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		ta.t.Fatalf("login: %s", resp.Status)
+	}
+	return c
+}
+
+func getPage(t *testing.T, c *http.Client, u string) (int, string) {
+	t.Helper()
+	resp, err := c.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(raw)
+}
+
+var csrfRE = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+
+// TestGmailAdminPages: the Accounts list and an account's page, resync from
+// the page, and a revoked account that says what to do.
+func TestGmailAdminPages(t *testing.T) {
+	t.Parallel()
+	fake := googlefake.StartForTest(t, googlefake.Options{PushAudience: pushAudience})
+	ta := startApp(t, withGoogle(fake, nil))
+	fake.AddAccount(gmailAddr)
+	if _, err := fake.Gmail.Generate(gmailAddr, 20, 1); err != nil {
+		t.Fatal(err)
+	}
+	acc := ta.connectAccount(fake, ta.createUser("owner@example.com"), gmailAddr)
+	ta.waitMirror(fake, acc.ID, gmailAddr, 20*time.Second)
+	c := ta.adminClient()
+
+	status, body := getPage(t, c, ta.URL+"/admin/accounts")
+	if status != http.StatusOK || !strings.Contains(body, gmailAddr) || !strings.Contains(body, "ready") || !strings.Contains(body, "/push/gmail") {
+		t.Fatalf("accounts page: %d\n%s", status, body)
+	}
+	status, body = getPage(t, c, ta.URL+"/admin/accounts/"+acc.ID)
+	if status != http.StatusOK || !strings.Contains(body, "Recent sync runs") || !strings.Contains(body, "connect") {
+		t.Fatalf("account page: %d\n%s", status, body)
+	}
+	m := csrfRE.FindStringSubmatch(body)
+	if m == nil {
+		t.Fatal("no CSRF token on the account page")
+	}
+	resp, err := c.PostForm(ta.URL+"/admin/accounts/"+acc.ID+"/resync", url.Values{"csrf": {m[1]}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(raw), "full sync is queued") {
+		t.Fatalf("resync from the page: %s\n%s", resp.Status, raw)
+	}
+	ta.waitMirror(fake, acc.ID, gmailAddr, 20*time.Second)
+
+	// Google revokes the grant: the account goes to error and its page says
+	// what to do.
+	fake.RevokeRefreshToken(gmailAddr)
+	fake.ExpireAccessTokens(gmailAddr)
+	if _, err := fake.Gmail.AddMessage(gmailAddr, googlefake.Message{Subject: "after the revocation"}); err != nil {
+		t.Fatal(err)
+	}
+	if st := ta.push(fake, gmailAddr, fake.Gmail.HistoryID(gmailAddr)); st != http.StatusNoContent {
+		t.Fatalf("push: %d", st)
+	}
+	waitUntil(t, 20*time.Second, "the account in error", func() bool { return ta.account(acc.ID).Status == "error" })
+	var dead struct{ Deadletters []struct{ Type string } }
+	waitUntil(t, 20*time.Second, "the sync dead-lettered", func() bool {
+		ta.json(http.MethodGet, "/api/v1/deadletters?type=gmail:sync", nil, http.StatusOK, &dead)
+		return len(dead.Deadletters) == 1
+	})
+	_, body = getPage(t, c, ta.URL+"/admin/accounts/"+acc.ID)
+	for _, want := range []string{"What to do", "Connect the account again", "Dead letters"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the account page in error lacks %q", want)
+		}
+	}
+	if a := ta.account(acc.ID); a.StatusReason == "" {
+		t.Errorf("the API does not say what to do: %+v", a)
+	}
+}

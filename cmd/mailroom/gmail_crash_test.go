@@ -1,0 +1,195 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"mailroom/queue/google/googlefake"
+)
+
+// call sends an API request to the child and decodes the answer.
+func (p *proc) call(method, path string, body any, want int, out any) {
+	p.t.Helper()
+	var r io.Reader
+	if body != nil {
+		raw, _ := json.Marshal(body)
+		r = bytes.NewReader(raw)
+	}
+	req, _ := http.NewRequest(method, p.url+path, r)
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		p.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != want {
+		p.t.Fatalf("%s %s: %d %s, want %d", method, path, resp.StatusCode, raw, want)
+	}
+	if out != nil {
+		if err := json.Unmarshal(raw, out); err != nil {
+			p.t.Fatalf("%s %s: %v", method, path, err)
+		}
+	}
+}
+
+func (p *proc) mirror(accountID string) map[string]gmailTestMessage {
+	p.t.Helper()
+	out := map[string]gmailTestMessage{}
+	cursor := ""
+	for {
+		var page struct {
+			Messages []gmailTestMessage
+			Next     string
+		}
+		p.call(http.MethodGet, "/api/v1/accounts/"+accountID+"/messages?limit=500&cursor="+url.QueryEscape(cursor), nil, http.StatusOK, &page)
+		for _, m := range page.Messages {
+			out[m.ID] = m
+		}
+		if page.Next == "" {
+			return out
+		}
+		cursor = page.Next
+	}
+}
+
+// makeHistory changes the mailbox until it has n more history records: a
+// few adds and deletes, and many reads, unreads, stars and trash moves.
+func makeHistory(t *testing.T, fake *googlefake.Server, email string, n int) {
+	t.Helper()
+	g := fake.Gmail
+	start := g.HistoryID(email)
+	if _, err := googlefake.NewGenerator(5, time.Time{}).Add(g, email, 300); err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	msgs := g.Messages(email)
+	for g.HistoryID(email)-start < uint64(n) {
+		i := rng.IntN(len(msgs))
+		m, ok := g.Message(email, msgs[i].ID)
+		if !ok {
+			continue
+		}
+		var err error
+		switch op := rng.IntN(100); {
+		case op < 1 && len(msgs) > 100:
+			err = g.Delete(email, m.ID)
+			msgs = append(msgs[:i], msgs[i+1:]...)
+		case op < 45 && m.Unread():
+			err = g.MarkRead(email, m.ID)
+		case op < 45:
+			err = g.MarkUnread(email, m.ID)
+		case op < 75 && m.Trashed():
+			err = g.Untrash(email, m.ID)
+		case op < 75:
+			err = g.Trash(email, m.ID)
+		case slices.Contains(m.LabelIDs, googlefake.LabelStarred):
+			err = g.RemoveLabels(email, m.ID, googlefake.LabelStarred)
+		default:
+			err = g.AddLabels(email, m.ID, googlefake.LabelStarred)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestGmailCrashDuringSync kills the binary with SIGKILL while it syncs
+// 5,000 history records (history pages are slowed down by the emulator,
+// which runs in the test process), restarts it on the same data dir, and
+// checks, with no further push, that the mirror converges exactly.
+func TestGmailCrashDuringSync(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and kills the binary")
+	}
+	t.Parallel()
+	fake := googlefake.StartForTest(t, googlefake.Options{})
+	fake.AddAccount(gmailAddr)
+	if _, err := fake.Gmail.Generate(gmailAddr, 200, 3); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{
+		"MAILROOM_GOOGLE_API_URL=" + fake.URL(),
+		"MAILROOM_GOOGLE_TOKEN_URL=" + fake.TokenURL(),
+		"MAILROOM_PUSH_TOKEN=" + pushSharedKey,
+		"MAILROOM_GMAIL_POLL_INTERVAL=1h",
+		"MAILROOM_RETRY_INITIAL=100ms",
+		"MAILROOM_RETRY_MAX=500ms",
+		"MAILROOM_DELAYED_CHECK_INTERVAL=100ms",
+	}
+	dir := t.TempDir()
+	p := startProc(t, dir, env...)
+	var user struct{ ID string }
+	p.call(http.MethodPost, "/api/v1/users", map[string]string{"email": "owner@example.com", "name": "Owner"}, http.StatusCreated, &user)
+	var acc gmailTestAccount
+	p.call(http.MethodPost, "/api/v1/accounts", map[string]string{"userId": user.ID, "email": gmailAddr, "refreshToken": fake.AddAccount(gmailAddr)}, http.StatusCreated, &acc)
+	waitUntil(t, 30*time.Second, "the first full sync", func() bool {
+		var a gmailTestAccount
+		p.call(http.MethodGet, "/api/v1/accounts/"+acc.ID, nil, http.StatusOK, &a)
+		return a.Status == "ready"
+	})
+	var a gmailTestAccount
+	p.call(http.MethodGet, "/api/v1/accounts/"+acc.ID, nil, http.StatusOK, &a)
+	from, _ := strconv.ParseUint(a.HistoryID, 10, 64)
+
+	makeHistory(t, fake, gmailAddr, 5000)
+	to := fake.Gmail.HistoryID(gmailAddr)
+	if _, err := fake.InjectFault(googlefake.Fault{Method: googlefake.MethodHistoryList, Latency: 150 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Post(p.url+"/push/gmail?token="+pushSharedKey, "application/json", bytes.NewReader(fake.PushEnvelope(gmailAddr, to)))
+	if err != nil || resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("push: %v %v", resp, err)
+	}
+	resp.Body.Close()
+
+	// Kill once the sync has recorded some pages but not all.
+	var mark uint64
+	waitUntil(t, 30*time.Second, "the sync to be half way", func() bool {
+		var a gmailTestAccount
+		p.call(http.MethodGet, "/api/v1/accounts/"+acc.ID, nil, http.StatusOK, &a)
+		mark, _ = strconv.ParseUint(a.HistoryID, 10, 64)
+		return mark > from+1000
+	})
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-p.exited
+	if mark >= to {
+		t.Fatalf("the sync finished (watermark %d of %d) before the kill; the test proves nothing", mark, to)
+	}
+	t.Logf("killed with the watermark at %d of %d..%d", mark, from, to)
+
+	// Restart with no push: the recorded sync and events finish the work.
+	fake.ClearFaults()
+	p = startProc(t, dir, env...)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		want, got := mailbox(fake, gmailAddr), p.mirror(acc.ID)
+		var a gmailTestAccount
+		p.call(http.MethodGet, "/api/v1/accounts/"+acc.ID, nil, http.StatusOK, &a)
+		diff := cmp.Diff(want, got)
+		if diff == "" && a.HistoryID == strconv.FormatUint(to, 10) {
+			break
+		}
+		if time.Now().After(deadline) {
+			if len(diff) > 3000 {
+				diff = diff[:3000] + "…"
+			}
+			t.Fatalf("no convergence after the restart: watermark %s of %d; diff (-mailbox +mirror):\n%s\n%s", a.HistoryID, to, diff, p.out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

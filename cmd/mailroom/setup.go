@@ -1,0 +1,47 @@
+package main
+
+import (
+	"net/http"
+	"time"
+
+	"mailroom/queue/google"
+	"mailroom/web"
+)
+
+// setupCheckTimeout bounds the setup page's Google credentials check.
+const setupCheckTimeout = 5 * time.Second
+
+// setupExtension builds the first-run setup page (/admin/setup) from the
+// configuration as the app runs it: built after the pipelines, so with
+// --demo it sees the emulator's Google settings.
+func (a *app) setupExtension() web.Extension {
+	cfg := a.cfg
+	redirect := cfg.GoogleRedirectURL
+	if redirect == "" {
+		redirect = cfg.publicURL() + "/oauth/google/callback"
+	}
+	// Its own client, so the check is bounded by its own short timeout;
+	// queue/google derives the token endpoint (Google's unless
+	// MAILROOM_GOOGLE_TOKEN_URL is set) and the scopes.
+	gc := google.New(google.Config{
+		TokenURL: cfg.GoogleTokenURL, ClientID: cfg.GoogleClientID, ClientSecret: cfg.GoogleClientSecret, RedirectURL: redirect,
+		HTTPClient: &http.Client{Timeout: setupCheckTimeout}, RefreshTimeout: setupCheckTimeout,
+	})
+	return web.Setup(web.SetupOptions{
+		Demo:                  cfg.Demo,
+		PublicURL:             cfg.publicURL(),
+		PublicURLSet:          cfg.PublicURL != "",
+		GoogleClientID:        cfg.GoogleClientID,
+		GoogleClientSecretSet: cfg.GoogleClientSecret != "",
+		RedirectURL:           redirect,
+		RedirectURLSet:        cfg.GoogleRedirectURL != "",
+		PubSubTopic:           cfg.PubSubTopic,
+		PollInterval:          cfg.GmailPollInterval,
+		PushAudience:          cfg.PushAudience,
+		PushServiceAccount:    cfg.PushServiceAccount,
+		PushTokenSet:          cfg.PushToken != "",
+		AlertWebhookURL:       cfg.AlertWebhookURL,
+		Google:                gc,
+		CheckTimeout:          setupCheckTimeout,
+	})
+}

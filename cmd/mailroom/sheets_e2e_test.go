@@ -1,0 +1,260 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"mailroom/queue/google/googlefake"
+)
+
+// sheetsForm is a form as the API answers it.
+type sheetsForm struct {
+	ID            string   `json:"id"`
+	UserID        string   `json:"userId"`
+	AccountID     string   `json:"accountId"`
+	SpreadsheetID string   `json:"spreadsheetId"`
+	Sheet         string   `json:"sheet"`
+	Columns       []string `json:"columns"`
+	StartRow      int      `json:"startRow"`
+	Buffered      int      `json:"buffered"`
+	RowsWritten   int      `json:"rowsWritten"`
+	WriteCalls    int      `json:"writeCalls"`
+	LastFlushAt   string   `json:"lastFlushAt"`
+	LastError     string   `json:"lastError"`
+}
+
+type apiErrorBody struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+		Field   string `json:"field"`
+	} `json:"error"`
+}
+
+func (ta *testApp) form(id string) sheetsForm {
+	ta.t.Helper()
+	var f sheetsForm
+	ta.json(http.MethodGet, "/api/v1/forms/"+id, nil, http.StatusOK, &f)
+	return f
+}
+
+// sheetsApp starts the app against the emulator with a user, a connected
+// account and a spreadsheet it owns.
+func sheetsApp(t *testing.T, fake *googlefake.Server, more func(*config)) (ta *testApp, userID, accountID, book string) {
+	t.Helper()
+	ta = startApp(t, withGoogle(fake, func(cfg *config) {
+		cfg.PubSubTopic = ""
+		cfg.SheetsFlushDelay = 500 * time.Millisecond
+		cfg.SheetsQuotaWindow = time.Second
+		cfg.SheetsWritesPerMinute = 10
+		if more != nil {
+			more(cfg)
+		}
+	}))
+	userID = ta.createUser("forms@example.com")
+	accountID = ta.connectAccount(fake, userID, "forms@example.com").ID
+	book, err := fake.Sheets.CreateSpreadsheet("forms@example.com", "Survey", "Responses", "Other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ta, userID, accountID, book
+}
+
+// TestSheetsEndToEnd drives the forms API over HTTP: create a form,
+// submit, and find the rows in the emulator's sheet, once each and in
+// order, with the metrics and the admin page telling the same.
+func TestSheetsEndToEnd(t *testing.T) {
+	t.Parallel()
+	fake := googlefake.StartForTest(t, googlefake.Options{SheetsWriteLimit: 10, SheetsWindow: time.Second})
+	ta, userID, accountID, book := sheetsApp(t, fake, nil)
+
+	var f sheetsForm
+	ta.json(http.MethodPost, "/api/v1/forms", map[string]any{
+		"userId": userID, "accountId": accountID, "spreadsheetId": book, "sheet": "Responses", "columns": []string{"name", "email"},
+	}, http.StatusCreated, &f)
+	if f.ID == "" || f.Sheet != "Responses" || f.StartRow != 1 || f.Buffered != 0 || f.LastFlushAt != "" {
+		t.Fatalf("created %+v", f)
+	}
+
+	var (
+		mu  sync.Mutex
+		wg  sync.WaitGroup
+		ids []string
+	)
+	for w := range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 10 {
+				var got struct{ ID string }
+				ta.json(http.MethodPost, "/api/v1/forms/"+f.ID+"/submissions", map[string]any{
+					"answers": map[string]any{"name": fmt.Sprint("n", w, "-", i), "email": "=HYPERLINK(\"http://x\")"},
+				}, http.StatusAccepted, &got)
+				mu.Lock()
+				ids = append(ids, got.ID)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	waitUntil(t, 15*time.Second, "100 rows written", func() bool { return ta.form(f.ID).RowsWritten == 100 })
+
+	cells, err := fake.Sheets.Cells(book, "Responses")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cells) != 100 {
+		t.Fatalf("sheet has %d rows, want 100", len(cells))
+	}
+	seen := map[string]bool{}
+	prev := ""
+	for i, r := range cells {
+		if len(r) != 4 {
+			t.Fatalf("row %d has %d cells: %+v", i+1, len(r), r)
+		}
+		if _, err := time.Parse(time.RFC3339, r[0].Value); err != nil {
+			t.Fatalf("row %d: submittedAt %q: %v", i+1, r[0].Value, err)
+		}
+		if r[2].Formula || r[2].Value != `=HYPERLINK("http://x")` {
+			t.Fatalf("row %d: formula text became %+v", i+1, r[2])
+		}
+		id := r[3].Value
+		if seen[id] || id <= prev {
+			t.Fatalf("row %d: id %s repeated or out of order (after %s)", i+1, id, prev)
+		}
+		seen[id], prev = true, id
+	}
+	for _, id := range ids {
+		if !seen[id] {
+			t.Fatalf("accepted submission %s is not in the sheet", id)
+		}
+	}
+	got := ta.form(f.ID)
+	if got.Buffered != 0 || got.LastFlushAt == "" || got.LastError != "" || got.WriteCalls < 1 || got.WriteCalls > 4 {
+		t.Fatalf("form after the flush: %+v", got)
+	}
+	var list struct{ Forms []sheetsForm }
+	ta.json(http.MethodGet, "/api/v1/forms?userId="+userID, nil, http.StatusOK, &list)
+	if len(list.Forms) != 1 || list.Forms[0].ID != f.ID {
+		t.Fatalf("list %+v", list)
+	}
+
+	status, metrics := ta.do(http.MethodGet, "/metrics", nil)
+	for _, want := range []string{
+		"mailroom_sheets_rows_written_total 100", "mailroom_sheets_rows_buffered 0",
+		fmt.Sprintf("mailroom_sheets_write_calls_total %d", got.WriteCalls), "mailroom_sheets_quota_waits_total",
+		"mailroom_sheets_flush_latency_seconds_count 100",
+	} {
+		if status != http.StatusOK || !bytes.Contains(metrics, []byte(want)) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+
+	page := adminGet(t, ta, "/admin/forms")
+	for _, want := range []string{f.ID, "Responses", "forms@example.com", "rows-chart", "quota-meter"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("admin Forms page lacks %q", want)
+		}
+	}
+}
+
+// adminGet logs in to the admin page and returns the body of path.
+func adminGet(t *testing.T, ta *testApp, path string) string {
+	t.Helper()
+	jar, _ := cookiejar.New(nil)
+	c := &http.Client{Jar: jar}
+	resp, err := c.PostForm(ta.URL+"/admin/login", url.Values{"password": {ta.cfg.AdminPassword}, "next": {path}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("login then %s: %s\n%s", path, resp.Status, body)
+	}
+	return string(body)
+}
+
+// TestSheetsBadInput: every malformed form or submission gets a clear
+// 4xx naming the field, never a 500, and nothing is stored.
+func TestSheetsBadInput(t *testing.T) {
+	t.Parallel()
+	fake := googlefake.StartForTest(t, googlefake.Options{})
+	ta, userID, accountID, book := sheetsApp(t, fake, nil)
+	var f sheetsForm
+	ta.json(http.MethodPost, "/api/v1/forms", map[string]any{
+		"userId": userID, "accountId": accountID, "spreadsheetId": book, "sheet": "Responses", "columns": []string{"name", "email"},
+	}, http.StatusCreated, &f)
+	stranger, err := fake.Sheets.CreateSpreadsheet("stranger@example.com", "Not yours")
+	if err != nil {
+		t.Fatal(err)
+	}
+	form := func(mod func(map[string]any)) map[string]any {
+		m := map[string]any{"userId": userID, "accountId": accountID, "spreadsheetId": book, "sheet": "Other", "columns": []string{"a"}}
+		mod(m)
+		return m
+	}
+	sub := "/api/v1/forms/" + f.ID + "/submissions"
+	big := strings.Repeat("x", 50_001)
+	cases := []struct {
+		name   string
+		path   string
+		body   any
+		status int
+		code   string
+		field  string
+	}{
+		{"unknown form", "/api/v1/forms/nope/submissions", map[string]any{"answers": map[string]any{"name": "a"}}, 404, "not_found", ""},
+		{"unknown column", sub, map[string]any{"answers": map[string]any{"name": "a", "phone": "1"}}, 400, "unknown_field", "answers.phone"},
+		{"object answer", sub, map[string]any{"answers": map[string]any{"email": map[string]any{"a": 1}}}, 400, "invalid_type", "answers.email"},
+		{"array answer", sub, map[string]any{"answers": map[string]any{"email": []string{"a"}}}, 400, "invalid_type", "answers.email"},
+		{"oversized value", sub, map[string]any{"answers": map[string]any{"email": big}}, 400, "too_long", "answers.email"},
+		{"oversized body", sub, []byte(`{"answers":{"name":"` + strings.Repeat("y", 1<<20) + `"}}`), 413, "too_large", ""},
+		{"answers not an object", sub, map[string]any{"answers": "x"}, 400, "invalid_type", "answers"},
+		{"no answers", sub, map[string]any{"answers": map[string]any{}}, 400, "required", "answers"},
+		{"empty body", sub, []byte(``), 400, "malformed_json", ""},
+		{"broken JSON", sub, []byte(`{"answers":{"name":`), 400, "malformed_json", ""},
+		{"unknown body field", sub, map[string]any{"answers": map[string]any{"name": "a"}, "extra": 1}, 400, "unknown_field", "extra"},
+		{"form: missing spreadsheet", "/api/v1/forms", form(func(m map[string]any) { m["spreadsheetId"] = "missing" }), 400, "not_found", "spreadsheetId"},
+		{"form: not shared", "/api/v1/forms", form(func(m map[string]any) { m["spreadsheetId"] = stranger }), 400, "forbidden", "spreadsheetId"},
+		{"form: missing sheet", "/api/v1/forms", form(func(m map[string]any) { m["sheet"] = "Nope" }), 400, "not_found", "sheet"},
+		{"form: sheet taken", "/api/v1/forms", form(func(m map[string]any) { m["sheet"] = "responses" }), 409, "conflict", "sheet"},
+		{"form: unknown account", "/api/v1/forms", form(func(m map[string]any) { m["accountId"] = "nope" }), 400, "not_found", "accountId"},
+		{"form: unknown user", "/api/v1/forms", form(func(m map[string]any) { m["userId"] = "nope" }), 400, "not_found", "userId"},
+		{"form: no columns", "/api/v1/forms", form(func(m map[string]any) { m["columns"] = []string{} }), 400, "required", "columns"},
+		{"form: column not a string", "/api/v1/forms", form(func(m map[string]any) { m["columns"] = []any{1} }), 400, "invalid_type", "columns"},
+		{"form: unknown form id", "/api/v1/forms/nope", nil, 404, "not_found", ""},
+	}
+	for _, tc := range cases {
+		method := http.MethodPost
+		if tc.body == nil {
+			method = http.MethodGet
+		}
+		status, raw := ta.do(method, tc.path, tc.body)
+		var e apiErrorBody
+		_ = json.Unmarshal(raw, &e)
+		if status != tc.status || e.Error.Code != tc.code || e.Error.Field != tc.field || e.Error.Message == "" {
+			t.Errorf("%s: %d %s, want %d %s on %q", tc.name, status, raw, tc.status, tc.code, tc.field)
+		}
+	}
+	if got := ta.form(f.ID); got.Buffered != 0 {
+		t.Fatalf("a refused submission was buffered: %+v", got)
+	}
+	// Formula text is accepted and stays text.
+	var s struct{ ID string }
+	ta.json(http.MethodPost, sub, map[string]any{"answers": map[string]any{"name": "=1+1", "email": 42}}, http.StatusAccepted, &s)
+	waitUntil(t, 10*time.Second, "the row", func() bool { return ta.form(f.ID).RowsWritten == 1 })
+	cells, _ := fake.Sheets.Cells(book, "Responses")
+	if len(cells) != 1 || cells[0][1].Formula || cells[0][1].Value != "=1+1" || cells[0][2].Value != "42" || cells[0][3].Value != s.ID {
+		t.Fatalf("row %+v", cells)
+	}
+}

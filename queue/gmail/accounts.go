@@ -1,0 +1,460 @@
+package gmail
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/mail"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"mailroom/queue"
+	"mailroom/queue/google"
+	"mailroom/store"
+)
+
+// ConnectRequest connects a Gmail account to a user.
+type ConnectRequest struct {
+	UserID string
+	Email  string
+	// Token holds at least the refresh token.
+	Token google.Token
+}
+
+// Connect stores the account (or, when the user already has one for that
+// address, gives it the new token: a reconnect) and records its full sync
+// and, when a Pub/Sub topic is set, its users.watch. No Gmail call is made
+// here: a token that does not work puts the account in error at its sync.
+func (p *Pipeline) Connect(ctx context.Context, r ConnectRequest) (acc store.Account, created bool, err error) {
+	r.Email = strings.TrimSpace(r.Email)
+	switch {
+	case strings.TrimSpace(r.UserID) == "":
+		return acc, false, &InvalidError{Field: "userId", Message: "userId is required"}
+	case r.Email == "":
+		return acc, false, &InvalidError{Field: "email", Message: "email is required"}
+	case !validAddress(r.Email):
+		return acc, false, &InvalidError{Field: "email", Message: "email is not an email address"}
+	case strings.TrimSpace(r.Token.RefreshToken) == "":
+		return acc, false, &InvalidError{Field: "refreshToken", Message: "refreshToken is required"}
+	}
+	err = p.db.Update(func(tx *store.Tx) error {
+		if _, err := tx.UserGet(r.UserID); errors.Is(err, store.ErrNotFound) {
+			return &InvalidError{Field: "userId", Message: "no user has that id"}
+		} else if err != nil {
+			return err
+		}
+		var err error
+		acc, err = tx.AccountByUserEmail(r.UserID, r.Email)
+		created = errors.Is(err, store.ErrNotFound)
+		if created {
+			acc = store.Account{ID: store.NewID(), UserID: r.UserID, Email: r.Email}
+		} else if err != nil {
+			return err
+		}
+		sealed, err := p.sealToken(acc.ID, r.Token)
+		if err != nil {
+			return err
+		}
+		acc.Token = sealed
+		acc.Status, acc.StatusReason, acc.LastError = store.AccountSyncing, "", ""
+		acc.FullSyncRequested++
+		if err := tx.AccountPut(acc); err != nil {
+			return err
+		}
+		if err := p.enqueueSync(tx, acc.ID, triggerConnect); err != nil {
+			return err
+		}
+		if p.WatchEnabled() {
+			_, _, err := p.queue.Enqueue(tx, queue.TypeGmailWatchRenew, watchPayload{AccountID: acc.ID}, queue.Key(watchKey(acc.ID)))
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return acc, false, fmt.Errorf("gmail: connect %s: %w", r.Email, err)
+	}
+	p.forgetClient(acc.ID)
+	p.log.Info("account connected", "account_id", acc.ID, "user_id", acc.UserID, "created", created)
+	return acc, created, nil
+}
+
+func validAddress(s string) bool {
+	a, err := mail.ParseAddress(s)
+	return err == nil && a.Name == "" && strings.EqualFold(a.Address, s)
+}
+
+func sameAddress(a, b string) bool {
+	return strings.EqualFold(strings.TrimSpace(a), strings.TrimSpace(b))
+}
+
+// Resync records a full sync of the account.
+func (p *Pipeline) Resync(ctx context.Context, id string) error {
+	err := p.db.Update(func(tx *store.Tx) error {
+		acc, err := tx.AccountGet(id)
+		if err != nil {
+			return err
+		}
+		if !active(acc) {
+			return &InvalidError{Field: "id", Message: "the account is " + acc.Status + "; connect it again first"}
+		}
+		acc.FullSyncRequested++
+		acc.Status = store.AccountSyncing
+		if err := tx.AccountPut(acc); err != nil {
+			return err
+		}
+		return p.enqueueSync(tx, acc.ID, triggerResync)
+	})
+	if err != nil {
+		return fmt.Errorf("gmail: resync %s: %w", id, err)
+	}
+	return nil
+}
+
+// Delete stops the account's watch (best effort: a revoked grant cannot
+// stop it, and Google expires it within 7 days) and deletes the account
+// with all its data. Its waiting tasks then fail permanently.
+func (p *Pipeline) Delete(ctx context.Context, id string) error {
+	acc, err := p.account(id)
+	if errors.Is(err, ErrAccountGone) {
+		return fmt.Errorf("gmail: delete %s: %w", id, store.ErrNotFound)
+	}
+	if err != nil {
+		return err
+	}
+	if p.WatchEnabled() && active(acc) {
+		if err := p.stopWatch(ctx, acc); err != nil {
+			p.log.Warn("stop watch of a deleted account; it expires on its own", "account_id", id, "err", err)
+		}
+	}
+	if err := p.db.Update(func(tx *store.Tx) error { return tx.AccountDelete(id) }); err != nil {
+		return fmt.Errorf("gmail: delete %s: %w", id, err)
+	}
+	p.forgetClient(id)
+	p.quota.forget(id)
+	p.log.Info("account deleted", "account_id", id)
+	return nil
+}
+
+func (p *Pipeline) stopWatch(ctx context.Context, acc store.Account) error {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.GoogleTimeout)
+	defer cancel()
+	gm, err := p.client(ctx, acc)
+	if err != nil {
+		return err
+	}
+	if err := p.quota.spend(ctx, acc.ID, unitsStop); err != nil {
+		return err
+	}
+	return gm.Stop(ctx)
+}
+
+// AccountView is an account as the API shows it.
+type AccountView struct {
+	ID     string `json:"id"`
+	UserID string `json:"userId"`
+	Email  string `json:"email"`
+	Status string `json:"status"`
+	// HistoryID is the watermark, a string as Gmail gives it ("" before the
+	// first sync).
+	HistoryID string `json:"historyId"`
+	// WatchExpiration is RFC 3339, or "" without a watch.
+	WatchExpiration string              `json:"watchExpiration"`
+	Messages        store.MessageCounts `json:"messages"`
+	StatusReason    string              `json:"statusReason,omitempty"`
+	LastSyncAt      string              `json:"lastSyncAt,omitempty"`
+	LastError       string              `json:"lastError,omitempty"`
+	CreatedAt       string              `json:"createdAt"`
+
+	// The same times as time.Time, for pages.
+	LastSync     time.Time `json:"-"`
+	WatchExpires time.Time `json:"-"`
+	LastErrorAt  time.Time `json:"-"`
+	// Watermark is HistoryID as a number (0 before the first sync).
+	Watermark uint64 `json:"-"`
+}
+
+func rfc3339(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+func hidString(h uint64) string {
+	if h == 0 {
+		return ""
+	}
+	return strconv.FormatUint(h, 10)
+}
+
+func viewAccount(tx *store.Tx, a store.Account) (AccountView, error) {
+	counts, err := tx.MessageCounts(a.ID)
+	if err != nil {
+		return AccountView{}, err
+	}
+	return AccountView{
+		ID: a.ID, UserID: a.UserID, Email: a.Email, Status: a.Status, HistoryID: hidString(a.HistoryID),
+		WatchExpiration: rfc3339(a.WatchExpiration), Messages: counts, StatusReason: a.StatusReason,
+		LastSyncAt: rfc3339(a.LastSyncAt), LastError: a.LastError, CreatedAt: rfc3339(a.CreatedAt),
+		LastSync: a.LastSyncAt, WatchExpires: a.WatchExpiration, LastErrorAt: a.LastErrorAt, Watermark: a.HistoryID,
+	}, nil
+}
+
+// Account returns one account's view; store.ErrNotFound when unknown.
+func (p *Pipeline) Account(id string) (AccountView, error) {
+	var v AccountView
+	err := p.db.View(func(tx *store.Tx) error {
+		a, err := tx.AccountGet(id)
+		if err != nil {
+			return err
+		}
+		v, err = viewAccount(tx, a)
+		return err
+	})
+	return v, err
+}
+
+// Accounts returns every account's view.
+func (p *Pipeline) Accounts() ([]AccountView, error) {
+	out := []AccountView{}
+	err := p.db.View(func(tx *store.Tx) error {
+		accs, err := tx.Accounts()
+		if err != nil {
+			return err
+		}
+		for _, a := range accs {
+			v, err := viewAccount(tx, a)
+			if err != nil {
+				return err
+			}
+			out = append(out, v)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// AccountDetail is an account with its recent sync runs (admin page).
+type AccountDetail struct {
+	AccountView
+	Runs []store.SyncRun
+	// WatchRenewedAt is when users.watch last succeeded.
+	WatchRenewedAt time.Time
+	// WantedHistoryID is the newest history id a push announced.
+	WantedHistoryID uint64
+	// Pending says whether a sync is recorded and not finished.
+	SyncPending bool
+}
+
+// Detail returns an account with its last runs.
+func (p *Pipeline) Detail(id string, runs int) (AccountDetail, error) {
+	var d AccountDetail
+	err := p.db.View(func(tx *store.Tx) error {
+		a, err := tx.AccountGet(id)
+		if err != nil {
+			return err
+		}
+		if d.AccountView, err = viewAccount(tx, a); err != nil {
+			return err
+		}
+		d.WatchRenewedAt, d.WantedHistoryID = a.WatchRenewedAt, a.WantedHistoryID
+		d.SyncPending = p.pending(tx, queue.TypeGmailSync, syncKey(a.ID))
+		d.Runs, err = tx.SyncRuns(a.ID, runs)
+		return err
+	})
+	return d, err
+}
+
+// MessageView is a message as the API shows it. Label ids of user labels
+// are shown by name, system labels by id.
+type MessageView struct {
+	ID        string   `json:"id"`
+	ThreadID  string   `json:"threadId"`
+	From      string   `json:"from"`
+	To        string   `json:"to"`
+	Cc        string   `json:"cc,omitempty"`
+	Subject   string   `json:"subject"`
+	Snippet   string   `json:"snippet"`
+	Date      string   `json:"date,omitempty"`
+	Labels    []string `json:"labels"`
+	Unread    bool     `json:"unread"`
+	Trashed   bool     `json:"trashed"`
+	HistoryID string   `json:"historyId"`
+}
+
+func viewMessage(m store.Message, names map[string]string) MessageView {
+	labels := make([]string, 0, len(m.LabelIDs))
+	for _, id := range m.LabelIDs {
+		if n, ok := names[id]; ok && n != "" {
+			labels = append(labels, n)
+		} else {
+			labels = append(labels, id)
+		}
+	}
+	slices.Sort(labels)
+	return MessageView{
+		ID: m.ID, ThreadID: m.ThreadID, From: m.From, To: m.To, Cc: m.Cc, Subject: m.Subject,
+		Snippet: m.Snippet, Date: rfc3339(m.Date), Labels: labels, Unread: m.Unread(), Trashed: m.Trashed(),
+		HistoryID: hidString(m.HistoryID),
+	}
+}
+
+// MessageQuery filters an account's messages.
+type MessageQuery struct {
+	// Label is a label name (user labels) or id (system labels). Empty: any.
+	Label string
+	// Unread and Trashed, when set, keep messages in that state.
+	Unread, Trashed *bool
+	// Limit is the page size: 1 to 500. Zero: 50.
+	Limit int
+	// Cursor is the previous page's next.
+	Cursor string
+}
+
+// MaxMessagesPage is the largest page of Messages.
+const MaxMessagesPage = 500
+
+// Messages lists an account's messages, newest first. An unknown account
+// is store.ErrNotFound; a label no message can have gives an empty page.
+func (p *Pipeline) Messages(accountID string, q MessageQuery) (msgs []MessageView, next string, err error) {
+	if q.Limit < 0 || q.Limit > MaxMessagesPage {
+		return nil, "", &InvalidError{Field: "limit", Message: fmt.Sprintf("limit must be between 1 and %d", MaxMessagesPage)}
+	}
+	msgs = []MessageView{}
+	err = p.db.View(func(tx *store.Tx) error {
+		if _, err := tx.AccountGet(accountID); err != nil {
+			return err
+		}
+		names, err := tx.Labels(accountID)
+		if err != nil {
+			return err
+		}
+		f := store.MessageFilter{Unread: q.Unread, Trashed: q.Trashed, Limit: q.Limit, Cursor: q.Cursor}
+		if q.Label != "" {
+			f.LabelID = labelID(names, q.Label)
+		}
+		page, n, err := tx.Messages(accountID, f)
+		if err != nil {
+			return err
+		}
+		for _, m := range page {
+			msgs = append(msgs, viewMessage(m, names))
+		}
+		next = n
+		return nil
+	})
+	return msgs, next, err
+}
+
+// labelID finds the id of a label given by name (any case) or id.
+func labelID(names map[string]string, label string) string {
+	if _, ok := names[label]; ok {
+		return label
+	}
+	for id, n := range names {
+		if strings.EqualFold(n, label) {
+			return id
+		}
+	}
+	return label
+}
+
+// Message returns one listed message; store.ErrNotFound when the account
+// or the message is unknown (or deleted).
+func (p *Pipeline) Message(accountID, id string) (MessageView, error) {
+	var v MessageView
+	err := p.db.View(func(tx *store.Tx) error {
+		m, err := tx.MessageGet(accountID, id)
+		if err != nil {
+			return err
+		}
+		if !m.Visible() {
+			return fmt.Errorf("gmail: message %s: %w", id, store.ErrNotFound)
+		}
+		names, err := tx.Labels(accountID)
+		if err != nil {
+			return err
+		}
+		v = viewMessage(m, names)
+		return nil
+	})
+	return v, err
+}
+
+// ---- OAuth consent flow ----
+
+// oauthStateTTL is how long a consent round trip may take.
+const oauthStateTTL = 15 * time.Minute
+
+type oauthState struct {
+	UserID  string `json:"u"`
+	Expires int64  `json:"e"`
+}
+
+// OAuthConfigured reports whether accounts can be connected through
+// Google's consent page.
+func (p *Pipeline) OAuthConfigured() bool { return p.google.OAuthConfigured() }
+
+// OAuthStart returns the consent page URL that connects an account to the
+// user. The state carries the user id, sealed, and expires.
+func (p *Pipeline) OAuthStart(userID, loginHint string) (string, error) {
+	if !p.OAuthConfigured() {
+		return "", ErrOAuthUnavailable
+	}
+	err := p.db.View(func(tx *store.Tx) error { _, err := tx.UserGet(userID); return err })
+	if errors.Is(err, store.ErrNotFound) {
+		return "", &InvalidError{Field: "userId", Message: "no user has that id"}
+	}
+	if err != nil {
+		return "", err
+	}
+	raw, _ := json.Marshal(oauthState{UserID: userID, Expires: p.cfg.Now().Add(oauthStateTTL).Unix()})
+	state := base64.RawURLEncoding.EncodeToString(p.db.Seal(raw, "oauth-state"))
+	return p.google.AuthCodeURL(state, loginHint), nil
+}
+
+// OAuthCallback finishes the consent flow: the code is exchanged, the
+// mailbox's address read from Gmail, and the account connected.
+func (p *Pipeline) OAuthCallback(ctx context.Context, code, state string) (store.Account, error) {
+	if !p.OAuthConfigured() {
+		return store.Account{}, ErrOAuthUnavailable
+	}
+	sealed, err := base64.RawURLEncoding.DecodeString(state)
+	if err != nil {
+		return store.Account{}, &InvalidError{Field: "state", Message: "the sign-in state is not valid; start again"}
+	}
+	raw, err := p.db.Unseal(sealed, "oauth-state")
+	var st oauthState
+	if err != nil || json.Unmarshal(raw, &st) != nil {
+		return store.Account{}, &InvalidError{Field: "state", Message: "the sign-in state is not valid; start again"}
+	}
+	if p.cfg.Now().Unix() > st.Expires {
+		return store.Account{}, &InvalidError{Field: "state", Message: "the sign-in took too long; start again"}
+	}
+	if code == "" {
+		return store.Account{}, &InvalidError{Field: "code", Message: "Google did not send a code"}
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.GoogleTimeout)
+	defer cancel()
+	tok, err := p.google.Exchange(ctx, code)
+	if err != nil {
+		return store.Account{}, err
+	}
+	if tok.RefreshToken == "" {
+		return store.Account{}, &InvalidError{Field: "code", Message: "Google gave no refresh token; remove mailroom's access in your Google account and connect again"}
+	}
+	gm, err := p.google.Gmail(ctx, p.google.TokenSource(tok, nil))
+	if err != nil {
+		return store.Account{}, err
+	}
+	email, _, err := gm.Profile(ctx)
+	if err != nil {
+		return store.Account{}, err
+	}
+	acc, _, err := p.Connect(ctx, ConnectRequest{UserID: st.UserID, Email: email, Token: tok})
+	return acc, err
+}

@@ -1,0 +1,445 @@
+// Package gmail keeps a mirror of connected Gmail mailboxes in bbolt: push
+// intake, account sync (history and full), the classifier of history records
+// into the seven event types, their handlers with per-attribute history-id
+// ordering, watch renewal and polling.
+//
+// How a change travels: Gmail pushes {emailAddress, historyId} → Push
+// records the wanted history id and one gmail:sync task per account in one
+// transaction → the sync reads history from the account's watermark, turns
+// each page into event tasks (message-added, -read, -unread, -trashed,
+// -restored, -deleted, -labeled) and moves the watermark in the same
+// transaction → each event's handler applies its change to the stored
+// message unless the message already took a newer change of that attribute.
+package gmail
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"mailroom/queue"
+	"mailroom/queue/google"
+	"mailroom/store"
+)
+
+// Sentinel errors.
+var (
+	// ErrAccountGone: the task's account was deleted (permanent).
+	ErrAccountGone = errors.New("gmail: the account was deleted")
+	// ErrUnknownUser: connect named a user that does not exist.
+	ErrUnknownUser = errors.New("gmail: unknown user")
+	// ErrInvalid: a request field is missing or malformed (see InvalidError).
+	ErrInvalid = errors.New("gmail: invalid request")
+	// ErrOAuthUnavailable: no OAuth client is configured.
+	ErrOAuthUnavailable = errors.New("gmail: no Google OAuth client is configured (MAILROOM_GOOGLE_CLIENT_ID and _SECRET)")
+)
+
+// InvalidError names the offending field of a request.
+type InvalidError struct {
+	Field, Message string
+}
+
+func (e *InvalidError) Error() string { return fmt.Sprintf("gmail: %s: %s", e.Field, e.Message) }
+func (e *InvalidError) Unwrap() error { return ErrInvalid }
+
+// RuleApplier is how the pipeline hands new mail to the label rules. The
+// rules pipeline implements it; until then NoRules does nothing.
+type RuleApplier interface {
+	// NeedsBody reports whether a rule of the account's user reads message
+	// bodies; message-added then fetches the full message.
+	NeedsBody(ctx context.Context, accountID string) (bool, error)
+	// ApplyNew applies the user's rules to a message that just arrived,
+	// after it was stored. body is the text/plain body when NeedsBody said
+	// so, else empty. It may be called more than once for a message (a task
+	// that runs again), so its effects must be idempotent (label set
+	// operations). An error makes the message-added task retry.
+	ApplyNew(ctx context.Context, accountID string, msg store.Message, body string) error
+}
+
+// NoRules is the RuleApplier of an appliance without label rules.
+type NoRules struct{}
+
+// NeedsBody implements RuleApplier.
+func (NoRules) NeedsBody(context.Context, string) (bool, error) { return false, nil }
+
+// ApplyNew implements RuleApplier.
+func (NoRules) ApplyNew(context.Context, string, store.Message, string) error { return nil }
+
+// Enqueuer records tasks in the caller's transaction (*queue.Queue).
+type Enqueuer interface {
+	Enqueue(tx *store.Tx, typ string, payload any, opts ...queue.Option) (store.OutboxRecord, bool, error)
+}
+
+// TokenVerifier checks a push request's OIDC token (*google.PushVerifier).
+type TokenVerifier interface {
+	Verify(ctx context.Context, token string) error
+}
+
+// Config tunes the pipeline. Zero values take the defaults named.
+type Config struct {
+	// PubSubTopic is given to users.watch. Empty: no watch; accounts are
+	// kept in sync by polling alone.
+	PubSubTopic string
+	// PollInterval: each account is synced this often without a push.
+	// Default 15m.
+	PollInterval time.Duration
+	// WatchRenew: users.watch is renewed this often. Default 24h.
+	WatchRenew time.Duration
+	// PushToken, when set, is accepted as ?token= on the push URL.
+	PushToken string
+	// HistoryPageSize is history.list's page size. Default 500.
+	HistoryPageSize int
+	// FullSyncWorkers fetch messages in parallel during a full sync.
+	// Default 8.
+	FullSyncWorkers int
+	// QuotaPerSecond is the Gmail quota units one account may spend per
+	// second (Google's per-user limit is 250); calls wait for it, or
+	// reschedule their task when the wait is long. Default 250.
+	QuotaPerSecond float64
+	// QuotaBurst is the most units spent at once. Default 4×QuotaPerSecond.
+	QuotaBurst int
+	// MaxQuotaWait is the longest a task waits for quota before it is
+	// rescheduled (rate limited). Default 2s.
+	MaxQuotaWait time.Duration
+	// GoogleTimeout bounds calls made outside a task (delete's watch stop).
+	// Default 10s.
+	GoogleTimeout time.Duration
+	Logger        *slog.Logger
+	// Registerer receives the metrics. Nil: a private registry.
+	Registerer prometheus.Registerer
+	// Now is the clock. Nil: time.Now.
+	Now func() time.Time
+	// OnApplied, when set, is called after each event task did its work
+	// (benchmarks and tests measure with it).
+	OnApplied func(Applied)
+}
+
+// Applied describes one event task's outcome, for Config.OnApplied.
+type Applied struct {
+	Type      string
+	AccountID string
+	MessageID string
+	HistoryID uint64
+	// Changed is false when the message already held a newer state.
+	Changed bool
+	At      time.Time
+}
+
+func (c *Config) defaults() {
+	if c.PollInterval <= 0 {
+		c.PollInterval = 15 * time.Minute
+	}
+	if c.WatchRenew <= 0 {
+		c.WatchRenew = 24 * time.Hour
+	}
+	if c.HistoryPageSize <= 0 {
+		c.HistoryPageSize = 500
+	}
+	if c.FullSyncWorkers <= 0 {
+		c.FullSyncWorkers = 8
+	}
+	if c.QuotaPerSecond <= 0 {
+		c.QuotaPerSecond = 250
+	}
+	if c.QuotaBurst <= 0 {
+		c.QuotaBurst = int(4 * c.QuotaPerSecond)
+	}
+	if c.MaxQuotaWait <= 0 {
+		c.MaxQuotaWait = 2 * time.Second
+	}
+	if c.GoogleTimeout <= 0 {
+		c.GoogleTimeout = 10 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Registerer == nil {
+		c.Registerer = prometheus.NewRegistry()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+// Deps are the pipeline's collaborators.
+type Deps struct {
+	DB *store.DB
+	// Google makes the per-account Gmail adapters. Required.
+	Google *google.Client
+	// Queue records tasks. Required before the first task or request.
+	Queue Enqueuer
+	// Verifier checks push OIDC tokens. Nil: only the shared ?token= is
+	// accepted (when Config.PushToken is set).
+	Verifier TokenVerifier
+	// Rules receive new mail. Nil: NoRules.
+	Rules RuleApplier
+}
+
+// Pipeline is the Gmail pipeline.
+type Pipeline struct {
+	cfg      Config
+	db       *store.DB
+	google   *google.Client
+	queue    Enqueuer
+	verifier TokenVerifier
+	rules    RuleApplier
+	log      *slog.Logger
+	metrics  *metrics
+	quota    *quota
+	writes   *groupCommit
+	table    *queue.Table // set by Register
+
+	mu       sync.Mutex
+	clients  map[string]*conn
+	labelsAt map[string]time.Time // account \x00 label id -> when an unknown label was last looked up
+}
+
+// New builds the pipeline.
+func New(cfg Config, deps Deps) (*Pipeline, error) {
+	cfg.defaults()
+	if deps.DB == nil || deps.Google == nil {
+		return nil, errors.New("gmail: Deps.DB and Deps.Google are required")
+	}
+	if deps.Rules == nil {
+		deps.Rules = NoRules{}
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	return &Pipeline{
+		cfg: cfg, db: deps.DB, google: deps.Google, queue: deps.Queue, verifier: deps.Verifier, rules: deps.Rules,
+		log:      cfg.Logger.With("component", "gmail"),
+		metrics:  m,
+		quota:    newQuota(cfg.QuotaPerSecond, cfg.QuotaBurst, cfg.MaxQuotaWait),
+		writes:   &groupCommit{db: deps.DB},
+		clients:  map[string]*conn{},
+		labelsAt: map[string]time.Time{},
+	}, nil
+}
+
+// SetRuleApplier replaces the rules that receive new mail. Call it while
+// wiring, before the task servers start.
+func (p *Pipeline) SetRuleApplier(r RuleApplier) {
+	if r == nil {
+		r = NoRules{}
+	}
+	p.rules = r
+}
+
+// Register attaches the handlers of every gmail:* task type to the table.
+func (p *Pipeline) Register(t *queue.Table) error {
+	p.table = t
+	handlers := map[string]queue.Handler{
+		queue.TypeGmailSync:            p.handleSync,
+		queue.TypeGmailMessageAdded:    p.handleAdded,
+		queue.TypeGmailMessageRead:     p.stateHandler(queue.TypeGmailMessageRead),
+		queue.TypeGmailMessageUnread:   p.stateHandler(queue.TypeGmailMessageUnread),
+		queue.TypeGmailMessageTrashed:  p.stateHandler(queue.TypeGmailMessageTrashed),
+		queue.TypeGmailMessageRestored: p.stateHandler(queue.TypeGmailMessageRestored),
+		queue.TypeGmailMessageDeleted:  p.stateHandler(queue.TypeGmailMessageDeleted),
+		queue.TypeGmailMessageLabeled:  p.stateHandler(queue.TypeGmailMessageLabeled),
+		queue.TypeGmailWatchRenew:      p.handleWatchRenew,
+	}
+	for _, typ := range taskTypes {
+		if err := t.Handle(typ, handlers[typ]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// taskTypes are the pipeline's task types.
+var taskTypes = []string{
+	queue.TypeGmailSync, queue.TypeGmailMessageAdded, queue.TypeGmailMessageRead,
+	queue.TypeGmailMessageUnread, queue.TypeGmailMessageTrashed, queue.TypeGmailMessageRestored,
+	queue.TypeGmailMessageDeleted, queue.TypeGmailMessageLabeled, queue.TypeGmailWatchRenew,
+}
+
+// WatchEnabled reports whether accounts are watched (a Pub/Sub topic is
+// set); without it they are kept in sync by polling alone.
+func (p *Pipeline) WatchEnabled() bool { return p.cfg.PubSubTopic != "" }
+
+// PollInterval is how often each account is synced without a push.
+func (p *Pipeline) PollInterval() time.Duration { return p.cfg.PollInterval }
+
+// conn is an account's token source and the adapters that share it.
+type conn struct {
+	ts     *google.TokenSource
+	gmail  *google.Gmail
+	sheets *google.Sheets
+}
+
+// conn returns the account's token source and adapters, made once per
+// account and kept (with the access token) until the account is
+// reconnected or deleted. A refreshed token is saved; a revoked grant puts
+// the account in error.
+func (p *Pipeline) conn(ctx context.Context, acc store.Account) (*conn, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c := p.clients[acc.ID]; c != nil {
+		return c, nil
+	}
+	tok, err := p.token(acc)
+	if err != nil {
+		return nil, err
+	}
+	id := acc.ID
+	ts := p.google.TokenSource(tok, func(t google.Token) error { return p.saveToken(id, t) })
+	ts.OnRevoked(func(err error) { p.failAccount(id, err) })
+	g, err := p.google.Gmail(ctx, ts)
+	if err != nil {
+		return nil, err
+	}
+	c := &conn{ts: ts, gmail: g}
+	p.clients[acc.ID] = c
+	return c, nil
+}
+
+// client returns the account's Gmail adapter.
+func (p *Pipeline) client(ctx context.Context, acc store.Account) (*google.Gmail, error) {
+	c, err := p.conn(ctx, acc)
+	if err != nil {
+		return nil, err
+	}
+	return c.gmail, nil
+}
+
+// usable loads an account for another pipeline's use: an unknown account
+// is an error wrapping ErrAccountGone and store.ErrNotFound, one in error
+// or disconnected wraps google.ErrRevoked (both permanent).
+func (p *Pipeline) usable(accountID string) (store.Account, error) {
+	acc, err := p.account(accountID)
+	if err != nil {
+		return acc, err
+	}
+	if !active(acc) {
+		return acc, queue.Permanent(fmt.Errorf("gmail: account %s is %s: %w", acc.ID, acc.Status, google.ErrRevoked))
+	}
+	return acc, nil
+}
+
+// Gmail returns the Gmail API of a connected account, sharing its token
+// with this pipeline (the rules pipeline opens accounts with it).
+func (p *Pipeline) Gmail(ctx context.Context, accountID string) (*google.Gmail, error) {
+	acc, err := p.usable(accountID)
+	if err != nil {
+		return nil, err
+	}
+	return p.client(ctx, acc)
+}
+
+// Sheets returns the Sheets API of a connected account, sharing its token
+// with this pipeline (the sheets pipeline writes with it).
+func (p *Pipeline) Sheets(ctx context.Context, accountID string) (*google.Sheets, error) {
+	acc, err := p.usable(accountID)
+	if err != nil {
+		return nil, err
+	}
+	c, err := p.conn(ctx, acc)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c.sheets == nil {
+		if c.sheets, err = p.google.Sheets(ctx, c.ts); err != nil {
+			return nil, err
+		}
+	}
+	return c.sheets, nil
+}
+
+func (p *Pipeline) forgetClient(accountID string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.clients, accountID)
+	for k := range p.labelsAt {
+		if strings.HasPrefix(k, accountID+"\x00") {
+			delete(p.labelsAt, k)
+		}
+	}
+}
+
+// token unseals the account's stored token.
+func (p *Pipeline) token(acc store.Account) (google.Token, error) {
+	var tok google.Token
+	if len(acc.Token) == 0 {
+		return tok, queue.Permanent(fmt.Errorf("gmail: account %s: %w: no token stored", acc.ID, google.ErrRevoked))
+	}
+	plain, err := p.db.Unseal(acc.Token, acc.ID)
+	if err != nil {
+		return tok, queue.Permanent(fmt.Errorf("gmail: account %s: %w", acc.ID, err))
+	}
+	if err := json.Unmarshal(plain, &tok); err != nil {
+		return tok, queue.Permanent(fmt.Errorf("gmail: account %s: decode token: %w", acc.ID, err))
+	}
+	return tok, nil
+}
+
+func (p *Pipeline) sealToken(accountID string, tok google.Token) ([]byte, error) {
+	raw, err := json.Marshal(tok)
+	if err != nil {
+		return nil, err
+	}
+	return p.db.Seal(raw, accountID), nil
+}
+
+// saveToken stores a refreshed token (the token source calls it).
+func (p *Pipeline) saveToken(accountID string, tok google.Token) error {
+	sealed, err := p.sealToken(accountID, tok)
+	if err != nil {
+		return err
+	}
+	err = p.db.Update(func(tx *store.Tx) error {
+		acc, err := tx.AccountGet(accountID)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil // deleted meanwhile
+		}
+		if err != nil {
+			return err
+		}
+		acc.Token = sealed
+		return tx.AccountPut(acc)
+	})
+	if err != nil {
+		return fmt.Errorf("gmail: save token of account %s: %w", accountID, err)
+	}
+	p.log.Debug("access token refreshed and saved", "account_id", accountID)
+	return nil
+}
+
+// failAccount marks an account as needing the user (its grant was
+// revoked): status error with what to do.
+func (p *Pipeline) failAccount(accountID string, cause error) {
+	now := p.cfg.Now().UTC()
+	err := p.db.Update(func(tx *store.Tx) error {
+		acc, err := tx.AccountGet(accountID)
+		if err != nil {
+			return err
+		}
+		acc.Status = store.AccountError
+		acc.StatusReason = "Google refused mailroom's access to this mailbox (the access was revoked or has expired). Connect the account again to restore syncing; its mail and settings are kept."
+		acc.LastError, acc.LastErrorAt = cause.Error(), now
+		return tx.AccountPut(acc)
+	})
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		p.log.Error("mark account as failed", "account_id", accountID, "err", err)
+	}
+	p.forgetClient(accountID)
+	p.log.Warn("account access revoked; it needs reconnecting", "account_id", accountID, "err", cause)
+}
+
+// checkRevoked marks the account failed when err says its grant is gone.
+func (p *Pipeline) checkRevoked(accountID string, err error) {
+	if errors.Is(err, google.ErrRevoked) {
+		p.failAccount(accountID, err)
+	}
+}

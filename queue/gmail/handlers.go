@@ -1,0 +1,319 @@
+package gmail
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"mailroom/queue"
+	"mailroom/queue/google"
+	"mailroom/store"
+)
+
+// labelRefreshEvery bounds how often an unknown label id makes the
+// pipeline read the account's labels again.
+const labelRefreshEvery = time.Minute
+
+func decodeEvent(t *queue.Task) (Event, error) {
+	var ev Event
+	if err := json.Unmarshal(t.Payload, &ev); err != nil || ev.AccountID == "" || ev.MessageID == "" {
+		return ev, queue.Permanent(fmt.Errorf("gmail: %s: bad payload %q", t.Type, t.Payload))
+	}
+	return ev, nil
+}
+
+// apply changes a message for one event type; it reports whether the
+// message took the change (false: it already held a newer state).
+func apply(typ string, m *store.Message, ev Event) bool {
+	switch typ {
+	case queue.TypeGmailMessageRead:
+		return m.ApplyLabel(store.LabelUnread, false, ev.HistoryID)
+	case queue.TypeGmailMessageUnread:
+		return m.ApplyLabel(store.LabelUnread, true, ev.HistoryID)
+	case queue.TypeGmailMessageTrashed:
+		return m.ApplyLabel(store.LabelTrash, true, ev.HistoryID)
+	case queue.TypeGmailMessageRestored:
+		return m.ApplyLabel(store.LabelTrash, false, ev.HistoryID)
+	case queue.TypeGmailMessageDeleted:
+		return m.ApplyDelete(ev.HistoryID)
+	case queue.TypeGmailMessageLabeled:
+		changed := false
+		for _, lc := range ev.Labels {
+			if m.ApplyLabel(lc.ID, lc.Added, lc.HistoryID) {
+				changed = true
+			}
+		}
+		return changed
+	}
+	return false
+}
+
+// stateHandler handles the six state events (read, unread, trashed,
+// restored, deleted, labeled): a local change, applied in the transaction
+// that acks the task, so it happens exactly once. A message not stored yet
+// (its message-added has not run) gets a placeholder that remembers the
+// change; the fetch merges into it.
+func (p *Pipeline) stateHandler(typ string) queue.Handler {
+	return func(ctx context.Context, t *queue.Task) error {
+		ev, err := decodeEvent(t)
+		if err != nil {
+			return err
+		}
+		if typ == queue.TypeGmailMessageLabeled {
+			p.learnLabels(ctx, ev.AccountID, labelIDs(ev.Labels))
+		}
+		var changed bool
+		err = p.writes.Do(func(tx *store.Tx) error {
+			changed = false
+			if _, err := tx.AccountGet(ev.AccountID); err != nil {
+				return err
+			}
+			m, err := tx.MessageGet(ev.AccountID, ev.MessageID)
+			if errors.Is(err, store.ErrNotFound) {
+				m = store.Message{ID: ev.MessageID, ThreadID: ev.ThreadID}
+			} else if err != nil {
+				return err
+			}
+			if changed = apply(typ, &m, ev); changed {
+				if err := tx.MessagePut(ev.AccountID, m); err != nil {
+					return err
+				}
+			}
+			return t.Ack(tx)
+		})
+		if errors.Is(err, store.ErrNotFound) {
+			return queue.Permanent(fmt.Errorf("%w: %s", ErrAccountGone, ev.AccountID))
+		}
+		if err != nil {
+			return fmt.Errorf("gmail: %s %s: %w", typ, ev.MessageID, err)
+		}
+		p.applied(typ, ev, changed)
+		return nil
+	}
+}
+
+func labelIDs(lcs []LabelChange) []string {
+	ids := make([]string, len(lcs))
+	for i, lc := range lcs {
+		ids[i] = lc.ID
+	}
+	return ids
+}
+
+// applied counts an event's outcome and tells Config.OnApplied.
+func (p *Pipeline) applied(typ string, ev Event, changed bool) {
+	outcome := "applied"
+	if !changed {
+		outcome = "older"
+	}
+	p.metrics.events.WithLabelValues(typ, outcome).Inc()
+	now := p.cfg.Now()
+	if ev.RecordedAt > 0 {
+		p.metrics.delay.WithLabelValues(typ).Observe(now.Sub(time.UnixMilli(ev.RecordedAt)).Seconds())
+	}
+	if p.cfg.OnApplied != nil {
+		p.cfg.OnApplied(Applied{Type: typ, AccountID: ev.AccountID, MessageID: ev.MessageID, HistoryID: ev.HistoryID, Changed: changed, At: now})
+	}
+}
+
+// handleAdded is gmail:message-added: fetch the message (metadata and
+// snippet; the body too when a rule reads bodies), merge it into the stored
+// message, then hand it to the rules. The task is acked after the rules
+// ran, so a crash in between runs both again (both are idempotent).
+func (p *Pipeline) handleAdded(ctx context.Context, t *queue.Task) error {
+	ev, err := decodeEvent(t)
+	if err != nil {
+		return err
+	}
+	acc, err := p.account(ev.AccountID)
+	if err != nil {
+		return err
+	}
+	existing, err := p.message(acc.ID, ev.MessageID)
+	if err != nil {
+		return err
+	}
+	if existing.Deleted {
+		p.applied(t.Type, ev, false)
+		return nil
+	}
+	withBody, err := p.rules.NeedsBody(ctx, acc.ID)
+	if err != nil {
+		return fmt.Errorf("gmail: ask rules whether bodies are needed: %w", err)
+	}
+	gm, err := p.client(ctx, acc)
+	if err != nil {
+		return err
+	}
+	f, err := p.fetch(ctx, gm, acc.ID, ev.MessageID, withBody)
+	if errors.Is(err, google.ErrNotFound) {
+		// Deleted before we got to it: its message-deleted says so.
+		p.applied(t.Type, ev, false)
+		return nil
+	}
+	if err != nil {
+		p.checkRevoked(acc.ID, err)
+		return err
+	}
+	p.learnLabels(ctx, acc.ID, f.LabelIDs)
+	var m store.Message
+	var changed bool
+	err = p.db.Update(func(tx *store.Tx) error {
+		if _, err := tx.AccountGet(acc.ID); err != nil {
+			return err
+		}
+		m, err = tx.MessageGet(acc.ID, ev.MessageID)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+		if changed = m.MergeFetched(snapshot(f)); changed {
+			return tx.MessagePut(acc.ID, m)
+		}
+		return nil
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return queue.Permanent(fmt.Errorf("%w: %s", ErrAccountGone, acc.ID))
+	}
+	if err != nil {
+		return fmt.Errorf("gmail: store message %s: %w", ev.MessageID, err)
+	}
+	if m.Visible() {
+		if err := p.rules.ApplyNew(ctx, acc.ID, m, f.Body); err != nil {
+			return fmt.Errorf("gmail: apply rules to message %s: %w", m.ID, err)
+		}
+	}
+	p.applied(t.Type, ev, changed)
+	return nil
+}
+
+// message returns a stored message, or a zero one when there is none.
+func (p *Pipeline) message(accountID, id string) (store.Message, error) {
+	var m store.Message
+	err := p.db.View(func(tx *store.Tx) (err error) {
+		m, err = tx.MessageGet(accountID, id)
+		return err
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Message{}, nil
+	}
+	return m, err
+}
+
+// refreshLabels reads the account's labels from Gmail into its label map.
+func (p *Pipeline) refreshLabels(ctx context.Context, gm *google.Gmail, accountID string) error {
+	if err := p.quota.spend(ctx, accountID, unitsLabels); err != nil {
+		return err
+	}
+	labels, err := gm.Labels(ctx)
+	if err != nil {
+		return err
+	}
+	names := make(map[string]string, len(labels))
+	for _, l := range labels {
+		names[l.ID] = l.Name
+	}
+	err = p.db.Update(func(tx *store.Tx) error {
+		if _, err := tx.AccountGet(accountID); err != nil {
+			return err
+		}
+		return tx.LabelsReplace(accountID, names)
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return queue.Permanent(fmt.Errorf("%w: %s", ErrAccountGone, accountID))
+	}
+	return err
+}
+
+// learnLabels refreshes the label map when ids holds a label it does not
+// know (a label created since the last refresh). An id that a refresh did
+// not find (a label deleted meanwhile) is looked up again at most once a
+// minute. It is best effort: names only matter for display and filters.
+func (p *Pipeline) learnLabels(ctx context.Context, accountID string, ids []string) {
+	var known map[string]string
+	if err := p.db.View(func(tx *store.Tx) (err error) { known, err = tx.Labels(accountID); return err }); err != nil {
+		return
+	}
+	now := p.cfg.Now()
+	var unknown []string
+	p.mu.Lock()
+	for _, id := range ids {
+		if _, ok := known[id]; ok {
+			continue
+		}
+		k := accountID + "\x00" + id
+		if at, looked := p.labelsAt[k]; looked && now.Sub(at) < labelRefreshEvery {
+			continue
+		}
+		p.labelsAt[k] = now
+		unknown = append(unknown, id)
+	}
+	p.mu.Unlock()
+	if len(unknown) == 0 {
+		return
+	}
+	acc, err := p.account(accountID)
+	if err != nil {
+		return
+	}
+	gm, err := p.client(ctx, acc)
+	if err != nil {
+		return
+	}
+	if err := p.refreshLabels(ctx, gm, accountID); err != nil && !errors.Is(err, context.Canceled) {
+		p.log.Info("refresh labels", "account_id", accountID, "err", err)
+	}
+}
+
+type watchPayload struct {
+	AccountID string `json:"accountId"`
+}
+
+func watchKey(accountID string) string { return "gmail:watch:" + accountID }
+
+// handleWatchRenew is gmail:watch-renew: users.watch for the account, its
+// expiration stored.
+func (p *Pipeline) handleWatchRenew(ctx context.Context, t *queue.Task) error {
+	var pl watchPayload
+	if err := json.Unmarshal(t.Payload, &pl); err != nil {
+		return queue.Permanent(fmt.Errorf("gmail: watch-renew: bad payload: %w", err))
+	}
+	if p.cfg.PubSubTopic == "" {
+		return queue.Stale("no Pub/Sub topic is configured")
+	}
+	acc, err := p.account(pl.AccountID)
+	if err != nil {
+		return err
+	}
+	if !active(acc) {
+		return queue.Stale("account " + acc.ID + " is " + acc.Status)
+	}
+	gm, err := p.client(ctx, acc)
+	if err != nil {
+		return err
+	}
+	if err := p.quota.spend(ctx, acc.ID, unitsWatch); err != nil {
+		return err
+	}
+	_, exp, err := gm.Watch(ctx, p.cfg.PubSubTopic)
+	if err != nil {
+		p.checkRevoked(acc.ID, err)
+		return err
+	}
+	err = p.db.Update(func(tx *store.Tx) error {
+		a, err := tx.AccountGet(acc.ID)
+		if err != nil {
+			return err
+		}
+		a.WatchExpiration, a.WatchRenewedAt = exp, p.now()
+		if err := tx.AccountPut(a); err != nil {
+			return err
+		}
+		return t.Ack(tx)
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return queue.Permanent(fmt.Errorf("%w: %s", ErrAccountGone, acc.ID))
+	}
+	return err
+}

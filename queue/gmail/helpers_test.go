@@ -1,0 +1,301 @@
+package gmail_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"mailroom/queue"
+	"mailroom/queue/broker/brokertest"
+	"mailroom/queue/gmail"
+	"mailroom/queue/google"
+	"mailroom/queue/google/googlefake"
+	"mailroom/store"
+	"mailroom/store/storetest"
+)
+
+// env is the pipeline over a real bbolt file, a real queue on the embedded
+// broker and the Google emulator.
+type env struct {
+	t     *testing.T
+	fake  *googlefake.Server
+	db    *store.DB
+	table *queue.Table
+	q     *queue.Queue
+	p     *gmail.Pipeline
+	user  store.User
+}
+
+type envOptions struct {
+	fake    googlefake.Options
+	cfg     gmail.Config
+	noStart bool // do not start the task servers: the test runs handlers itself
+	rules   gmail.RuleApplier
+}
+
+func newEnv(t *testing.T, o envOptions) *env {
+	t.Helper()
+	e := &env{t: t, fake: googlefake.StartForTest(t, o.fake), db: storetest.Open(t)}
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	gc := google.New(google.Config{
+		APIURL: e.fake.URL(), TokenURL: e.fake.TokenURL(),
+		HTTPClient: &http.Client{Timeout: 10 * time.Second, Transport: tr},
+	})
+	cfg := o.cfg
+	if cfg.QuotaPerSecond == 0 {
+		cfg.QuotaPerSecond = 100_000
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	e.table = queue.NewTable(queue.TableConfig{MaxRetries: 3, ConcurrencyMessageAdded: 3, ConcurrencyState: 5})
+	var err error
+	e.p, err = gmail.New(cfg, gmail.Deps{DB: e.db, Google: gc, Queue: lazy{e}, Rules: o.rules})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.p.Register(e.table); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range e.table.Types() {
+		if tt.Handler == nil {
+			_ = e.table.Handle(tt.Name, func(context.Context, *queue.Task) error { return nil })
+		}
+	}
+	b := brokertest.Embedded(t)
+	e.q, err = queue.New(queue.Config{
+		RetryInitial: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond,
+		PollInterval: 10 * time.Millisecond, DelayedCheckInterval: 100 * time.Millisecond,
+		ShutdownTimeout: 5 * time.Second, Logger: cfg.Logger,
+	}, e.db, b.RedisConnOpt(), e.table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !o.noStart {
+		if err := e.q.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(e.q.Stop)
+	}
+	err = e.db.Update(func(tx *store.Tx) (err error) {
+		e.user, err = tx.UserCreate("owner@example.com", "Owner")
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// lazy hands Enqueue to the env's queue, made after the pipeline.
+type lazy struct{ e *env }
+
+func (l lazy) Enqueue(tx *store.Tx, typ string, payload any, opts ...queue.Option) (store.OutboxRecord, bool, error) {
+	return l.e.q.Enqueue(tx, typ, payload, opts...)
+}
+
+// connect adds a mailbox with n generated messages to the emulator and
+// connects it.
+func (e *env) connect(email string, n int) store.Account {
+	e.t.Helper()
+	refresh := e.fake.AddAccount(email)
+	if n > 0 {
+		if _, err := e.fake.Gmail.Generate(email, n, 7); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	acc, created, err := e.p.Connect(context.Background(), gmail.ConnectRequest{UserID: e.user.ID, Email: email, Token: google.Token{RefreshToken: refresh}})
+	if err != nil || !created {
+		e.t.Fatalf("connect: %v (created %v)", err, created)
+	}
+	return acc
+}
+
+// notify is a push of the mailbox's current history id.
+func (e *env) notify(email string) {
+	e.t.Helper()
+	if _, err := e.p.Notify(gmail.Notification{EmailAddress: email, HistoryID: e.fake.Gmail.HistoryID(email)}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// mirrorMsg is what the mirror and the mailbox are compared on.
+type mirrorMsg struct {
+	ID, ThreadID, From, To, Subject, Snippet string
+	Labels                                   []string
+	Unread, Trashed                          bool
+	HistoryID                                string
+}
+
+// want returns the emulator's mailbox as the API should show it.
+func (e *env) want(email string) map[string]mirrorMsg {
+	names := e.fake.Gmail.LabelNames(email)
+	out := map[string]mirrorMsg{}
+	for _, m := range e.fake.Gmail.Messages(email) {
+		labels := make([]string, 0, len(m.LabelIDs))
+		for _, id := range m.LabelIDs {
+			labels = append(labels, names[id])
+		}
+		sort.Strings(labels)
+		out[m.ID] = mirrorMsg{
+			ID: m.ID, ThreadID: m.ThreadID, From: m.From, To: m.To, Subject: m.Subject, Snippet: m.Snippet,
+			Labels: labels, Unread: m.Unread(), Trashed: m.Trashed(), HistoryID: strconv.FormatUint(m.HistoryID, 10),
+		}
+	}
+	return out
+}
+
+// got returns the mirror through the pipeline's read API.
+func (e *env) got(accountID string) map[string]mirrorMsg {
+	e.t.Helper()
+	out := map[string]mirrorMsg{}
+	cursor := ""
+	for {
+		page, next, err := e.p.Messages(accountID, gmail.MessageQuery{Limit: 500, Cursor: cursor})
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		for _, m := range page {
+			out[m.ID] = mirrorMsg{
+				ID: m.ID, ThreadID: m.ThreadID, From: m.From, To: m.To, Subject: m.Subject, Snippet: m.Snippet,
+				Labels: m.Labels, Unread: m.Unread, Trashed: m.Trashed, HistoryID: m.HistoryID,
+			}
+		}
+		if next == "" {
+			return out
+		}
+		cursor = next
+	}
+}
+
+// waitConverged waits until the mirror equals the mailbox and no gmail
+// task is left, and fails with the diff.
+func (e *env) waitConverged(accountID, email string, d time.Duration) {
+	e.t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		want, got := e.want(email), e.got(accountID)
+		diff := cmp.Diff(want, got)
+		if diff == "" && e.idle() {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("mirror did not converge in %s (-mailbox +mirror):\n%s\noutbox: %v", d, truncate(diff, 4000), e.outbox())
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+}
+
+// idle reports whether no gmail task is waiting in the outbox.
+func (e *env) idle() bool { return len(e.outbox()) == 0 }
+
+func (e *env) outbox() map[string]int {
+	out := map[string]int{}
+	_ = e.db.View(func(tx *store.Tx) error {
+		for _, qi := range e.table.Queues() {
+			if strings.HasPrefix(qi.Name, "gmail") {
+				if n := tx.OutboxLen(qi.Name); n > 0 {
+					out[qi.Name] = n
+				}
+			}
+		}
+		return nil
+	})
+	return out
+}
+
+func (e *env) account(id string) store.Account {
+	e.t.Helper()
+	var a store.Account
+	if err := e.db.View(func(tx *store.Tx) (err error) { a, err = tx.AccountGet(id); return err }); err != nil {
+		e.t.Fatal(err)
+	}
+	return a
+}
+
+func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + fmt.Sprintf("… (%d more bytes)", len(s)-n)
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// mutate applies a mix of changes to the mailbox: adds, reads, unreads,
+// trashes, restores, deletes and label changes, like the contract's test.
+func mutate(t *testing.T, fake *googlefake.Server, email string, seed uint64) {
+	t.Helper()
+	g := fake.Gmail
+	if _, err := googlefake.NewGenerator(seed, time.Time{}).Add(g, email, 50); err != nil {
+		t.Fatal(err)
+	}
+	msgs := g.Messages(email)
+	var read, unread []googlefake.Message
+	for _, m := range msgs {
+		if m.Unread() {
+			unread = append(unread, m)
+		} else {
+			read = append(read, m)
+		}
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, m := range unread[:min(30, len(unread))] {
+		must(g.MarkRead(email, m.ID))
+	}
+	for _, m := range read[:min(10, len(read))] {
+		must(g.MarkUnread(email, m.ID))
+	}
+	var trashed []string
+	for i := 0; len(trashed) < 10; i += 7 {
+		m := msgs[i%len(msgs)]
+		if m.Trashed() || slices.Contains(trashed, m.ID) {
+			continue
+		}
+		must(g.Trash(email, m.ID))
+		trashed = append(trashed, m.ID)
+	}
+	for _, id := range trashed[:5] {
+		must(g.Untrash(email, id))
+	}
+	for _, m := range msgs[len(msgs)-5:] {
+		must(g.Delete(email, m.ID))
+	}
+	work, err := g.CreateLabel(email, fmt.Sprintf("Work %d", seed))
+	must(err)
+	for _, m := range msgs[3:15] {
+		must(g.AddLabels(email, m.ID, work, googlefake.LabelStarred))
+	}
+	for _, m := range msgs[5:8] {
+		must(g.RemoveLabels(email, m.ID, work, googlefake.LabelInbox))
+	}
+}

@@ -1,0 +1,128 @@
+package gmail
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"mailroom/queue"
+	"mailroom/store"
+)
+
+// Maintainer is the pipeline's background loop: it records a poll sync for
+// each account not synced for PollInterval (a lost push delays a change but
+// never loses it) and a watch renewal for each account not renewed for
+// WatchRenew. It has the app's loop lifecycle (Start, Stop).
+type Maintainer struct {
+	p    *Pipeline
+	tick time.Duration
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// Maintainer returns the pipeline's background loop.
+func (p *Pipeline) Maintainer() *Maintainer {
+	tick := min(p.cfg.PollInterval, p.cfg.WatchRenew) / 10
+	tick = min(max(tick, 10*time.Millisecond), time.Minute)
+	return &Maintainer{p: p, tick: tick}
+}
+
+// Start runs the loop until Stop.
+func (m *Maintainer) Start(ctx context.Context) error {
+	ctx, m.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		t := time.NewTicker(m.tick)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if err := m.p.maintain(); err != nil {
+				m.p.log.Error("gmail maintenance", "err", err)
+			}
+		}
+	}()
+	return nil
+}
+
+// Stop ends the loop and waits for it.
+func (m *Maintainer) Stop() {
+	if m.cancel != nil {
+		m.cancel()
+	}
+	m.wg.Wait()
+}
+
+// maintain records the polls and watch renewals that are due.
+func (p *Pipeline) maintain() error {
+	now := p.cfg.Now()
+	var polls, renews []string
+	err := p.db.View(func(tx *store.Tx) error {
+		accs, err := tx.Accounts()
+		if err != nil {
+			return err
+		}
+		for _, a := range accs {
+			if !active(a) {
+				continue
+			}
+			last := a.LastSyncAt
+			if last.IsZero() {
+				last = a.CreatedAt
+			}
+			if now.Sub(last) >= p.cfg.PollInterval {
+				if !p.pending(tx, queue.TypeGmailSync, syncKey(a.ID)) {
+					polls = append(polls, a.ID)
+				}
+			}
+			if p.WatchEnabled() && now.Sub(a.WatchRenewedAt) >= p.cfg.WatchRenew {
+				if !p.pending(tx, queue.TypeGmailWatchRenew, watchKey(a.ID)) {
+					renews = append(renews, a.ID)
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil || len(polls)+len(renews) == 0 {
+		return err
+	}
+	return p.db.Update(func(tx *store.Tx) error {
+		for _, id := range polls {
+			if _, err := tx.AccountGet(id); errors.Is(err, store.ErrNotFound) {
+				continue // deleted meanwhile
+			}
+			if err := p.enqueueSync(tx, id, triggerPoll); err != nil {
+				return err
+			}
+		}
+		for _, id := range renews {
+			if _, err := tx.AccountGet(id); errors.Is(err, store.ErrNotFound) {
+				continue
+			}
+			if _, _, err := p.queue.Enqueue(tx, queue.TypeGmailWatchRenew, watchPayload{AccountID: id}, queue.Key(watchKey(id))); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// pending reports whether a task of that type and key is recorded and not
+// finished.
+func (p *Pipeline) pending(tx *store.Tx, typ, key string) bool {
+	if p.table == nil {
+		return false
+	}
+	tt, ok := p.table.Lookup(typ)
+	if !ok {
+		return false
+	}
+	_, err := tx.OutboxByKey(tt.Queue, key)
+	return err == nil
+}

@@ -1,0 +1,70 @@
+package gmail
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"mailroom/queue"
+)
+
+// Push outcomes, the contract's labels of mailroom_push_requests_total.
+const (
+	outcomeAccepted       = "accepted"
+	outcomeUnknownAddress = "unknown_address"
+	outcomeBadRequest     = "bad_request"
+	outcomeUnauthorized   = "unauthorized"
+	outcomeForbidden      = "forbidden"
+)
+
+type metrics struct {
+	push     *prometheus.CounterVec
+	recorded *prometheus.CounterVec
+	events   *prometheus.CounterVec
+	delay    *prometheus.HistogramVec
+	syncs    *prometheus.CounterVec
+	records  prometheus.Counter
+	fetched  prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		push: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mailroom_push_requests_total", Help: "Gmail push requests by outcome.",
+		}, []string{"outcome"}),
+		recorded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mailroom_gmail_events_recorded_total", Help: "Events the sync classified and recorded, by type.",
+		}, []string{"type"}),
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mailroom_gmail_events_total", Help: "Events handled, by type and outcome (applied, or older: the message already held a newer state).",
+		}, []string{"type", "outcome"}),
+		delay: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "mailroom_gmail_event_delay_seconds", Help: "Time from an event's recording by the sync to its handling, by type.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
+		}, []string{"type"}),
+		syncs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mailroom_gmail_syncs_total", Help: "Account sync runs by kind (history, full) and outcome (ok, error).",
+		}, []string{"kind", "outcome"}),
+		records: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "mailroom_gmail_history_records_total", Help: "Gmail history records read.",
+		}),
+		fetched: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "mailroom_gmail_messages_fetched_total", Help: "Messages fetched from Gmail (message-added and full syncs).",
+		}),
+	}
+	for _, o := range []string{outcomeAccepted, outcomeUnknownAddress, outcomeBadRequest, outcomeUnauthorized, outcomeForbidden} {
+		m.push.WithLabelValues(o)
+	}
+	for _, typ := range taskTypes {
+		if typ == queue.TypeGmailSync || typ == queue.TypeGmailWatchRenew {
+			continue
+		}
+		m.recorded.WithLabelValues(typ)
+		m.events.WithLabelValues(typ, "applied")
+		m.events.WithLabelValues(typ, "older")
+	}
+	for _, c := range []prometheus.Collector{m.push, m.recorded, m.events, m.delay, m.syncs, m.records, m.fetched} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}

@@ -1,0 +1,180 @@
+package gmail_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"mailroom/queue"
+	"mailroom/queue/gmail"
+	"mailroom/queue/google"
+	"mailroom/queue/google/googlefake"
+	"mailroom/store"
+)
+
+// records returns the outbox records of a task type, in id order.
+func (e *env) records(typ string) []store.OutboxRecord {
+	e.t.Helper()
+	tt, _ := e.table.Lookup(typ)
+	var out []store.OutboxRecord
+	err := e.db.View(func(tx *store.Tx) error {
+		return tx.OutboxScan(tt.Queue, "", 0, func(r store.OutboxRecord) bool {
+			if r.Type == typ {
+				out = append(out, r)
+			}
+			return true
+		})
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return out
+}
+
+// run runs a record's handler as the queue would, with payload.
+func (e *env) run(rec store.OutboxRecord, payload []byte) error {
+	tt, _ := e.table.Lookup(rec.Type)
+	return tt.Handler(context.Background(), &queue.Task{ID: rec.ID, Type: rec.Type, Queue: rec.Queue, Payload: payload, Attempt: 1})
+}
+
+// syncNow runs the waiting gmail:sync tasks.
+func (e *env) syncNow() {
+	e.t.Helper()
+	for _, r := range e.records(queue.TypeGmailSync) {
+		if err := e.run(r, r.Payload); err != nil {
+			e.t.Fatalf("sync: %v", err)
+		}
+	}
+}
+
+func permutations(n int) [][]int {
+	if n == 1 {
+		return [][]int{{0}}
+	}
+	var out [][]int
+	for _, p := range permutations(n - 1) {
+		for i := 0; i <= len(p); i++ {
+			q := append(append(append([]int{}, p[:i]...), n-1), p[i:]...)
+			out = append(out, q)
+		}
+	}
+	return out
+}
+
+// TestOrderingAnyQueueOrder: a message is added, read, made unread and read
+// again, each change synced on its own (four event tasks in three queues).
+// Whatever order the handlers run in, and whether or not message-added
+// (which fetches the message) runs first, the mirror ends as Gmail: read,
+// with Gmail's history id.
+func TestOrderingAnyQueueOrder(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{noStart: true})
+	acc := e.connect(ann, 0)
+	e.syncNow()
+
+	g := e.fake.Gmail
+	id, err := g.AddMessage(ann, googlefake.Message{From: "bob@example.com", To: ann, Subject: "order", Body: "hello"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, change := range []func(string, string) error{nil, g.MarkRead, g.MarkUnread, g.MarkRead} {
+		if change != nil {
+			if err := change(ann, id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		e.notify(ann)
+		e.syncNow()
+	}
+	var events []store.OutboxRecord
+	for _, typ := range []string{queue.TypeGmailMessageAdded, queue.TypeGmailMessageRead, queue.TypeGmailMessageUnread} {
+		events = append(events, e.records(typ)...)
+	}
+	if len(events) != 4 {
+		t.Fatalf("want 4 events (added, read, unread, read), got %d", len(events))
+	}
+	want, _ := g.Message(ann, id)
+
+	// Each order runs against its own account of the same mailbox.
+	for i, order := range permutations(len(events)) {
+		var u store.User
+		if err := e.db.Update(func(tx *store.Tx) (err error) {
+			u, err = tx.UserCreate(fmt.Sprintf("u%d@example.com", i), "u")
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		other, _, err := e.p.Connect(context.Background(), gmail.ConnectRequest{UserID: u.ID, Email: ann, Token: google.Token{RefreshToken: e.fake.AddAccount(ann)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, k := range order {
+			rec := events[k]
+			var ev gmail.Event
+			if err := json.Unmarshal(rec.Payload, &ev); err != nil {
+				t.Fatal(err)
+			}
+			ev.AccountID = other.ID
+			payload, _ := json.Marshal(ev)
+			if err := e.run(rec, payload); err != nil {
+				t.Fatalf("order %v: %s: %v", order, rec.Type, err)
+			}
+			names = append(names, fmt.Sprintf("%s@%d", rec.Type[len("gmail:message-"):], ev.HistoryID))
+		}
+		got, err := e.p.Message(other.ID, id)
+		if err != nil {
+			t.Fatalf("order %v: %v", names, err)
+		}
+		if got.Unread || got.HistoryID != fmt.Sprint(want.HistoryID) || got.Subject != "order" {
+			t.Errorf("order %v: unread=%v historyId=%s subject=%q; want read at %d", names, got.Unread, got.HistoryID, got.Subject, want.HistoryID)
+		}
+	}
+	_ = acc
+}
+
+// TestOrderingWithSlowFetch runs the real queues: the message's fetch is
+// slow (emulator latency), so its read, unread and read events all run
+// before message-added stores it; the final state is Gmail's.
+func TestOrderingWithSlowFetch(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var applied []string
+	e := newEnv(t, envOptions{cfg: gmail.Config{OnApplied: func(a gmail.Applied) {
+		mu.Lock()
+		applied = append(applied, a.Type)
+		mu.Unlock()
+	}}})
+	acc := e.connect(ann, 5)
+	e.waitConverged(acc.ID, ann, 20*time.Second)
+
+	g := e.fake.Gmail
+	id, err := g.AddMessage(ann, googlefake.Message{From: "bob@example.com", To: ann, Subject: "slow"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := e.fake.InjectFault(googlefake.Fault{Method: googlefake.MethodMessagesGet, MessageID: id, Latency: 1500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.notify(ann)
+	for _, change := range []func(string, string) error{g.MarkRead, g.MarkUnread, g.MarkRead} {
+		time.Sleep(50 * time.Millisecond)
+		if err := change(ann, id); err != nil {
+			t.Fatal(err)
+		}
+		e.notify(ann)
+	}
+	e.waitConverged(acc.ID, ann, 20*time.Second)
+	if h.Fired() == 0 {
+		t.Fatal("the slow fetch never happened")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if n := len(applied); n < 2 || applied[n-1] != queue.TypeGmailMessageAdded {
+		t.Fatalf("message-added should have finished last, after the state events: %v", applied)
+	}
+}

@@ -1,0 +1,145 @@
+package google
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/oauth2"
+	"google.golang.org/api/googleapi"
+
+	"mailroom/queue"
+)
+
+// Sentinel errors. Classified errors wrap them, so errors.Is finds them
+// through the queue's error classes.
+var (
+	// ErrRevoked: the account's grant is gone (invalid_grant, or 401 even
+	// after a refresh). Retrying cannot fix it; the user must reconnect.
+	ErrRevoked = errors.New("access to the Google account was revoked or expired")
+	// ErrNotFound: the item (message, label, spreadsheet) does not exist.
+	ErrNotFound = errors.New("not found at Google")
+	// ErrHistoryTooOld: history.list refused the start id (404); a full
+	// sync is needed.
+	ErrHistoryTooOld = errors.New("history start id too old")
+)
+
+// defaultRateWait is the wait of a rate limit without Retry-After.
+const defaultRateWait = 5 * time.Second
+
+// Classify maps an error of a Google call to the queue's error classes:
+//
+//   - 429, and 403 with a rate-limit reason: queue.RateLimited with the
+//     server's Retry-After (5 s without one);
+//   - 5xx, timeouts and network errors: retryable (returned as they are);
+//   - invalid_grant from the token endpoint and 401: permanent, wrapping
+//     ErrRevoked;
+//   - 404: permanent, wrapping ErrNotFound;
+//   - other 4xx: permanent.
+//
+// Context cancellation is returned as it is.
+func Classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	if queue.IsPermanent(err) {
+		return err
+	}
+	if _, limited := queue.RetryAfter(err); limited {
+		return err
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	if errors.Is(err, ErrRevoked) {
+		return queue.Permanent(err)
+	}
+	var re *oauth2.RetrieveError
+	if errors.As(err, &re) {
+		status := 0
+		if re.Response != nil {
+			status = re.Response.StatusCode
+		}
+		switch {
+		case re.ErrorCode == "invalid_grant" || re.ErrorCode == "unauthorized_client":
+			return queue.Permanent(fmt.Errorf("%w: %w", ErrRevoked, err))
+		case status == http.StatusTooManyRequests:
+			return queue.RateLimited(err, retryAfter(re.Response.Header))
+		case status >= 500 || status == 0:
+			return err
+		default:
+			return queue.Permanent(err)
+		}
+	}
+	var ge *googleapi.Error
+	if errors.As(err, &ge) {
+		switch {
+		case ge.Code == http.StatusTooManyRequests || (ge.Code == http.StatusForbidden && rateLimitReason(ge)):
+			return queue.RateLimited(err, retryAfter(ge.Header))
+		case ge.Code >= 500:
+			return err
+		case ge.Code == http.StatusUnauthorized:
+			return queue.Permanent(fmt.Errorf("%w: %w", ErrRevoked, err))
+		case ge.Code == http.StatusNotFound:
+			return queue.Permanent(fmt.Errorf("%w: %w", ErrNotFound, err))
+		default:
+			return queue.Permanent(err)
+		}
+	}
+	return err // network errors and the rest: retryable
+}
+
+func rateLimitReason(ge *googleapi.Error) bool {
+	for _, e := range ge.Errors {
+		switch e.Reason {
+		case "rateLimitExceeded", "userRateLimitExceeded", "quotaExceeded", "dailyLimitExceeded":
+			return true
+		}
+	}
+	return strings.Contains(ge.Body, "RESOURCE_EXHAUSTED")
+}
+
+// retryAfter reads Retry-After in seconds or as an HTTP date.
+func retryAfter(h http.Header) time.Duration {
+	v := strings.TrimSpace(h.Get("Retry-After"))
+	if v == "" {
+		return defaultRateWait
+	}
+	if secs, err := strconv.Atoi(v); err == nil && secs >= 0 {
+		return max(time.Duration(secs)*time.Second, time.Second)
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return max(time.Until(t), time.Second)
+	}
+	return defaultRateWait
+}
+
+// unauthorized reports whether err is a 401 from an API (the access token
+// was refused before its expiry).
+func unauthorized(err error) bool {
+	var ge *googleapi.Error
+	return errors.As(err, &ge) && ge.Code == http.StatusUnauthorized
+}
+
+// transient reports whether err is worth an immediate retry of a read: a
+// 5xx or a network error, not a rate limit or the caller's cancellation.
+func transient(ctx context.Context, err error) bool {
+	if err == nil || ctx.Err() != nil {
+		return false
+	}
+	var ge *googleapi.Error
+	if errors.As(err, &ge) {
+		return ge.Code >= 500
+	}
+	var re *oauth2.RetrieveError
+	if errors.As(err, &re) {
+		return false
+	}
+	var ne net.Error
+	return errors.As(err, &ne)
+}

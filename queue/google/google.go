@@ -1,0 +1,138 @@
+// Package google is mailroom's thin adapter over Google's APIs: Gmail v1
+// (and Sheets v4, in sheets.go), the OAuth 2 token source of a connected
+// account, the verifier of Pub/Sub push tokens, and the mapping of Google's
+// errors to the queue's error classes. It is the only importer of
+// google.golang.org/api.
+//
+// Every constructor takes a base URL and an *http.Client, so tests and
+// `serve --demo` point it at the emulator in googlefake.
+package google
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"golang.org/x/oauth2"
+)
+
+// Google's OAuth 2 endpoints.
+const (
+	googleAuthURL  = "https://accounts.google.com/o/oauth2/auth"
+	googleTokenURL = "https://oauth2.googleapis.com/token"
+)
+
+// Scopes are the OAuth scopes mailroom asks for: read and label mail, write
+// sheets.
+var defaultScopes = []string{
+	"https://www.googleapis.com/auth/gmail.modify",
+	"https://www.googleapis.com/auth/spreadsheets",
+}
+
+// Config configures a Client. Zero values take the defaults named.
+type Config struct {
+	// APIURL is the base URL serving Gmail ({base}gmail/v1/...) and Sheets
+	// ({base}v4/spreadsheets/...), MAILROOM_GOOGLE_API_URL. Empty: Google's.
+	APIURL string
+	// TokenURL is the OAuth 2 token endpoint, MAILROOM_GOOGLE_TOKEN_URL.
+	// Empty: Google's.
+	TokenURL string
+	// AuthURL is the OAuth 2 consent page. Empty: Google's, or the
+	// emulator's "o/oauth2/auth" next to a TokenURL ending in "/token".
+	AuthURL string
+	// ClientID, ClientSecret and RedirectURL are the OAuth client
+	// (MAILROOM_GOOGLE_CLIENT_*). Refreshing tokens needs the id and secret
+	// with Google; the emulator accepts any.
+	ClientID, ClientSecret, RedirectURL string
+	// Scopes asked for at consent. Empty: gmail.modify and spreadsheets.
+	Scopes []string
+	// HTTPClient carries every call, API and token endpoint. Nil: a client
+	// with a 30 s timeout.
+	HTTPClient *http.Client
+	// RefreshTimeout bounds one token refresh. Zero: 15 s.
+	RefreshTimeout time.Duration
+	// ReadRetries is how many times an idempotent read (get, list, history,
+	// profile, labels) is retried at once after a 5xx or a network error,
+	// before the error goes to the task's retry policy. Zero: 2; negative:
+	// none.
+	ReadRetries int
+	// ReadRetryDelay is the wait before the first such retry, doubled each
+	// time. Zero: 200 ms.
+	ReadRetryDelay time.Duration
+}
+
+// Client makes the per-account API adapters and runs the OAuth flow.
+type Client struct {
+	cfg   Config
+	hc    *http.Client
+	oauth oauth2.Config
+}
+
+// New returns a Client for cfg.
+func New(cfg Config) *Client {
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = &http.Client{Timeout: 30 * time.Second}
+	}
+	if cfg.RefreshTimeout <= 0 {
+		cfg.RefreshTimeout = 15 * time.Second
+	}
+	if cfg.ReadRetries == 0 {
+		cfg.ReadRetries = 2
+	}
+	if cfg.ReadRetryDelay <= 0 {
+		cfg.ReadRetryDelay = 200 * time.Millisecond
+	}
+	if len(cfg.Scopes) == 0 {
+		cfg.Scopes = defaultScopes
+	}
+	if cfg.APIURL != "" && !strings.HasSuffix(cfg.APIURL, "/") {
+		// The client libraries drop a path without a trailing slash.
+		cfg.APIURL += "/"
+	}
+	ep := oauth2.Endpoint{AuthURL: googleAuthURL, TokenURL: googleTokenURL}
+	if cfg.TokenURL != "" {
+		ep.TokenURL = cfg.TokenURL
+		if base, ok := strings.CutSuffix(cfg.TokenURL, "/token"); ok && cfg.AuthURL == "" {
+			ep.AuthURL = base + "/o/oauth2/auth"
+		}
+	}
+	if cfg.AuthURL != "" {
+		ep.AuthURL = cfg.AuthURL
+	}
+	ep.AuthStyle = oauth2.AuthStyleInParams
+	return &Client{
+		cfg: cfg,
+		hc:  cfg.HTTPClient,
+		oauth: oauth2.Config{
+			ClientID: cfg.ClientID, ClientSecret: cfg.ClientSecret, RedirectURL: cfg.RedirectURL,
+			Scopes: cfg.Scopes, Endpoint: ep,
+		},
+	}
+}
+
+// OAuthConfigured reports whether an OAuth client is set, so that accounts
+// can be connected through the consent flow.
+func (c *Client) OAuthConfigured() bool { return c.cfg.ClientID != "" }
+
+// AuthCodeURL returns the consent page URL for state, asking for offline
+// access (a refresh token) and the consent prompt. loginHint may be empty.
+func (c *Client) AuthCodeURL(state, loginHint string) string {
+	opts := []oauth2.AuthCodeOption{oauth2.AccessTypeOffline, oauth2.SetAuthURLParam("prompt", "consent")}
+	if loginHint != "" {
+		opts = append(opts, oauth2.SetAuthURLParam("login_hint", loginHint))
+	}
+	return c.oauth.AuthCodeURL(state, opts...)
+}
+
+// Exchange trades a consent code for a token. Errors are classified.
+func (c *Client) Exchange(ctx context.Context, code string) (Token, error) {
+	ctx, cancel := context.WithTimeout(context.WithValue(ctx, oauth2.HTTPClient, c.hc), c.cfg.RefreshTimeout)
+	defer cancel()
+	t, err := c.oauth.Exchange(ctx, code)
+	if err != nil {
+		return Token{}, fmt.Errorf("google: exchange consent code: %w", Classify(err))
+	}
+	return tokenFrom(t), nil
+}

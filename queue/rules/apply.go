@@ -1,0 +1,144 @@
+package rules
+
+import (
+	"context"
+	"fmt"
+
+	"mailroom/store"
+)
+
+// Gmail's system labels the actions take off.
+const (
+	labelUnread = "UNREAD"
+	labelInbox  = "INBOX"
+)
+
+// userRules returns the compiled live rules of the account's user.
+func (p *Pipeline) userRules(tx *store.Tx, accountID string) ([]*compiledRule, error) {
+	acc, err := tx.AccountGet(accountID)
+	if err != nil {
+		return nil, err
+	}
+	rs, err := tx.Rules(acc.UserID)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*compiledRule, 0, len(rs))
+	for _, r := range rs {
+		c, err := p.compile(r)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// NeedsBody reports whether a rule of the account's user reads message
+// bodies, so that message-added fetches them (the gmail pipeline asks).
+func (p *Pipeline) NeedsBody(_ context.Context, accountID string) (bool, error) {
+	var need bool
+	err := p.db.View(func(tx *store.Tx) error {
+		rs, err := p.userRules(tx, accountID)
+		for _, r := range rs {
+			need = need || r.needBody
+		}
+		return err
+	})
+	return need, err
+}
+
+// ApplyNew applies the user's rules to a message that just arrived and was
+// stored (gmail:message-added calls it; body is its text when NeedsBody
+// said so). The labels of the matching rules are created in Gmail when
+// missing, and they and the actions (mark read, archive) go in one
+// messages.modify; each label added is recorded with the rule and version
+// that added it. Running it again for the same message changes nothing.
+func (p *Pipeline) ApplyNew(ctx context.Context, accountID string, m store.Message, body string) error {
+	var (
+		rules []*compiledRule
+		prov  map[string]store.Provenance
+	)
+	err := p.db.View(func(tx *store.Tx) error {
+		var err error
+		if rules, err = p.userRules(tx, accountID); err != nil || len(rules) == 0 {
+			return err
+		}
+		prov, err = tx.LabelProvenance(accountID, m.ID)
+		return err
+	})
+	if err != nil || len(rules) == 0 {
+		return err
+	}
+	msg := Message{From: m.From, To: m.To, Cc: m.Cc, Subject: m.Subject, Body: body}
+	wants := map[string]*compiledRule{}
+	names := map[string]string{}
+	create := map[string]bool{}
+	var markRead, archive *compiledRule // the first matching rule with the action
+	for _, r := range rules {
+		if r.match.Match(&msg) {
+			wants[r.labelKey], names[r.labelKey], create[r.labelKey] = r, r.label, true
+			if r.spec.Actions.MarkRead && markRead == nil {
+				markRead = r
+			}
+			if r.spec.Actions.Archive && archive == nil {
+				archive = r
+			}
+		}
+	}
+	if len(wants) == 0 {
+		return nil
+	}
+	gm, err := p.gmail(ctx, accountID)
+	if err != nil {
+		return err
+	}
+	ids, _, err := p.labelIDs(ctx, gm, accountID, names, create)
+	if err != nil {
+		return err
+	}
+	var add, remove []string
+	records := map[string]store.Provenance{}
+	now := p.cfg.Now().UTC()
+	for key, r := range wants {
+		l := ids[key]
+		pr, hasP := prov[l]
+		if effectiveHas(&m, l, pr, hasP) {
+			continue // there already: ours from an earlier run, or someone else's
+		}
+		add = append(add, l)
+		records[l] = store.Provenance{RuleID: r.id, Version: r.version, Present: true, SeenHID: m.LabelHID(l), At: now}
+	}
+	// The actions take system labels off; their records (Present false)
+	// keep a second run from doing it again before the mirror catches up.
+	for _, a := range []struct {
+		rule  *compiledRule
+		label string
+	}{{markRead, labelUnread}, {archive, labelInbox}} {
+		pr, hasP := prov[a.label]
+		if a.rule != nil && effectiveHas(&m, a.label, pr, hasP) {
+			remove = append(remove, a.label)
+			records[a.label] = store.Provenance{RuleID: a.rule.id, Version: a.rule.version, Present: false, SeenHID: m.LabelHID(a.label), At: now}
+		}
+	}
+	if len(add)+len(remove) == 0 {
+		return nil
+	}
+	p.metrics.gmailCalls.WithLabelValues("modify").Inc()
+	if err := gm.Modify(ctx, m.ID, add, remove); err != nil {
+		return err
+	}
+	err = p.db.Update(func(tx *store.Tx) error {
+		for l, pr := range records {
+			if err := tx.LabelProvenancePut(accountID, m.ID, l, pr); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("rules: record labels of message %s: %w", m.ID, err)
+	}
+	p.metrics.labels.WithLabelValues("new_mail", "added").Add(float64(len(add)))
+	return nil
+}

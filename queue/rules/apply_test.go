@@ -1,0 +1,87 @@
+package rules
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	"mailroom/queue/google/googlefake"
+	"mailroom/store"
+)
+
+func (f *fixture) stored(id string) store.Message {
+	f.t.Helper()
+	var m store.Message
+	if err := f.db.View(func(tx *store.Tx) (err error) {
+		m, err = tx.MessageGet(f.account, id)
+		return err
+	}); err != nil {
+		f.t.Fatal(err)
+	}
+	return m
+}
+
+func TestApplyNewLabelsOnceWithActionsAndProvenance(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, testConfig(), false)
+	ctx := context.Background()
+	s := spec("Dev", cond("from", "contains", "@github.com"), cond("body", "contains", "build"))
+	s.Actions = Actions{MarkRead: true, Archive: true}
+	saved, err := f.p.Create(ctx, f.user, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.p.Create(ctx, f.user, spec("Other", cond("subject", "contains", "nothing like this"))); err != nil {
+		t.Fatal(err)
+	}
+	if need, err := f.p.NeedsBody(ctx, f.account); err != nil || !need {
+		t.Fatalf("NeedsBody = %v, %v; want true", need, err)
+	}
+	id, err := f.fake.Gmail.AddMessage(f.email, googlefake.Message{From: "CI <ci@github.com>", Subject: "Build failed", Body: "the build failed"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.mirror()
+	if err := f.p.ApplyNew(ctx, f.account, f.stored(id), "the build failed"); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := f.fake.Gmail.Message(f.email, id)
+	dev, _ := f.fake.Gmail.LabelID(f.email, "Dev")
+	if !slices.Contains(got.LabelIDs, dev) || got.Unread() || slices.Contains(got.LabelIDs, googlefake.LabelInbox) {
+		t.Fatalf("labels %v: want Dev, read, archived", got.LabelIDs)
+	}
+	if _, ok := f.fake.Gmail.LabelID(f.email, "Other"); ok {
+		t.Error("a label of a rule that did not match was created")
+	}
+	var prov map[string]store.Provenance
+	f.db.View(func(tx *store.Tx) (err error) { prov, err = tx.LabelProvenance(f.account, id); return err })
+	if p := prov[dev]; p.RuleID != saved.Rule.ID || p.Version != 1 || !p.Present {
+		t.Fatalf("provenance %+v", prov)
+	}
+	// Again (the task ran twice; the mirror has not seen the change yet):
+	// no Gmail call.
+	f.fake.ResetCounters()
+	if err := f.p.ApplyNew(ctx, f.account, f.stored(id), "the build failed"); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.fake.Calls(googlefake.MethodMessagesModify); n != 0 {
+		t.Errorf("second run made %d modify calls", n)
+	}
+	// A message that does not match is left alone.
+	other, _ := f.fake.Gmail.AddMessage(f.email, googlefake.Message{From: "x@gitlab.com", Subject: "hi", Body: "build"})
+	f.mirror()
+	if err := f.p.ApplyNew(ctx, f.account, f.stored(other), "build"); err != nil {
+		t.Fatal(err)
+	}
+	if m, _ := f.fake.Gmail.Message(f.email, other); slices.Contains(m.LabelIDs, dev) || !m.Unread() {
+		t.Errorf("non-matching message changed: %v", m.LabelIDs)
+	}
+	// The rule changes: the reclassify takes off the label it put on new mail.
+	if _, err := f.p.Update(ctx, saved.Rule.ID, spec("Dev", cond("from", "contains", "@gitlab.com"))); err != nil {
+		t.Fatal(err)
+	}
+	f.q.Start(ctx)
+	defer f.q.Stop()
+	f.waitDone(f.publish().ID)
+	f.checkLabels("Dev", map[string]bool{other: true})
+}

@@ -1,0 +1,510 @@
+package rules
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"mailroom/queue"
+	"mailroom/queue/google"
+	"mailroom/store"
+)
+
+// errQuota is the cause of a batch that waits for the account's quota.
+var errQuota = errors.New("the account's Gmail quota share for reclassify is used up")
+
+// HandleBatch is the handler of rules:reclassify-batch. It re-evaluates
+// every message of its threads against the batch's rules whose latest job
+// is still this batch's job (per rule: the others were superseded and a
+// newer job covers them); when there is none it does no Gmail or store
+// work at all. For each message and label it adds the label where a rule
+// matches, removes it where it no longer matches and a rule had applied it,
+// and never removes a label a person applied. Changes go to Gmail in
+// messages.batchModify calls grouped by label change, within the account's
+// quota share; provenance, the batch's state, the job's counters and the
+// task's completion commit in one transaction.
+func (p *Pipeline) HandleBatch(ctx context.Context, t *queue.Task) error {
+	var pl batchPayload
+	if err := json.Unmarshal(t.Payload, &pl); err != nil {
+		return queue.Permanent(fmt.Errorf("rules: decode batch payload: %w", err))
+	}
+	// The cheap check first: a few reads of latest job ids.
+	live, err := p.liveRules(pl)
+	if err != nil || len(live) == 0 {
+		return p.staleOr(err)
+	}
+	release, err := p.gate.acquire(ctx, pl.AccountID, pl.JobID)
+	if err != nil {
+		return err
+	}
+	defer release()
+	b := &batch{p: p, pl: pl, task: t}
+	if err := b.load(); err != nil || len(b.live) == 0 {
+		return p.staleOr(err)
+	}
+	return b.run(ctx)
+}
+
+func (p *Pipeline) staleOr(err error) error {
+	if err != nil {
+		return err
+	}
+	return queue.Stale("every rule of the batch has a newer reclassify job")
+}
+
+// liveRules returns the batch's rules whose latest job is the batch's job.
+func (p *Pipeline) liveRules(pl batchPayload) ([]*compiledRule, error) {
+	var live []*compiledRule
+	err := p.db.View(func(tx *store.Tx) error {
+		var err error
+		live, err = p.liveRulesTx(tx, pl)
+		return err
+	})
+	return live, err
+}
+
+func (p *Pipeline) liveRulesTx(tx *store.Tx, pl batchPayload) ([]*compiledRule, error) {
+	var live []*compiledRule
+	if p.cfg.Naive && len(pl.Versions) == len(pl.RuleIDs) {
+		for i, id := range pl.RuleIDs {
+			v, err := tx.RuleVersionGet(id, pl.Versions[i])
+			if err != nil {
+				return nil, err
+			}
+			c, err := p.compileUncached(store.Rule{ID: id, Version: v.Version, Label: v.Label, Spec: v.Spec, Deleted: v.Deleted})
+			if err != nil {
+				return nil, err
+			}
+			live = append(live, c)
+		}
+		return live, nil
+	}
+	for _, id := range pl.RuleIDs {
+		if tx.RuleLatestJob(id) != pl.JobID {
+			continue
+		}
+		r, err := tx.RuleGet(id)
+		if err != nil {
+			return nil, err
+		}
+		c, err := p.compile(r)
+		if err != nil {
+			return nil, err
+		}
+		live = append(live, c)
+	}
+	return live, nil
+}
+
+// batch is one run of a batch task.
+type batch struct {
+	p    *Pipeline
+	pl   batchPayload
+	task *queue.Task
+	live []*compiledRule
+	msgs []*batchMessage
+	gm   Gmail
+
+	calls, units int
+}
+
+type batchMessage struct {
+	thread string
+	m      store.Message
+	body   string
+	gone   bool // deleted in Gmail since the mirror saw it
+	prov   map[string]store.Provenance
+	// wants are the live rules that match, by label key.
+	wants map[string]*compiledRule
+}
+
+// provChange is a provenance record to write (nil p: delete) once the
+// Gmail call it depends on (label id and direction) succeeded.
+type provChange struct {
+	msg   *batchMessage
+	label string
+	p     *store.Provenance
+	// add/remove: the Gmail change it depends on; neither: none.
+	add, remove bool
+}
+
+func (b *batch) load() error {
+	return b.p.db.View(func(tx *store.Tx) error {
+		var err error
+		if b.live, err = b.p.liveRulesTx(tx, b.pl); err != nil || len(b.live) == 0 {
+			return err
+		}
+		for _, th := range b.pl.ThreadIDs {
+			msgs, err := tx.ThreadMessages(b.pl.AccountID, th)
+			if err != nil {
+				return err
+			}
+			for _, m := range msgs {
+				prov, err := tx.LabelProvenance(b.pl.AccountID, m.ID)
+				if err != nil {
+					return err
+				}
+				b.msgs = append(b.msgs, &batchMessage{thread: th, m: m, prov: prov})
+			}
+		}
+		return nil
+	})
+}
+
+func (b *batch) needBody() bool {
+	for _, r := range b.live {
+		if r.needBody {
+			return true
+		}
+	}
+	return false
+}
+
+// spend takes units of the account's quota share, or asks to run again
+// when it is there.
+func (b *batch) spend(ctx context.Context, units int) error {
+	b.units += units
+	if b.p.quota == nil || units == 0 {
+		return nil
+	}
+	ok, wait, err := b.p.quota.Spend(ctx, b.pl.AccountID, units)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return queue.RateLimited(errQuota, wait)
+	}
+	return nil
+}
+
+func (b *batch) run(ctx context.Context) error {
+	start := time.Now()
+	gm, err := b.p.gmail(ctx, b.pl.AccountID)
+	if err != nil {
+		return err
+	}
+	b.gm = gm
+	if b.needBody() {
+		if err := b.fetchBodies(ctx); err != nil {
+			return err
+		}
+	}
+	// Which label each message should carry, by key.
+	names := map[string]string{}
+	create := map[string]bool{}
+	for _, r := range b.live {
+		if !r.deleted {
+			names[r.labelKey] = r.label
+		}
+	}
+	for _, bm := range b.msgs {
+		if bm.gone {
+			continue
+		}
+		msg := Message{From: bm.m.From, To: bm.m.To, Cc: bm.m.Cc, Subject: bm.m.Subject, Body: bm.body}
+		for _, r := range b.live {
+			if !r.deleted && r.match.Match(&msg) {
+				if bm.wants == nil {
+					bm.wants = map[string]*compiledRule{}
+				}
+				bm.wants[r.labelKey] = r
+				create[r.labelKey] = true
+			}
+		}
+	}
+	ids, calls, err := b.p.labelIDs(ctx, gm, b.pl.AccountID, names, create)
+	b.calls += calls
+	if err != nil {
+		return err
+	}
+	changes, adds, removes := b.plan(ids)
+	if err := b.spend(ctx, unitsBatchModify*(modifyCalls(adds)+modifyCalls(removes))); err != nil {
+		return err
+	}
+	tApply := time.Now()
+	failed, err := b.apply(ctx, adds, removes)
+	tCommit := time.Now()
+	if cerr := b.commit(changes, failed, err == nil); cerr != nil {
+		return errors.Join(err, cerr)
+	}
+	if err != nil {
+		return err
+	}
+	b.p.log.Debug("reclassify batch done", "job_id", b.pl.JobID, "batch", b.pl.Index, "account_id", b.pl.AccountID,
+		"rules", len(b.live), "messages", len(b.msgs), "gmail_calls", b.calls, "elapsed", time.Since(start),
+		"plan", tApply.Sub(start), "gmail", tCommit.Sub(tApply), "commit", time.Since(tCommit))
+	return nil
+}
+
+// fetchBodies reads the text of every message of the batch from Gmail, a
+// few at a time: the mirror keeps no bodies.
+func (b *batch) fetchBodies(ctx context.Context) error {
+	if err := b.spend(ctx, unitsGet*len(b.msgs)); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+		next  = make(chan *batchMessage)
+	)
+	for range min(b.p.cfg.BodyFetchers, len(b.msgs)) {
+		wg.Go(func() {
+			for bm := range next {
+				gmsg, err := b.gm.GetMessage(ctx, bm.m.ID, true)
+				b.p.metrics.gmailCalls.WithLabelValues("messages.get").Inc()
+				mu.Lock()
+				b.calls++
+				switch {
+				case errors.Is(err, google.ErrNotFound):
+					bm.gone = true
+				case err != nil:
+					if first == nil {
+						first = err
+						cancel()
+					}
+				default:
+					bm.body = gmsg.Body
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	for _, bm := range b.msgs {
+		select {
+		case next <- bm:
+		case <-ctx.Done():
+		}
+	}
+	close(next)
+	wg.Wait()
+	return first
+}
+
+// effectiveHas says whether the message carries label l: the provenance
+// record of our own last change of l wins until the mirror takes a newer
+// change of that label (the sync reports our change a little later).
+func effectiveHas(m *store.Message, l string, p store.Provenance, hasP bool) bool {
+	if hasP && m.LabelHID(l) <= p.SeenHID {
+		return p.Present
+	}
+	return m.HasLabel(l)
+}
+
+// plan decides each message's label changes. adds and removes map label
+// ids to message ids.
+func (b *batch) plan(ids map[string]string) (changes []provChange, adds, removes map[string][]string) {
+	adds, removes = map[string][]string{}, map[string][]string{}
+	liveByID := make(map[string]*compiledRule, len(b.live))
+	for _, r := range b.live {
+		liveByID[r.id] = r
+	}
+	now := b.p.cfg.Now().UTC()
+	stamp := func(r *compiledRule, present bool, seen uint64) *store.Provenance {
+		return &store.Provenance{RuleID: r.id, Version: r.version, JobID: b.pl.JobID, Present: present, SeenHID: seen, At: now}
+	}
+	for _, bm := range b.msgs {
+		if bm.gone {
+			continue
+		}
+		m := &bm.m
+		handled := map[string]bool{}
+		for key, r := range bm.wants {
+			l := ids[key]
+			handled[l] = true
+			p, hasP := bm.prov[l]
+			has := effectiveHas(m, l, p, hasP)
+			switch {
+			case hasP && p.Present && !has:
+				// Ours, and gone (a person took it off): the rule puts it back.
+				adds[l] = append(adds[l], m.ID)
+				changes = append(changes, provChange{msg: bm, label: l, p: stamp(r, true, m.LabelHID(l)), add: true})
+			case hasP && p.Present && (p.RuleID != r.id || p.Version != r.version):
+				// Ours, kept: now on behalf of this rule version.
+				changes = append(changes, provChange{msg: bm, label: l, p: stamp(r, true, p.SeenHID)})
+			case hasP && p.Present:
+			case has:
+				// A person's label (or Gmail's filter's): not ours to record.
+				if hasP {
+					changes = append(changes, provChange{msg: bm, label: l})
+				}
+			default:
+				adds[l] = append(adds[l], m.ID)
+				changes = append(changes, provChange{msg: bm, label: l, p: stamp(r, true, m.LabelHID(l)), add: true})
+			}
+		}
+		for l, p := range bm.prov {
+			if handled[l] {
+				continue
+			}
+			r, ours := liveByID[p.RuleID]
+			switch {
+			case p.Present && ours:
+				// Applied by a rule of this batch that no longer wants it
+				// here (it no longer matches, was deleted, or owns another
+				// label now).
+				removes[l] = append(removes[l], m.ID)
+				changes = append(changes, provChange{msg: bm, label: l, p: stamp(r, false, m.LabelHID(l)), remove: true})
+			case !p.Present && m.LabelHID(l) > p.SeenHID:
+				// The mirror has caught up with our removal: forget it.
+				changes = append(changes, provChange{msg: bm, label: l})
+			}
+		}
+	}
+	return changes, adds, removes
+}
+
+func modifyCalls(byLabel map[string][]string) int {
+	n := 0
+	for _, ids := range byLabel {
+		n += (len(ids) + google.MaxBatchModify - 1) / google.MaxBatchModify
+	}
+	return n
+}
+
+// apply makes the label changes in Gmail with batchModify, one call per
+// label and direction (per 1,000 messages), GmailCalls of them at once
+// (they touch different labels). failed names the label changes ("+id",
+// "-id") that did not complete; err is the first error.
+func (b *batch) apply(ctx context.Context, adds, removes map[string][]string) (failed map[string]bool, err error) {
+	type change struct {
+		key         string // "+id" or "-id"
+		add, remove []string
+		ids         []string
+	}
+	var changes []change
+	for sign, byLabel := range map[string]map[string][]string{"-": removes, "+": adds} {
+		for _, l := range slices.Sorted(maps.Keys(byLabel)) {
+			c := change{key: sign + l, ids: byLabel[l]}
+			if sign == "+" {
+				c.add = []string{l}
+			} else {
+				c.remove = []string{l}
+			}
+			changes = append(changes, c)
+		}
+	}
+	failed = map[string]bool{}
+	var (
+		mu   sync.Mutex
+		wg   sync.WaitGroup
+		sema = make(chan struct{}, b.p.cfg.GmailCalls)
+	)
+	for _, c := range changes {
+		sema <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sema }()
+			for chunk := range slices.Chunk(c.ids, google.MaxBatchModify) {
+				mu.Lock()
+				stop := err != nil
+				b.calls++
+				mu.Unlock()
+				var cerr error
+				if !stop {
+					b.p.metrics.gmailCalls.WithLabelValues("batchModify").Inc()
+					cerr = b.gm.BatchModify(ctx, chunk, c.add, c.remove)
+				}
+				if stop || cerr != nil {
+					mu.Lock()
+					failed[c.key] = true
+					if err == nil {
+						err = cerr
+					}
+					mu.Unlock()
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return failed, err
+}
+
+// commit records what happened in one transaction: the provenance of the
+// changes that reached Gmail and, when the whole batch did, the batch's
+// state, the job's counters and the task's completion.
+func (b *batch) commit(changes []provChange, failed map[string]bool, complete bool) error {
+	labeled, unlabeled := map[string]bool{}, map[string]bool{}
+	nAdd, nRemove := 0, 0
+	err := b.p.db.Update(func(tx *store.Tx) error {
+		for _, c := range changes {
+			switch {
+			case c.add && failed["+"+c.label], c.remove && failed["-"+c.label]:
+				continue
+			case c.p == nil:
+				if err := tx.LabelProvenanceDelete(b.pl.AccountID, c.msg.m.ID, c.label); err != nil {
+					return err
+				}
+				continue
+			}
+			if err := tx.LabelProvenancePut(b.pl.AccountID, c.msg.m.ID, c.label, *c.p); err != nil {
+				return err
+			}
+		}
+		if !complete {
+			return nil
+		}
+		for _, c := range changes {
+			switch {
+			case c.add:
+				labeled[c.msg.thread] = true
+				nAdd++
+			case c.remove:
+				unlabeled[c.msg.thread] = true
+				nRemove++
+			}
+		}
+		bt, err := tx.ReclassifyBatchGet(b.pl.JobID, b.pl.Index)
+		if err != nil {
+			return err
+		}
+		job, err := tx.ReclassifyJobGet(b.pl.JobID)
+		if err != nil {
+			return err
+		}
+		switch bt.State {
+		case store.BatchDone:
+			return b.task.Ack(tx) // a second delivery of a finished batch
+		case store.BatchStale:
+			// Dropped by a newer job's publish while it ran: it did run.
+			job.BatchesSkippedStale--
+		}
+		bt.State = store.BatchDone
+		if err := tx.ReclassifyBatchPut(bt); err != nil {
+			return err
+		}
+		job.BatchesDone++
+		job.RulesSkipped += len(b.pl.RuleIDs) - len(b.live)
+		job.ThreadsLabeled += len(labeled)
+		job.ThreadsUnlabeled += len(unlabeled)
+		job.MessagesLabeled += nAdd
+		job.MessagesUnlabeled += nRemove
+		job.GmailCalls += b.calls
+		if job.Waiting() == 0 && job.FinishedAt.IsZero() {
+			job.FinishedAt = b.p.cfg.Now().UTC()
+		}
+		if err := tx.ReclassifyJobPut(job); err != nil {
+			return err
+		}
+		return b.task.Ack(tx)
+	})
+	if err != nil {
+		return fmt.Errorf("rules: record batch %d of job %s: %w", b.pl.Index, b.pl.JobID, err)
+	}
+	if complete {
+		m := b.p.metrics
+		m.batches.WithLabelValues("run").Inc()
+		m.threads.WithLabelValues("labeled").Add(float64(len(labeled)))
+		m.threads.WithLabelValues("unlabeled").Add(float64(len(unlabeled)))
+		m.labels.WithLabelValues("reclassify", "added").Add(float64(nAdd))
+		m.labels.WithLabelValues("reclassify", "removed").Add(float64(nRemove))
+	}
+	return nil
+}

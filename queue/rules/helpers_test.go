@@ -1,0 +1,226 @@
+package rules
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"mailroom/queue"
+	"mailroom/queue/broker"
+	"mailroom/queue/broker/brokertest"
+	"mailroom/queue/google"
+	"mailroom/queue/google/googlefake"
+	"mailroom/store"
+	"mailroom/store/storetest"
+)
+
+// fixture is the pipeline over a real store, broker, queue and the Google
+// emulator, with one user and one account whose mailbox is mirrored into
+// the store by the fixture itself (no gmail pipeline here).
+type fixture struct {
+	t       testing.TB
+	db      *store.DB
+	broker  *broker.Broker
+	fake    *googlefake.Server
+	client  *google.Client
+	p       *Pipeline
+	q       *queue.Queue
+	user    string
+	account string
+	email   string
+
+	mu      sync.Mutex
+	tokens  map[string]string // account id -> refresh token
+	openers map[string]Gmail
+}
+
+func testConfig() Config {
+	return Config{
+		Debounce: 300 * time.Millisecond, MaxWait: 2 * time.Second, Tick: 50 * time.Millisecond,
+		BatchSize: 50, SaveLimit: 20, SaveWindow: time.Minute,
+	}
+}
+
+// newFixture builds the pipeline; the queue is started when start is set.
+func newFixture(t testing.TB, cfg Config, start bool) *fixture {
+	t.Helper()
+	f := &fixture{t: t, db: storetest.Open(t), broker: brokertest.Embedded(t), tokens: map[string]string{}, openers: map[string]Gmail{}}
+	f.fake = googlefake.StartForTest(t, googlefake.Options{})
+	f.client = google.New(google.Config{APIURL: f.fake.URL(), TokenURL: f.fake.TokenURL(), ReadRetries: -1})
+	var err error
+	f.p, err = New(cfg, f.db, f.broker.Client(), f.open)
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := queue.NewTable(queue.TableConfig{MaxRetries: 3, ConcurrencyMessageAdded: 1, ConcurrencyState: 1})
+	for _, tt := range table.Types() {
+		h := func(context.Context, *queue.Task) error { return nil }
+		if tt.Name == queue.TypeRulesReclassifyBatch {
+			h = f.p.HandleBatch
+		}
+		if err := table.Handle(tt.Name, h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.q, err = queue.New(queue.Config{
+		RetryInitial: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond,
+		PollInterval: 10 * time.Millisecond, DelayedCheckInterval: 100 * time.Millisecond, ShutdownTimeout: 5 * time.Second,
+	}, f.db, f.broker.RedisConnOpt(), table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if start {
+		if err := f.q.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(f.q.Stop)
+	}
+	f.user = f.addUser("ann@example.com")
+	f.email = "ann@example.com"
+	f.account = f.addAccount(f.user, f.email)
+	return f
+}
+
+func (f *fixture) addUser(email string) string {
+	f.t.Helper()
+	var u store.User
+	f.update(func(tx *store.Tx) (err error) {
+		u, err = tx.UserCreate(email, "")
+		return err
+	})
+	return u.ID
+}
+
+func (f *fixture) addAccount(userID, email string) string {
+	f.t.Helper()
+	id := store.NewID()
+	f.mu.Lock()
+	f.tokens[id] = f.fake.AddAccount(email)
+	f.mu.Unlock()
+	f.update(func(tx *store.Tx) error {
+		return tx.AccountPut(store.Account{ID: id, UserID: userID, Email: email, Status: store.AccountReady})
+	})
+	return id
+}
+
+func (f *fixture) open(ctx context.Context, accountID string) (Gmail, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if g, ok := f.openers[accountID]; ok {
+		return g, nil
+	}
+	tok, ok := f.tokens[accountID]
+	if !ok {
+		return nil, queue.Permanent(fmt.Errorf("no account %s", accountID))
+	}
+	g, err := f.client.Gmail(ctx, f.client.TokenSource(google.Token{RefreshToken: tok}, nil))
+	if err != nil {
+		return nil, err
+	}
+	f.openers[accountID] = g
+	return g, nil
+}
+
+func (f *fixture) update(fn func(tx *store.Tx) error) {
+	f.t.Helper()
+	if err := f.db.Update(fn); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// addThreads adds n threads to the account's mailbox in the emulator; every
+// third thread gets a reply. from(i) is the sender of thread i.
+func (f *fixture) addThreads(n int, from func(i int) string) {
+	f.t.Helper()
+	for i := range n {
+		id, err := f.fake.Gmail.AddMessage(f.email, googlefake.Message{From: from(i), To: f.email, Subject: fmt.Sprintf("thread %d", i), Body: "hello"})
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		if i%3 == 0 {
+			if _, err := f.fake.Gmail.AddMessage(f.email, googlefake.Message{ThreadID: id, From: f.email, To: from(i), Subject: fmt.Sprintf("Re: thread %d", i), Body: "thanks"}); err != nil {
+				f.t.Fatal(err)
+			}
+		}
+	}
+}
+
+// mirror copies the emulator's mailbox and labels into the store, as the
+// gmail pipeline's full sync would.
+func (f *fixture) mirror() {
+	f.t.Helper()
+	msgs := f.fake.Gmail.Messages(f.email)
+	labels := f.fake.Gmail.LabelNames(f.email)
+	f.update(func(tx *store.Tx) error {
+		user := map[string]string{}
+		for id, name := range labels {
+			if id != name {
+				user[id] = name
+			}
+		}
+		if err := tx.LabelsReplace(f.account, user); err != nil {
+			return err
+		}
+		for _, m := range msgs {
+			cur, err := tx.MessageGet(f.account, m.ID)
+			if err != nil {
+				cur = store.Message{ID: m.ID}
+			}
+			cur.MergeFetched(store.Message{ID: m.ID, ThreadID: m.ThreadID, From: m.From, To: m.To, Cc: m.Cc,
+				Subject: m.Subject, LabelIDs: m.LabelIDs, HistoryID: m.HistoryID})
+			if err := tx.MessagePut(f.account, cur); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// gmailLabeled returns the ids of the account's messages that carry the
+// label named name in the emulator.
+func (f *fixture) gmailLabeled(name string) map[string]bool {
+	out := map[string]bool{}
+	id, ok := f.fake.Gmail.LabelID(f.email, name)
+	if !ok {
+		return out
+	}
+	for _, m := range f.fake.Gmail.Messages(f.email) {
+		for _, l := range m.LabelIDs {
+			if l == id {
+				out[m.ID] = true
+			}
+		}
+	}
+	return out
+}
+
+func (f *fixture) job(id string) store.ReclassifyJob {
+	f.t.Helper()
+	var j store.ReclassifyJob
+	if err := f.db.View(func(tx *store.Tx) (err error) {
+		j, err = tx.ReclassifyJobGet(id)
+		return err
+	}); err != nil {
+		f.t.Fatal(err)
+	}
+	return j
+}
+
+func waitUntil(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func spec(label string, conds ...Condition) Spec {
+	return Spec{Label: label, Match: MatchAll, Conditions: conds}
+}
+
+func cond(field, op, value string) Condition { return Condition{Field: field, Op: op, Value: value} }

@@ -1,0 +1,280 @@
+package rules
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"mailroom/queue"
+	"mailroom/store"
+)
+
+// batchPayload is the payload of a rules:reclassify-batch task.
+type batchPayload struct {
+	JobID     string   `json:"jobId"`
+	UserID    string   `json:"userId"`
+	AccountID string   `json:"accountId"`
+	Index     int      `json:"index"`
+	RuleIDs   []string `json:"ruleIds"`
+	// Versions are the rules' versions at publish, for the Naive baseline
+	// (mailroom applies each rule's current version).
+	Versions  []int    `json:"versions,omitempty"`
+	ThreadIDs []string `json:"threadIds"`
+}
+
+// Publisher turns due pending reclassifies into jobs, every Tick. It finds
+// them through the fire-time index, never by scanning users, and publishes
+// each in one transaction that takes the pending entry, so two publishers
+// (two loops, two processes sharing the file) never publish one twice: the
+// second transaction finds the entry gone.
+type Publisher struct {
+	p *Pipeline
+	q Enqueuer
+
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
+	kick   chan struct{}
+}
+
+// Publisher returns the pipeline's publisher, enqueueing batch tasks
+// through q.
+func (p *Pipeline) Publisher(q Enqueuer) *Publisher {
+	return &Publisher{p: p, q: q, kick: make(chan struct{}, 1)}
+}
+
+// Start runs the ticker until Stop.
+func (pub *Publisher) Start(ctx context.Context) error {
+	pub.mu.Lock()
+	defer pub.mu.Unlock()
+	if pub.cancel != nil {
+		return errors.New("rules: publisher already started")
+	}
+	ctx, pub.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	pub.done = make(chan struct{})
+	go pub.run(ctx, pub.done)
+	return nil
+}
+
+// Stop stops the ticker and waits for a publish in progress.
+func (pub *Publisher) Stop() {
+	pub.mu.Lock()
+	cancel, done := pub.cancel, pub.done
+	pub.cancel = nil
+	pub.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	<-done
+}
+
+func (pub *Publisher) run(ctx context.Context, done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTicker(pub.p.cfg.Tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-pub.kick:
+		}
+		st, err := pub.RunOnce(ctx, pub.p.cfg.Now())
+		if err != nil && ctx.Err() == nil {
+			pub.p.log.Error("publish due reclassify jobs", "err", err)
+		}
+		if st.Published == pub.p.cfg.PublishPerTick {
+			// More may be due: go again at once.
+			select {
+			case pub.kick <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// PublishStats says what one RunOnce did.
+type PublishStats struct {
+	// Published is the number of jobs published.
+	Published int
+	// Visited is the number of fire-time index entries read: the due ones
+	// plus at most one that is not due, whatever the number of users.
+	Visited int
+	// Jobs are the published jobs.
+	Jobs []store.ReclassifyJob
+}
+
+// RunOnce publishes the jobs due at now, up to PublishPerTick, one
+// transaction each.
+func (pub *Publisher) RunOnce(ctx context.Context, now time.Time) (PublishStats, error) {
+	var st PublishStats
+	for st.Published < pub.p.cfg.PublishPerTick && ctx.Err() == nil {
+		var job *store.ReclassifyJob
+		var dropped int
+		err := pub.p.db.Update(func(tx *store.Tx) error {
+			job, dropped = nil, 0
+			var userID string
+			visited, err := tx.ReclassifyDue(now, func(id string, _ time.Time) bool {
+				userID = id
+				return false
+			})
+			st.Visited += visited
+			if err != nil || userID == "" {
+				return err
+			}
+			pending, err := tx.ReclassifyTake(userID)
+			if err != nil {
+				return err
+			}
+			j, n, err := pub.publish(tx, pending, now)
+			job, dropped = &j, n
+			return err
+		})
+		if err != nil {
+			return st, fmt.Errorf("rules: publish: %w", err)
+		}
+		if job == nil {
+			return st, nil
+		}
+		st.Published++
+		st.Jobs = append(st.Jobs, *job)
+		pub.p.metrics.publishes.Inc()
+		pub.p.metrics.batches.WithLabelValues("stale").Add(float64(dropped))
+		pub.p.log.Info("reclassify published", "user_id", job.UserID, "job_id", job.ID,
+			"rules", len(job.RuleIDs), "threads", job.Threads, "batches", job.Batches, "dropped_stale_batches", dropped)
+	}
+	return st, ctx.Err()
+}
+
+// publish makes the job of a pending reclassify in tx: the job record, each
+// rule's latest job, one batch task per BatchSize threads of each of the
+// user's accounts, and drops the waiting batches of the jobs it supersedes.
+func (pub *Publisher) publish(tx *store.Tx, pending store.ReclassifyPending, now time.Time) (store.ReclassifyJob, int, error) {
+	job := store.ReclassifyJob{UserID: pending.UserID, RuleIDs: pending.RuleIDs, StartedAt: now.UTC()}
+	if err := tx.ReclassifyJobCreate(&job); err != nil {
+		return job, 0, err
+	}
+	var previous []string
+	var versions []int
+	for _, id := range job.RuleIDs {
+		if pub.p.cfg.Naive {
+			r, err := tx.RuleGet(id)
+			if err != nil {
+				return job, 0, err
+			}
+			versions = append(versions, r.Version)
+		}
+		if prev := tx.RuleLatestJob(id); prev != "" && !slices.Contains(previous, prev) {
+			previous = append(previous, prev)
+		}
+		if err := tx.RuleSetLatestJob(id, job.ID); err != nil {
+			return job, 0, err
+		}
+	}
+	accounts, err := tx.Accounts()
+	if err != nil {
+		return job, 0, err
+	}
+	size := pub.p.cfg.BatchSize
+	for _, a := range accounts {
+		if a.UserID != job.UserID || a.Status == store.AccountDisconnected {
+			continue
+		}
+		after := ""
+		for {
+			threads, next, err := tx.ThreadIDs(a.ID, after, size)
+			if err != nil {
+				return job, 0, err
+			}
+			if len(threads) > 0 {
+				payload := batchPayload{JobID: job.ID, UserID: job.UserID, AccountID: a.ID, Index: job.Batches, RuleIDs: job.RuleIDs, Versions: versions, ThreadIDs: threads}
+				rec, _, err := pub.q.Enqueue(tx, queue.TypeRulesReclassifyBatch, payload)
+				if err != nil {
+					return job, 0, err
+				}
+				err = tx.ReclassifyBatchPut(store.ReclassifyBatch{
+					JobID: job.ID, Index: job.Batches, AccountID: a.ID, Threads: len(threads),
+					Queue: rec.Queue, OutboxID: rec.ID, State: store.BatchWaiting,
+				})
+				if err != nil {
+					return job, 0, err
+				}
+				job.Batches++
+				job.Threads += len(threads)
+			}
+			if next == "" {
+				break
+			}
+			after = next
+		}
+	}
+	if job.Batches == 0 {
+		job.FinishedAt = now.UTC()
+	}
+	if err := tx.ReclassifyJobPut(job); err != nil {
+		return job, 0, err
+	}
+	dropped := 0
+	if pub.p.cfg.Naive {
+		previous = nil
+	}
+	for _, id := range previous {
+		n, err := dropSuperseded(tx, id, now)
+		if err != nil {
+			return job, 0, err
+		}
+		dropped += n
+	}
+	return job, dropped, nil
+}
+
+// dropSuperseded drops the waiting batches of job id when every rule it
+// carried has a newer job: their outbox records go, so those still in the
+// outbox never reach a worker, and those already handed to the broker end
+// at the handler's first read (the latest job ids) as stale, with no Gmail
+// or store work. A batch that is running at this moment finishes and counts
+// as done.
+func dropSuperseded(tx *store.Tx, id string, now time.Time) (int, error) {
+	job, err := tx.ReclassifyJobGet(id)
+	if err != nil {
+		return 0, err
+	}
+	for _, r := range job.RuleIDs {
+		if tx.RuleLatestJob(r) == id {
+			return 0, nil // still the latest job of a rule: its batches run for that rule
+		}
+	}
+	if job.Waiting() == 0 {
+		return 0, nil
+	}
+	dropped := 0
+	var stale []store.ReclassifyBatch
+	err = tx.ReclassifyBatches(id, func(b store.ReclassifyBatch) (bool, error) {
+		if b.State == store.BatchWaiting {
+			stale = append(stale, b)
+		}
+		return true, nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	for _, b := range stale {
+		if err := tx.OutboxDelete(b.Queue, b.OutboxID); err != nil {
+			return 0, err
+		}
+		b.State = store.BatchStale
+		if err := tx.ReclassifyBatchPut(b); err != nil {
+			return 0, err
+		}
+		job.BatchesSkippedStale++
+		dropped++
+	}
+	if job.Waiting() == 0 && job.FinishedAt.IsZero() {
+		job.FinishedAt = now.UTC()
+	}
+	return dropped, tx.ReclassifyJobPut(job)
+}

@@ -1,0 +1,143 @@
+package sheets
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"mailroom/queue/broker"
+	"mailroom/queue/broker/brokertest"
+)
+
+// fakeClock is a settable clock for the quota's unit tests.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+func TestQuotaSlidingWindow(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, b *broker.Broker) {
+		ctx := context.Background()
+		clock := &fakeClock{t: time.UnixMilli(1_900_000_000_000)}
+		q := NewQuota(QuotaConfig{Limit: 3, Window: time.Second, Margin: 100 * time.Millisecond, Now: clock.Now}, b.Client())
+		for i := range 3 {
+			g, err := q.Acquire(ctx, "acct", "f1")
+			if err != nil || !g.OK || g.Used != i+1 {
+				t.Fatalf("call %d: %+v %v", i, g, err)
+			}
+			clock.Add(100 * time.Millisecond)
+		}
+		// At +300ms the window (1.1s) holds 3 calls: refused until the
+		// first leaves it at +1100ms.
+		g, err := q.Acquire(ctx, "acct", "f1")
+		if err != nil || g.OK || g.Wait != 800*time.Millisecond {
+			t.Fatalf("fourth call: %+v %v, want a refusal with 800ms wait", g, err)
+		}
+		// Another account has its own quota.
+		if g, err := q.Acquire(ctx, "other", "f9"); err != nil || !g.OK {
+			t.Fatalf("other account: %+v %v", g, err)
+		}
+		use, err := q.Usage(ctx, "acct")
+		if err != nil || use.Used != 3 || use.Limit != 3 || use.Waiting != 1 {
+			t.Fatalf("usage %+v %v", use, err)
+		}
+		clock.Add(800 * time.Millisecond)
+		if g, err := q.Acquire(ctx, "acct", "f1"); err != nil || !g.OK {
+			t.Fatalf("after the wait: %+v %v", g, err)
+		}
+		// Never more than Limit calls in any window: hammer it.
+		var granted []time.Time
+		for range 400 {
+			clock.Add(13 * time.Millisecond)
+			g, err := q.Acquire(ctx, "acct", "f1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if g.OK {
+				granted = append(granted, clock.Now())
+			}
+		}
+		for i := 3; i < len(granted); i++ {
+			if d := granted[i].Sub(granted[i-3]); d < 1100*time.Millisecond {
+				t.Fatalf("4 calls within %s", d)
+			}
+		}
+		if len(granted) < 12 {
+			t.Fatalf("only %d grants in 5.2s at 3 per 1.1s", len(granted))
+		}
+	})
+}
+
+// TestQuotaFairness: a busy form that always has another batch cannot
+// starve a quiet form of the same account: once the quiet form waits, it
+// gets the next free slot, and waiters are served oldest first.
+func TestQuotaFairness(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, b *broker.Broker) {
+		ctx := context.Background()
+		clock := &fakeClock{t: time.UnixMilli(1_900_000_000_000)}
+		q := NewQuota(QuotaConfig{Limit: 2, Window: time.Second, Margin: time.Millisecond, Grace: 500 * time.Millisecond, Now: clock.Now}, b.Client())
+		acquire := func(form string) Grant {
+			t.Helper()
+			g, err := q.Acquire(ctx, "acct", form)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return g
+		}
+		if !acquire("busy").OK || !acquire("busy").OK {
+			t.Fatal("the first two calls were refused")
+		}
+		clock.Add(10 * time.Millisecond)
+		quiet := acquire("quiet")
+		third := acquire("third")
+		if quiet.OK || third.OK {
+			t.Fatal("granted over the limit")
+		}
+		// quiet is first in line: served when the first call leaves;
+		// third when the second leaves.
+		if quiet.Wait != 991*time.Millisecond || third.Wait != 991*time.Millisecond {
+			t.Fatalf("waits %s %s", quiet.Wait, third.Wait)
+		}
+		clock.Add(quiet.Wait)
+		// The busy form comes back first, but both waiters are ahead of it.
+		if g := acquire("busy"); g.OK {
+			t.Fatal("busy form jumped the line")
+		}
+		if !acquire("quiet").OK {
+			t.Fatal("quiet form not served at its turn")
+		}
+		if !acquire("third").OK {
+			t.Fatal("third form not served at its turn")
+		}
+		if g := acquire("busy"); g.OK {
+			t.Fatal("busy form served over the limit")
+		}
+
+		// A waiter that never comes back loses its place after Grace.
+		clock.Add(2 * time.Second)
+		if !acquire("x").OK || !acquire("x").OK {
+			t.Fatal("fresh window refused")
+		}
+		ghost := acquire("ghost")
+		if ghost.OK {
+			t.Fatal("ghost granted over the limit")
+		}
+		clock.Add(ghost.Wait + 600*time.Millisecond)
+		if !acquire("late").OK {
+			t.Fatal("a vanished waiter still holds its slot after the grace")
+		}
+	})
+}

@@ -1,0 +1,554 @@
+// Package sheets is the Google Sheets pipeline: forms, submissions intake,
+// one buffer of submission ids per sheet, the flush policy, the per-account
+// write quota and the flush handler that writes each row to its sheet
+// exactly once and in order.
+//
+// The flow (DESIGN.md, story 3): a submission is validated, then in one
+// bbolt transaction it is stored, its id appended to its form's buffer, and
+// a sheets:flush for that form put in the outbox (one per form, by key): at
+// its first waiting row + FlushDelay, or now when Threshold rows wait. The
+// broker only ever holds that one task per sheet, never submissions. The
+// flush waits for the account's write quota, writes up to Threshold rows
+// in one values.update, records what it wrote and schedules the next flush
+// if rows remain. See flush.go for why a row cannot be lost or doubled.
+package sheets
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"mailroom/queue"
+	"mailroom/queue/google"
+	"mailroom/store"
+)
+
+// Errors.
+var (
+	// ErrFormNotFound: no form has that id (404).
+	ErrFormNotFound = errors.New("no such form")
+	// ErrSheetTaken: another form already writes that sheet (409).
+	ErrSheetTaken = errors.New("another form already writes this sheet")
+	// ErrGoogleUnavailable: Google did not answer usefully (503).
+	ErrGoogleUnavailable = errors.New("Google Sheets did not answer")
+	// ErrQuota: the account's write quota is used up for now.
+	ErrQuota = errors.New("the account's Sheets write quota is used up")
+	// errNotDue: the flush ran before its time (asynq schedules in whole
+	// seconds and may run a task up to a second early).
+	errNotDue = errors.New("flush not due yet")
+)
+
+// Limits of a form's definition.
+const (
+	MaxColumns    = 200
+	maxColumnName = 200
+	maxSheetName  = 100
+)
+
+// SheetsClient is one Google account's Sheets, as the pipeline uses it
+// (google.Sheets).
+type SheetsClient interface {
+	SheetTitles(ctx context.Context, spreadsheetID string) ([]string, error)
+	ReadRange(ctx context.Context, spreadsheetID, a1 string) ([][]string, error)
+	WriteRange(ctx context.Context, spreadsheetID, a1 string, rows [][]string) error
+}
+
+var _ SheetsClient = (*google.Sheets)(nil)
+
+// Clients gives the Sheets client of a connected Google account. An
+// unknown account is an error wrapping store.ErrNotFound; a revoked one
+// one wrapping google.ErrRevoked.
+type Clients interface {
+	Sheets(ctx context.Context, accountID string) (SheetsClient, error)
+}
+
+// enqueuer records tasks in the caller's transaction (queue.Queue).
+type enqueuer interface {
+	Enqueue(tx *store.Tx, typ string, payload any, opts ...queue.Option) (store.OutboxRecord, bool, error)
+}
+
+// Config tunes the pipeline. Zero values take the defaults named.
+type Config struct {
+	// FlushDelay: a sheet's buffer is flushed at most this long after its
+	// first waiting row. Default 10s (MAILROOM_SHEETS_FLUSH_DELAY).
+	FlushDelay time.Duration
+	// Threshold: a buffer this full is flushed at once; also the most rows
+	// one write carries. Default 500 (MAILROOM_SHEETS_FLUSH_THRESHOLD).
+	Threshold int
+	// WritesPerMinute: Sheets write calls per QuotaWindow per Google
+	// account. Default 60 (MAILROOM_SHEETS_WRITES_PER_MINUTE).
+	WritesPerMinute int
+	// QuotaWindow is the "minute" of WritesPerMinute. Default one minute;
+	// tests compress it.
+	QuotaWindow time.Duration
+	// CallTimeout bounds one Sheets call. Default 30s; a write call is
+	// also bounded by 9/10 of QuotaWindow (see Quota).
+	CallTimeout time.Duration
+	// Logger; nil: discard.
+	Logger *slog.Logger
+	// Registerer receives the metrics; nil: a private registry.
+	Registerer prometheus.Registerer
+	// Now is the clock; nil: time.Now.
+	Now func() time.Time
+}
+
+func (c *Config) defaults() {
+	if c.FlushDelay <= 0 {
+		c.FlushDelay = 10 * time.Second
+	}
+	if c.Threshold <= 0 {
+		c.Threshold = 500
+	}
+	if c.WritesPerMinute <= 0 {
+		c.WritesPerMinute = 60
+	}
+	if c.QuotaWindow <= 0 {
+		c.QuotaWindow = time.Minute
+	}
+	if c.CallTimeout <= 0 {
+		c.CallTimeout = 30 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Registerer == nil {
+		c.Registerer = prometheus.NewRegistry()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+// Deps are the pipeline's collaborators.
+type Deps struct {
+	DB *store.DB
+	// Queue records flush tasks; it may be set later with SetQueue (the
+	// app builds the queue after the pipelines).
+	Queue enqueuer
+	// Broker holds the write quota (broker.Broker.Client()).
+	Broker scripter
+	// Clients gives each account's Sheets client.
+	Clients Clients
+}
+
+// Pipeline is the Sheets pipeline.
+type Pipeline struct {
+	cfg     Config
+	db      *store.DB
+	clients Clients
+	quota   *Quota
+	log     *slog.Logger
+	metrics *metrics
+
+	qmu   sync.RWMutex
+	queue enqueuer
+
+	forms sync.Map // id -> store.Form (forms never change)
+
+	// afterWrite, when set (tests), runs after a successful write call and
+	// before its bookkeeping; an error stands for a crash in between.
+	afterWrite func() error
+}
+
+// New builds the pipeline.
+func New(cfg Config, deps Deps) (*Pipeline, error) {
+	cfg.defaults()
+	if deps.DB == nil || deps.Broker == nil || deps.Clients == nil {
+		return nil, errors.New("sheets: New needs a store, a broker and a Clients")
+	}
+	p := &Pipeline{
+		cfg:     cfg,
+		db:      deps.DB,
+		clients: deps.Clients,
+		queue:   deps.Queue,
+		log:     cfg.Logger.With("component", "sheets"),
+		quota:   NewQuota(QuotaConfig{Limit: cfg.WritesPerMinute, Window: cfg.QuotaWindow, Now: cfg.Now}, deps.Broker),
+	}
+	m, err := newMetrics(cfg.Registerer, p.bufferedGauge)
+	if err != nil {
+		return nil, fmt.Errorf("sheets: metrics: %w", err)
+	}
+	p.metrics = m
+	return p, nil
+}
+
+// SetQueue sets the queue that records flush tasks.
+func (p *Pipeline) SetQueue(q enqueuer) {
+	p.qmu.Lock()
+	p.queue = q
+	p.qmu.Unlock()
+}
+
+func (p *Pipeline) enqueuer() (enqueuer, error) {
+	p.qmu.RLock()
+	defer p.qmu.RUnlock()
+	if p.queue == nil {
+		return nil, errors.New("sheets: no queue set")
+	}
+	return p.queue, nil
+}
+
+// Quota returns the per-account write quota.
+func (p *Pipeline) Quota() *Quota { return p.quota }
+
+// Config returns the pipeline's settings, defaults applied.
+func (p *Pipeline) Config() Config { return p.cfg }
+
+func (p *Pipeline) bufferedGauge() float64 {
+	var n int
+	if err := p.db.View(func(tx *store.Tx) error {
+		var err error
+		n, err = tx.SheetsBuffered()
+		return err
+	}); err != nil {
+		return 0
+	}
+	return float64(n)
+}
+
+// ---- forms ----
+
+// FormInput is a form to create.
+type FormInput struct {
+	UserID        string `json:"userId"`
+	AccountID     string `json:"accountId"`
+	SpreadsheetID string `json:"spreadsheetId"`
+	// Sheet is the sheet's title; empty: the spreadsheet's first sheet.
+	Sheet   string   `json:"sheet"`
+	Columns []string `json:"columns"`
+}
+
+// FormView is a form with its write bookkeeping, as the API shows it.
+type FormView struct {
+	ID            string    `json:"id"`
+	UserID        string    `json:"userId"`
+	AccountID     string    `json:"accountId"`
+	SpreadsheetID string    `json:"spreadsheetId"`
+	Sheet         string    `json:"sheet"`
+	Columns       []string  `json:"columns"`
+	StartRow      int       `json:"startRow"`
+	NextRow       int       `json:"nextRow"`
+	CreatedAt     time.Time `json:"createdAt"`
+	Buffered      int       `json:"buffered"`
+	RowsWritten   int       `json:"rowsWritten"`
+	WriteCalls    int       `json:"writeCalls"`
+	// LastFlushAt is RFC 3339, or empty before the first write.
+	LastFlushAt string `json:"lastFlushAt"`
+	LastError   string `json:"lastError"`
+}
+
+func view(f store.Form, w store.SheetWrites) FormView {
+	v := FormView{
+		ID: f.ID, UserID: f.UserID, AccountID: f.AccountID, SpreadsheetID: f.SpreadsheetID, Sheet: f.Sheet,
+		Columns: f.Columns, StartRow: f.StartRow, NextRow: w.NextRow, CreatedAt: f.CreatedAt,
+		Buffered: w.Buffered, RowsWritten: w.RowsWritten, WriteCalls: w.Calls, LastError: w.LastError,
+	}
+	if !w.LastFlushAt.IsZero() {
+		v.LastFlushAt = w.LastFlushAt.UTC().Format(time.RFC3339)
+	}
+	return v
+}
+
+var spreadsheetIDPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,200}$`)
+
+// checkInput validates a form's definition alone (no store, no Google).
+func checkInput(in *FormInput) error {
+	in.UserID, in.AccountID = strings.TrimSpace(in.UserID), strings.TrimSpace(in.AccountID)
+	in.SpreadsheetID = strings.TrimSpace(in.SpreadsheetID)
+	switch {
+	case in.UserID == "":
+		return inputErr("userId", "required", "Name the user who owns the form.")
+	case in.AccountID == "":
+		return inputErr("accountId", "required", "Name the connected Google account that writes the sheet.")
+	case in.SpreadsheetID == "":
+		return inputErr("spreadsheetId", "required", "Give the spreadsheet's id (the long part of its URL after /d/).")
+	case !spreadsheetIDPattern.MatchString(in.SpreadsheetID):
+		return inputErr("spreadsheetId", "invalid", "A spreadsheet id holds only letters, digits, - and _ (the part of its URL after /d/).")
+	case utf8.RuneCountInString(in.Sheet) > maxSheetName:
+		return inputErr("sheet", "invalid", "A sheet name has at most %d characters.", maxSheetName)
+	case strings.ContainsFunc(in.Sheet, unicode.IsControl):
+		return inputErr("sheet", "invalid", "A sheet name cannot hold control characters.")
+	case len(in.Columns) == 0:
+		return inputErr("columns", "required", "List the form's columns, in the order they go in the sheet.")
+	case len(in.Columns) > MaxColumns:
+		return inputErr("columns", "invalid", "A form has at most %d columns.", MaxColumns)
+	}
+	seen := map[string]bool{}
+	for i, c := range in.Columns {
+		field := fmt.Sprintf("columns[%d]", i)
+		switch {
+		case strings.TrimSpace(c) == "":
+			return inputErr(field, "invalid", "A column needs a name.")
+		case c != strings.TrimSpace(c):
+			return inputErr(field, "invalid", "A column name cannot start or end with spaces.")
+		case utf8.RuneCountInString(c) > maxColumnName:
+			return inputErr(field, "invalid", "A column name has at most %d characters.", maxColumnName)
+		case seen[strings.ToLower(c)]:
+			return inputErr(field, "invalid", "The column %q is listed twice.", c)
+		}
+		seen[strings.ToLower(c)] = true
+	}
+	return nil
+}
+
+// CreateForm checks a form's definition, its user and account, and that
+// the spreadsheet and sheet exist and the account may open them
+// (spreadsheets.get); it then finds the first row below any data in the
+// form's columns, and stores the form. Its rows are written from there.
+func (p *Pipeline) CreateForm(ctx context.Context, in FormInput) (FormView, error) {
+	if err := checkInput(&in); err != nil {
+		return FormView{}, err
+	}
+	var acct store.Account
+	err := p.db.View(func(tx *store.Tx) error {
+		if _, err := tx.UserGet(in.UserID); err != nil {
+			if errors.Is(err, store.ErrNotFound) {
+				return inputErr("userId", "not_found", "There is no user %q.", in.UserID)
+			}
+			return err
+		}
+		a, err := tx.AccountGet(in.AccountID)
+		if errors.Is(err, store.ErrNotFound) {
+			return inputErr("accountId", "not_found", "There is no connected Google account %q.", in.AccountID)
+		} else if err != nil {
+			return err
+		}
+		if a.UserID != in.UserID {
+			return inputErr("accountId", "invalid", "The account %s belongs to another user.", a.Email)
+		}
+		if a.Status == store.AccountDisconnected {
+			return inputErr("accountId", "invalid", "The account %s is disconnected; connect it again first.", a.Email)
+		}
+		acct = a
+		return nil
+	})
+	if err != nil {
+		return FormView{}, err
+	}
+	client, err := p.clients.Sheets(ctx, acct.ID)
+	if err != nil {
+		return FormView{}, p.googleInputErr(acct, in, err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, p.cfg.CallTimeout)
+	defer cancel()
+	titles, err := client.SheetTitles(cctx, in.SpreadsheetID)
+	if err != nil {
+		return FormView{}, p.googleInputErr(acct, in, err)
+	}
+	sheet := in.Sheet
+	switch i := slices.IndexFunc(titles, func(t string) bool { return strings.EqualFold(t, in.Sheet) }); {
+	case in.Sheet == "" && len(titles) > 0:
+		sheet = titles[0]
+	case i >= 0:
+		sheet = titles[i]
+	default:
+		return FormView{}, inputErr("sheet", "not_found", "The spreadsheet has no sheet named %q; its sheets are %q.", in.Sheet, titles)
+	}
+	used, err := client.ReadRange(cctx, in.SpreadsheetID, columnsRange(sheet, len(in.Columns)))
+	if err != nil {
+		return FormView{}, p.googleInputErr(acct, in, err)
+	}
+	f := store.Form{
+		UserID: in.UserID, AccountID: in.AccountID, SpreadsheetID: in.SpreadsheetID, Sheet: sheet,
+		Columns: slices.Clone(in.Columns), StartRow: len(used) + 1, CreatedAt: p.cfg.Now().UTC(),
+	}
+	var w store.SheetWrites
+	err = p.db.Update(func(tx *store.Tx) error {
+		var err error
+		if f, err = tx.FormCreate(f); err != nil {
+			return err
+		}
+		w, err = tx.SheetWrites(f.ID)
+		return err
+	})
+	if errors.Is(err, store.ErrConflict) {
+		return FormView{}, fmt.Errorf("sheets: sheet %q of %s: %w", sheet, in.SpreadsheetID, ErrSheetTaken)
+	}
+	if err != nil {
+		return FormView{}, fmt.Errorf("sheets: create form: %w", err)
+	}
+	p.forms.Store(f.ID, f)
+	p.log.Info("form created", "form_id", f.ID, "account_id", f.AccountID, "spreadsheet_id", f.SpreadsheetID, "sheet", f.Sheet, "start_row", f.StartRow)
+	return view(f, w), nil
+}
+
+// googleInputErr explains why a form's spreadsheet could not be checked.
+func (p *Pipeline) googleInputErr(acct store.Account, in FormInput, err error) error {
+	switch {
+	case errors.Is(err, google.ErrSpreadsheetNotFound):
+		return inputErr("spreadsheetId", "not_found", "Google has no spreadsheet %q that %s can see; check the id and that it is shared with that account.", in.SpreadsheetID, acct.Email)
+	case errors.Is(err, google.ErrSpreadsheetForbidden):
+		return inputErr("spreadsheetId", "forbidden", "The spreadsheet is not shared with %s; share it with edit rights.", acct.Email)
+	case errors.Is(err, google.ErrRevoked):
+		return inputErr("accountId", "invalid", "Google refused the access of %s; connect the account again.", acct.Email)
+	case errors.Is(err, store.ErrNotFound):
+		return inputErr("accountId", "not_found", "There is no connected Google account %q.", in.AccountID)
+	}
+	if _, limited := queue.RetryAfter(err); limited {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrGoogleUnavailable, err)
+}
+
+// form returns a form, from the cache when it can (forms never change).
+func (p *Pipeline) form(id string) (store.Form, error) {
+	if f, ok := p.forms.Load(id); ok {
+		return f.(store.Form), nil
+	}
+	var f store.Form
+	err := p.db.View(func(tx *store.Tx) error {
+		var err error
+		f, err = tx.FormGet(id)
+		return err
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return f, fmt.Errorf("sheets: form %q: %w", id, ErrFormNotFound)
+	}
+	if err != nil {
+		return f, err
+	}
+	p.forms.Store(id, f)
+	return f, nil
+}
+
+// Form returns one form with its bookkeeping.
+func (p *Pipeline) Form(id string) (FormView, error) {
+	var v FormView
+	err := p.db.View(func(tx *store.Tx) error {
+		f, err := tx.FormGet(id)
+		if err != nil {
+			return err
+		}
+		w, err := tx.SheetWrites(id)
+		v = view(f, w)
+		return err
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return v, fmt.Errorf("sheets: form %q: %w", id, ErrFormNotFound)
+	}
+	return v, err
+}
+
+// Forms lists every form (of one user when userID is set), oldest first.
+func (p *Pipeline) Forms(userID string) ([]FormView, error) {
+	var out []FormView
+	err := p.db.View(func(tx *store.Tx) error {
+		forms, err := tx.Forms()
+		if err != nil {
+			return err
+		}
+		for _, f := range forms {
+			if userID != "" && f.UserID != userID {
+				continue
+			}
+			w, err := tx.SheetWrites(f.ID)
+			if err != nil {
+				return err
+			}
+			out = append(out, view(f, w))
+		}
+		return nil
+	})
+	slices.SortFunc(out, func(a, b FormView) int {
+		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	return out, err
+}
+
+// ---- submissions ----
+
+// flushPayload is a sheets:flush task's payload.
+type flushPayload struct {
+	FormID string `json:"formId"`
+}
+
+func flushKey(formID string) string { return queue.TypeSheetsFlush + ":" + formID }
+
+// flushQueue is the queue of sheets:flush (queue/tasks.go).
+const flushQueue = "sheets-flush"
+
+// Submit validates answers against the form's columns and, in one bbolt
+// transaction (batched with concurrent submissions), stores the submission,
+// appends its id to the form's buffer and makes sure a flush of the form is
+// in the outbox. Once it returns, the row will reach the sheet.
+func (p *Pipeline) Submit(ctx context.Context, formID string, answers map[string]json.RawMessage) (store.Submission, error) {
+	f, err := p.form(formID)
+	if err != nil {
+		return store.Submission{}, err
+	}
+	values, err := Answers(f.Columns, answers)
+	if err != nil {
+		p.metrics.submissions.WithLabelValues("invalid").Inc()
+		return store.Submission{}, err
+	}
+	q, err := p.enqueuer()
+	if err != nil {
+		return store.Submission{}, err
+	}
+	now := p.cfg.Now().UTC()
+	var sub store.Submission
+	err = p.db.Batch(func(tx *store.Tx) error {
+		s, w, err := tx.SubmissionAdd(store.Submission{FormID: f.ID, SubmittedAt: now, Values: values})
+		if err != nil {
+			return err
+		}
+		sub = s
+		return p.scheduleFlush(tx, q, f.ID, w, now)
+	})
+	if err != nil {
+		return store.Submission{}, fmt.Errorf("sheets: store submission of form %s: %w", formID, err)
+	}
+	p.metrics.submissions.WithLabelValues("accepted").Inc()
+	return sub, nil
+}
+
+// scheduleFlush makes sure a flush of the form is in the outbox when rows
+// wait: at the oldest waiting row + FlushDelay, or now (brought forward if
+// one waits) when Threshold rows wait. While a flush record lives (waiting
+// or running), its key makes this a no-op: the running flush schedules the
+// next one itself when it commits, in a transaction serialized with this
+// one, so no row is left without a flush.
+func (p *Pipeline) scheduleFlush(tx *store.Tx, q enqueuer, formID string, w store.SheetWrites, now time.Time) error {
+	if w.Buffered == 0 {
+		return nil
+	}
+	key := flushKey(formID)
+	if w.Buffered < p.cfg.Threshold && tx.OutboxKeyHeld(flushQueue, key) {
+		return nil // the usual case: the flush is already waiting
+	}
+	opts := []queue.Option{queue.Key(key)}
+	if w.Buffered >= p.cfg.Threshold {
+		opts = append(opts, queue.RunAt(now), queue.BringForward())
+	} else {
+		oldest, ok, err := tx.SheetOldestWaiting(formID)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return nil // nothing actually waits
+		}
+		at := oldest.Add(p.cfg.FlushDelay)
+		if at.Before(now) {
+			at = now
+		}
+		opts = append(opts, queue.RunAt(at))
+	}
+	if _, _, err := q.Enqueue(tx, queue.TypeSheetsFlush, flushPayload{FormID: formID}, opts...); err != nil {
+		return fmt.Errorf("sheets: schedule flush of form %s: %w", formID, err)
+	}
+	return nil
+}

@@ -1,0 +1,320 @@
+package store
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// The Gmail buckets (created by the "gmail accounts and messages" migration).
+var (
+	bucketAccounts      = []byte("gmail_accounts")       // account id -> Account
+	bucketAccountEmails = []byte("gmail_account_emails") // lower(email) \x00 account id -> nil
+	// bucketGmailData holds one sub-bucket per account (named by its id),
+	// each with the sub-buckets below and the counts key, so deleting an
+	// account's data is one DeleteBucket.
+	bucketGmailData = []byte("gmail_data")
+)
+
+var (
+	subMessages = []byte("messages") // message id -> Message
+	subThreads  = []byte("threads")  // thread id \x00 message id -> nil
+	subLabels   = []byte("labels")   // label id -> name
+	subRuns     = []byte("runs")     // seq -> SyncRun
+	keyCounts   = []byte("counts")   // MessageCounts
+)
+
+// Account statuses, as the contract names them.
+const (
+	AccountSyncing      = "syncing"
+	AccountReady        = "ready"
+	AccountError        = "error"
+	AccountDisconnected = "disconnected"
+)
+
+// Account is a connected Gmail account: who owns it, its OAuth token
+// (sealed), and where its mirror stands.
+//
+// HistoryID is the watermark: every change of the mailbox up to that Gmail
+// history id is recorded in bbolt (as mirrored state or as event tasks in the
+// outbox). It only moves forward, in the transaction that records those
+// changes. WantedHistoryID is the highest history id a push announced; a
+// sync runs while it is above the watermark.
+type Account struct {
+	ID     string `json:"id"`
+	UserID string `json:"userId"`
+	Email  string `json:"email"`
+	Status string `json:"status"`
+	// StatusReason says what is wrong and what to do, for error and
+	// disconnected accounts.
+	StatusReason string `json:"statusReason,omitempty"`
+	// Token is the OAuth token, sealed with DB.Seal and the account id as
+	// associated data. Only the Google adapter reads it.
+	Token []byte `json:"token,omitempty"`
+
+	HistoryID       uint64 `json:"historyId,omitempty"`
+	WantedHistoryID uint64 `json:"wantedHistoryId,omitempty"`
+	// FullSyncRequested counts requests of a full sync (connect, resync,
+	// history too old); FullSyncCompleted is the count the last finished
+	// full sync had seen at its start. A full sync is due while the first
+	// is ahead, so a request made during a full sync is not lost.
+	FullSyncRequested uint64 `json:"fullSyncRequested,omitempty"`
+	FullSyncCompleted uint64 `json:"fullSyncCompleted,omitempty"`
+
+	WatchExpiration time.Time `json:"watchExpiration,omitzero"`
+	WatchRenewedAt  time.Time `json:"watchRenewedAt,omitzero"`
+	LastSyncAt      time.Time `json:"lastSyncAt,omitzero"`
+	LastError       string    `json:"lastError,omitempty"`
+	LastErrorAt     time.Time `json:"lastErrorAt,omitzero"`
+	CreatedAt       time.Time `json:"createdAt"`
+	UpdatedAt       time.Time `json:"updatedAt"`
+}
+
+func emailKey(email, id string) []byte {
+	return []byte(strings.ToLower(strings.TrimSpace(email)) + "\x00" + id)
+}
+
+// AccountPut creates or replaces an account, keeping the email index. A
+// new account needs its ID set (NewID) by the caller, so that its token can
+// be sealed with it before the first write.
+func (tx *Tx) AccountPut(a Account) error {
+	if a.ID == "" || a.Email == "" {
+		return fmt.Errorf("store: account needs an id and an email")
+	}
+	b := tx.tx.Bucket(bucketAccounts)
+	emails := tx.tx.Bucket(bucketAccountEmails)
+	var old Account
+	if err := getJSON(b, []byte(a.ID), &old); err == nil && !strings.EqualFold(old.Email, a.Email) {
+		if err := emails.Delete(emailKey(old.Email, old.ID)); err != nil {
+			return err
+		}
+	}
+	now := time.Now().UTC()
+	if a.CreatedAt.IsZero() {
+		a.CreatedAt = now
+	}
+	a.UpdatedAt = now
+	if err := putJSON(b, []byte(a.ID), a); err != nil {
+		return fmt.Errorf("store: put account %s: %w", a.ID, err)
+	}
+	return emails.Put(emailKey(a.Email, a.ID), nil)
+}
+
+// AccountGet returns one account; ErrNotFound when it does not exist.
+func (tx *Tx) AccountGet(id string) (Account, error) {
+	var a Account
+	if err := getJSON(tx.tx.Bucket(bucketAccounts), []byte(id), &a); err != nil {
+		return a, fmt.Errorf("store: account %s: %w", id, err)
+	}
+	return a, nil
+}
+
+// Accounts lists every account, ordered by email then id.
+func (tx *Tx) Accounts() ([]Account, error) {
+	var out []Account
+	err := tx.tx.Bucket(bucketAccounts).ForEach(func(_, v []byte) error {
+		var a Account
+		if err := json.Unmarshal(v, &a); err != nil {
+			return fmt.Errorf("store: decode account: %w", err)
+		}
+		out = append(out, a)
+		return nil
+	})
+	sort.Slice(out, func(i, j int) bool {
+		if ei, ej := strings.ToLower(out[i].Email), strings.ToLower(out[j].Email); ei != ej {
+			return ei < ej
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out, err
+}
+
+// AccountIDsByEmail returns the ids of the accounts with that address
+// (several users may connect the same mailbox), compared case-insensitively.
+func (tx *Tx) AccountIDsByEmail(email string) []string {
+	prefix := []byte(strings.ToLower(strings.TrimSpace(email)) + "\x00")
+	var ids []string
+	c := tx.tx.Bucket(bucketAccountEmails).Cursor()
+	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+		ids = append(ids, string(k[len(prefix):]))
+	}
+	return ids
+}
+
+// AccountByUserEmail returns the account of a user with that address.
+func (tx *Tx) AccountByUserEmail(userID, email string) (Account, error) {
+	for _, id := range tx.AccountIDsByEmail(email) {
+		a, err := tx.AccountGet(id)
+		if err != nil {
+			return a, err
+		}
+		if a.UserID == userID {
+			return a, nil
+		}
+	}
+	return Account{}, fmt.Errorf("store: account of user %s for %s: %w", userID, email, ErrNotFound)
+}
+
+// AccountDelete removes an account and all its data (messages, threads,
+// labels, sync runs). ErrNotFound when it does not exist.
+func (tx *Tx) AccountDelete(id string) error {
+	a, err := tx.AccountGet(id)
+	if err != nil {
+		return err
+	}
+	if err := tx.tx.Bucket(bucketAccounts).Delete([]byte(id)); err != nil {
+		return err
+	}
+	if err := tx.tx.Bucket(bucketAccountEmails).Delete(emailKey(a.Email, a.ID)); err != nil {
+		return err
+	}
+	data := tx.tx.Bucket(bucketGmailData)
+	if ab := data.Bucket([]byte(id)); ab != nil {
+		// Sub-buckets first: deleting only the parent after writing to a
+		// child in the same transaction leaks a page in bbolt 1.5.0.
+		for _, n := range [][]byte{subMessages, subThreads, subLabels, subRuns} {
+			if ab.Bucket(n) != nil {
+				if err := ab.DeleteBucket(n); err != nil {
+					return fmt.Errorf("store: delete data of account %s: %w", id, err)
+				}
+			}
+		}
+		if err := data.DeleteBucket([]byte(id)); err != nil {
+			return fmt.Errorf("store: delete data of account %s: %w", id, err)
+		}
+	}
+	return nil
+}
+
+// accountData returns the account's data bucket (and, when create is set,
+// makes it and its sub-buckets). It is nil when missing and !create.
+func (tx *Tx) accountData(accountID string, create bool) (*bolt.Bucket, error) {
+	root := tx.tx.Bucket(bucketGmailData)
+	if b := root.Bucket([]byte(accountID)); b != nil || !create {
+		return b, nil
+	}
+	b, err := root.CreateBucket([]byte(accountID))
+	if err != nil {
+		return nil, fmt.Errorf("store: data bucket of account %s: %w", accountID, err)
+	}
+	for _, n := range [][]byte{subMessages, subThreads, subLabels, subRuns} {
+		if _, err := b.CreateBucket(n); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+// accountSub returns one sub-bucket of the account's data, nil when the
+// account has no data yet and !create.
+func (tx *Tx) accountSub(accountID string, name []byte, create bool) (*bolt.Bucket, error) {
+	b, err := tx.accountData(accountID, create)
+	if b == nil || err != nil {
+		return nil, err
+	}
+	return b.Bucket(name), nil
+}
+
+// Labels returns the account's label names by id, as last read from Gmail
+// (user labels; system labels are named by their id and need no entry).
+func (tx *Tx) Labels(accountID string) (map[string]string, error) {
+	out := map[string]string{}
+	b, err := tx.accountSub(accountID, subLabels, false)
+	if b == nil || err != nil {
+		return out, err
+	}
+	err = b.ForEach(func(k, v []byte) error {
+		out[string(k)] = string(v)
+		return nil
+	})
+	return out, err
+}
+
+// LabelsReplace replaces the account's label map with labels (id -> name).
+func (tx *Tx) LabelsReplace(accountID string, labels map[string]string) error {
+	data, err := tx.accountData(accountID, true)
+	if err != nil {
+		return err
+	}
+	if err := data.DeleteBucket(subLabels); err != nil {
+		return err
+	}
+	b, err := data.CreateBucket(subLabels)
+	if err != nil {
+		return err
+	}
+	for id, name := range labels {
+		if err := b.Put([]byte(id), []byte(name)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// SyncRun is one run of an account's sync, kept for the admin page.
+type SyncRun struct {
+	ID         uint64    `json:"id"`
+	Kind       string    `json:"kind"`    // "full" or "history"
+	Trigger    string    `json:"trigger"` // what asked for it: connect, push, poll, resync, too_old
+	StartedAt  time.Time `json:"startedAt"`
+	FinishedAt time.Time `json:"finishedAt,omitzero"`
+	// FromHistoryID and ToHistoryID are the watermark before and after.
+	FromHistoryID uint64 `json:"fromHistoryId,omitempty"`
+	ToHistoryID   uint64 `json:"toHistoryId,omitempty"`
+	Records       int    `json:"records"`  // history records read
+	Events        int    `json:"events"`   // event tasks recorded
+	Messages      int    `json:"messages"` // messages fetched (full sync)
+	Error         string `json:"error,omitempty"`
+}
+
+// syncRunsKept is how many runs per account are kept.
+const syncRunsKept = 50
+
+// SyncRunAdd records a finished (or failed) run and drops the oldest beyond
+// the last 50.
+func (tx *Tx) SyncRunAdd(accountID string, r SyncRun) error {
+	b, err := tx.accountSub(accountID, subRuns, true)
+	if err != nil {
+		return err
+	}
+	seq, err := b.NextSequence()
+	if err != nil {
+		return err
+	}
+	r.ID = seq
+	if err := putJSON(b, u64(seq), r); err != nil {
+		return err
+	}
+	// Keys are sequence numbers: the ones at or below seq-50 go.
+	c := b.Cursor()
+	for k, _ := c.First(); k != nil && seq > syncRunsKept && bytes.Compare(k, u64(seq-syncRunsKept)) <= 0; k, _ = c.First() {
+		if err := c.Delete(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// SyncRuns returns up to limit of the account's most recent runs, newest
+// first.
+func (tx *Tx) SyncRuns(accountID string, limit int) ([]SyncRun, error) {
+	b, err := tx.accountSub(accountID, subRuns, false)
+	if b == nil || err != nil {
+		return nil, err
+	}
+	var out []SyncRun
+	c := b.Cursor()
+	for k, v := c.Last(); k != nil && (limit <= 0 || len(out) < limit); k, v = c.Prev() {
+		var r SyncRun
+		if err := json.Unmarshal(v, &r); err != nil {
+			return nil, fmt.Errorf("store: decode sync run: %w", err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}

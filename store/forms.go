@@ -1,0 +1,390 @@
+package store
+
+import (
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// The forms buckets (created by the "forms and submissions" migration).
+var (
+	bucketForms       = []byte("forms")        // form id -> Form
+	bucketFormSheets  = []byte("form_sheets")  // lower(spreadsheet id \x00 sheet) -> form id
+	bucketSubmissions = []byte("submissions")  // submission id (sequence) -> Submission
+	bucketFormBuffers = []byte("form_buffers") // form id -> sub-bucket: seq -> submission id (8 bytes)
+	bucketSheetWrites = []byte("sheet_writes") // form id -> SheetWrites
+)
+
+// Form is a survey whose submissions are written, one row each, to one
+// sheet of one spreadsheet through one Google account.
+//
+// The form owns the sheet's rows from StartRow down, in the columns it
+// writes (A up to one past its columns): mailroom writes row N+1 after row
+// N and never reads the sheet to find where to write, so nobody else should
+// write into those cells.
+type Form struct {
+	ID            string   `json:"id"`
+	UserID        string   `json:"userId"`
+	AccountID     string   `json:"accountId"`
+	SpreadsheetID string   `json:"spreadsheetId"`
+	Sheet         string   `json:"sheet"`
+	Columns       []string `json:"columns"`
+	// StartRow is the first row (1-based) the form writes: the row after
+	// the last one that held data in its columns when it was created.
+	StartRow  int       `json:"startRow"`
+	CreatedAt time.Time `json:"createdAt"`
+}
+
+// Submission is one accepted set of answers. Values hold the answers in
+// the form's column order ("" for a column left out); they never change.
+type Submission struct {
+	ID          string    `json:"id"`
+	FormID      string    `json:"formId"`
+	SubmittedAt time.Time `json:"submittedAt"`
+	Values      []string  `json:"values"`
+}
+
+// SheetWrite is a write planned for a form's sheet: the first Count rows of
+// its buffer (buffer sequence numbers FirstSeq..FirstSeq+Count-1, in
+// submission order) go to rows Row..Row+Count-1. It is recorded before the
+// Sheets call and never changes until the write is known to have landed,
+// so every attempt writes the same values to the same cells.
+type SheetWrite struct {
+	Row      int    `json:"row"`
+	FirstSeq uint64 `json:"firstSeq"`
+	Count    int    `json:"count"`
+	// Attempts counts calls started for this write. Zero: no call was
+	// made, so nothing can have landed.
+	Attempts int `json:"attempts"`
+	// Verified is the number of attempts after which the range was read
+	// back and found without the rows. Attempts > Verified: a call may
+	// have landed since, and the range is read back before writing again.
+	Verified  int       `json:"verified,omitempty"`
+	PlannedAt time.Time `json:"plannedAt"`
+}
+
+// SheetWrites is a form's write bookkeeping.
+type SheetWrites struct {
+	// NextRow is the row the next planned write starts at.
+	NextRow int `json:"nextRow"`
+	// Buffered counts submissions waiting to be written (Pending's rows
+	// included until they are known to have landed).
+	Buffered    int       `json:"buffered"`
+	RowsWritten int       `json:"rowsWritten"`
+	Calls       int       `json:"calls"`
+	LastFlushAt time.Time `json:"lastFlushAt,omitzero"`
+	LastError   string    `json:"lastError,omitempty"`
+	LastErrorAt time.Time `json:"lastErrorAt,omitzero"`
+	// Pending is the write in progress, if any.
+	Pending *SheetWrite `json:"pending,omitempty"`
+}
+
+// formSheetKey is the form_sheets key: one form per sheet.
+func formSheetKey(spreadsheetID, sheet string) []byte {
+	return []byte(strings.ToLower(spreadsheetID + "\x00" + sheet))
+}
+
+// FormCreate stores a new form with a fresh id and an empty buffer.
+// ErrConflict when another form already writes that sheet.
+func (tx *Tx) FormCreate(f Form) (Form, error) {
+	if f.StartRow < 1 {
+		f.StartRow = 1
+	}
+	if len(f.Columns) == 0 || f.SpreadsheetID == "" || f.Sheet == "" {
+		return f, fmt.Errorf("store: form needs a spreadsheet, a sheet and columns")
+	}
+	sheets := tx.tx.Bucket(bucketFormSheets)
+	key := formSheetKey(f.SpreadsheetID, f.Sheet)
+	if held := sheets.Get(key); held != nil {
+		return f, fmt.Errorf("store: sheet %q of spreadsheet %s is written by form %s: %w", f.Sheet, f.SpreadsheetID, held, ErrConflict)
+	}
+	f.ID = NewID()
+	if f.CreatedAt.IsZero() {
+		f.CreatedAt = time.Now().UTC()
+	}
+	if err := putJSON(tx.tx.Bucket(bucketForms), []byte(f.ID), f); err != nil {
+		return f, fmt.Errorf("store: put form: %w", err)
+	}
+	if err := sheets.Put(key, []byte(f.ID)); err != nil {
+		return f, err
+	}
+	if _, err := tx.tx.Bucket(bucketFormBuffers).CreateBucket([]byte(f.ID)); err != nil {
+		return f, fmt.Errorf("store: form buffer: %w", err)
+	}
+	return f, tx.putSheetWrites(f.ID, SheetWrites{NextRow: f.StartRow})
+}
+
+// FormGet returns one form.
+func (tx *Tx) FormGet(id string) (Form, error) {
+	var f Form
+	if err := getJSON(tx.tx.Bucket(bucketForms), []byte(id), &f); err != nil {
+		return f, fmt.Errorf("store: form %s: %w", id, err)
+	}
+	return f, nil
+}
+
+// Forms lists every form, by id.
+func (tx *Tx) Forms() ([]Form, error) {
+	var out []Form
+	err := tx.tx.Bucket(bucketForms).ForEach(func(_, v []byte) error {
+		var f Form
+		if err := json.Unmarshal(v, &f); err != nil {
+			return fmt.Errorf("store: decode form: %w", err)
+		}
+		out = append(out, f)
+		return nil
+	})
+	return out, err
+}
+
+// SheetWrites returns a form's write bookkeeping.
+func (tx *Tx) SheetWrites(formID string) (SheetWrites, error) {
+	var w SheetWrites
+	if err := getJSON(tx.tx.Bucket(bucketSheetWrites), []byte(formID), &w); err != nil {
+		return w, fmt.Errorf("store: sheet writes of form %s: %w", formID, err)
+	}
+	return w, nil
+}
+
+func (tx *Tx) putSheetWrites(formID string, w SheetWrites) error {
+	if err := putJSON(tx.tx.Bucket(bucketSheetWrites), []byte(formID), w); err != nil {
+		return fmt.Errorf("store: put sheet writes of form %s: %w", formID, err)
+	}
+	return nil
+}
+
+func (tx *Tx) formBuffer(formID string) (*bolt.Bucket, error) {
+	b := tx.tx.Bucket(bucketFormBuffers).Bucket([]byte(formID))
+	if b == nil {
+		return nil, fmt.Errorf("store: buffer of form %s: %w", formID, ErrNotFound)
+	}
+	return b, nil
+}
+
+// SubmissionAdd stores a submission of the form and appends its id to the
+// form's buffer, in one transaction. It assigns the submission's ID (ids
+// grow in commit order) and returns the bookkeeping after the append.
+func (tx *Tx) SubmissionAdd(s Submission) (Submission, SheetWrites, error) {
+	w, err := tx.SheetWrites(s.FormID)
+	if err != nil {
+		return s, w, err
+	}
+	buf, err := tx.formBuffer(s.FormID)
+	if err != nil {
+		return s, w, err
+	}
+	subs := tx.tx.Bucket(bucketSubmissions)
+	subs.FillPercent = 0.95 // keys only grow: pack the pages
+	id, err := subs.NextSequence()
+	if err != nil {
+		return s, w, err
+	}
+	s.ID = hex.EncodeToString(u64(id))
+	if s.SubmittedAt.IsZero() {
+		s.SubmittedAt = time.Now().UTC()
+	}
+	if err := putJSON(subs, u64(id), s); err != nil {
+		return s, w, fmt.Errorf("store: put submission: %w", err)
+	}
+	seq, err := buf.NextSequence()
+	if err != nil {
+		return s, w, err
+	}
+	buf.FillPercent = 0.95
+	if err := buf.Put(u64(seq), u64(id)); err != nil {
+		return s, w, fmt.Errorf("store: buffer submission: %w", err)
+	}
+	w.Buffered++
+	return s, w, tx.putSheetWrites(s.FormID, w)
+}
+
+// SubmissionGet returns one submission.
+func (tx *Tx) SubmissionGet(id string) (Submission, error) {
+	var s Submission
+	raw, err := hex.DecodeString(id)
+	if err != nil || len(raw) != 8 {
+		return s, fmt.Errorf("store: submission %q: %w", id, ErrNotFound)
+	}
+	if err := getJSON(tx.tx.Bucket(bucketSubmissions), raw, &s); err != nil {
+		return s, fmt.Errorf("store: submission %s: %w", id, err)
+	}
+	return s, nil
+}
+
+// SheetOldestWaiting returns the submission time of the form's oldest
+// buffered submission; ok is false when the buffer is empty.
+func (tx *Tx) SheetOldestWaiting(formID string) (at time.Time, ok bool, err error) {
+	buf, err := tx.formBuffer(formID)
+	if err != nil {
+		return at, false, err
+	}
+	_, v := buf.Cursor().First()
+	if v == nil {
+		return at, false, nil
+	}
+	var s Submission
+	if err := getJSON(tx.tx.Bucket(bucketSubmissions), v, &s); err != nil {
+		return at, false, fmt.Errorf("store: oldest submission of form %s: %w", formID, err)
+	}
+	return s.SubmittedAt, true, nil
+}
+
+// SheetPlan records the write of the form's next rows, at most limit of
+// them, before any call is made, and counts the call about to start
+// (Attempts and Calls). A write already pending is kept as it is (a retry
+// writes the same rows to the same cells). It returns the bookkeeping and
+// the submissions of the write, in order. With nothing buffered it returns
+// a nil Pending.
+func (tx *Tx) SheetPlan(formID string, limit int, at time.Time) (SheetWrites, []Submission, error) {
+	w, err := tx.SheetWrites(formID)
+	if err != nil {
+		return w, nil, err
+	}
+	buf, err := tx.formBuffer(formID)
+	if err != nil {
+		return w, nil, err
+	}
+	if w.Pending == nil {
+		k, _ := buf.Cursor().First()
+		if k == nil {
+			return w, nil, nil
+		}
+		w.Pending = &SheetWrite{Row: w.NextRow, FirstSeq: seqOf(k), Count: min(limit, w.Buffered), PlannedAt: at.UTC()}
+	}
+	w.Pending.Attempts++
+	w.Calls++
+	subs, err := tx.pendingSubmissions(formID, buf, w.Pending)
+	if err != nil {
+		return w, nil, err
+	}
+	return w, subs, tx.putSheetWrites(formID, w)
+}
+
+// SheetPendingRows returns the submissions of the form's pending write.
+func (tx *Tx) SheetPendingRows(formID string) ([]Submission, error) {
+	w, err := tx.SheetWrites(formID)
+	if err != nil {
+		return nil, err
+	}
+	if w.Pending == nil {
+		return nil, nil
+	}
+	buf, err := tx.formBuffer(formID)
+	if err != nil {
+		return nil, err
+	}
+	return tx.pendingSubmissions(formID, buf, w.Pending)
+}
+
+func (tx *Tx) pendingSubmissions(formID string, buf *bolt.Bucket, p *SheetWrite) ([]Submission, error) {
+	subs := tx.tx.Bucket(bucketSubmissions)
+	out := make([]Submission, 0, p.Count)
+	for i := range uint64(p.Count) {
+		v := buf.Get(u64(p.FirstSeq + i))
+		if v == nil {
+			return nil, fmt.Errorf("store: buffer of form %s lacks row %d of the pending write", formID, p.FirstSeq+i)
+		}
+		var s Submission
+		if err := getJSON(subs, v, &s); err != nil {
+			return nil, fmt.Errorf("store: submission %x of form %s: %w", v, formID, err)
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+func seqOf(k []byte) uint64 {
+	if len(k) != 8 {
+		return 0
+	}
+	return binary.BigEndian.Uint64(k)
+}
+
+// SheetCommit records that the pending write p landed: its rows leave the
+// buffer, NextRow moves past them and the counters grow. It is a no-op
+// returning ok=false when p is no longer the pending write (another run
+// committed it).
+func (tx *Tx) SheetCommit(formID string, p SheetWrite, at time.Time) (w SheetWrites, ok bool, err error) {
+	w, err = tx.SheetWrites(formID)
+	if err != nil {
+		return w, false, err
+	}
+	if w.Pending == nil || w.Pending.Row != p.Row || w.Pending.FirstSeq != p.FirstSeq || w.Pending.Count != p.Count {
+		return w, false, nil
+	}
+	buf, err := tx.formBuffer(formID)
+	if err != nil {
+		return w, false, err
+	}
+	for i := range uint64(p.Count) {
+		if err := buf.Delete(u64(p.FirstSeq + i)); err != nil {
+			return w, false, fmt.Errorf("store: unbuffer form %s: %w", formID, err)
+		}
+	}
+	w.NextRow = p.Row + p.Count
+	w.Buffered -= p.Count
+	w.RowsWritten += p.Count
+	w.LastFlushAt = at.UTC()
+	w.LastError, w.LastErrorAt = "", time.Time{}
+	w.Pending = nil
+	return w, true, tx.putSheetWrites(formID, w)
+}
+
+// SheetVerified records that the range of the pending write p was read
+// back after all its attempts so far and did not hold its rows.
+func (tx *Tx) SheetVerified(formID string, p SheetWrite) error {
+	w, err := tx.SheetWrites(formID)
+	if err != nil {
+		return err
+	}
+	if w.Pending == nil || w.Pending.Row != p.Row || w.Pending.FirstSeq != p.FirstSeq || w.Pending.Attempts != p.Attempts {
+		return nil
+	}
+	w.Pending.Verified = p.Attempts
+	return tx.putSheetWrites(formID, w)
+}
+
+// SheetFailed records the last error of a form's flush.
+func (tx *Tx) SheetFailed(formID, msg string, at time.Time) error {
+	w, err := tx.SheetWrites(formID)
+	if err != nil {
+		return err
+	}
+	w.LastError, w.LastErrorAt = msg, at.UTC()
+	return tx.putSheetWrites(formID, w)
+}
+
+// SheetsBuffered returns the number of submissions waiting over all forms.
+func (tx *Tx) SheetsBuffered() (int, error) {
+	n := 0
+	err := tx.tx.Bucket(bucketSheetWrites).ForEach(func(_, v []byte) error {
+		var w SheetWrites
+		if err := json.Unmarshal(v, &w); err != nil {
+			return fmt.Errorf("store: decode sheet writes: %w", err)
+		}
+		n += w.Buffered
+		return nil
+	})
+	return n, err
+}
+
+// FormsStorage is the room bbolt gives the forms pipeline's data: bytes of
+// the pages in use (what a benchmark divides by the submissions).
+type FormsStorage struct {
+	Submissions int // stored submissions
+	Buffers     int // the per-form buffers of waiting submission ids
+}
+
+// FormsStorage measures the forms pipeline's buckets.
+func (tx *Tx) FormsStorage() FormsStorage {
+	inUse := func(name []byte) int {
+		s := tx.tx.Bucket(name).Stats()
+		return s.BranchInuse + s.LeafInuse + s.InlineBucketInuse
+	}
+	return FormsStorage{Submissions: inUse(bucketSubmissions), Buffers: inUse(bucketFormBuffers)}
+}

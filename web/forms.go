@@ -1,0 +1,102 @@
+package web
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"mailroom/queue/sheets"
+)
+
+// Forms returns the extension of the Google Sheets pipeline: the forms API
+// of the contract (forms and submissions) and the admin Forms page.
+func Forms(p *sheets.Pipeline) Extension { return &formsExt{p: p} }
+
+type formsExt struct{ p *sheets.Pipeline }
+
+var _ ErrorMapper = (*formsExt)(nil)
+
+func (e *formsExt) Nav() []NavItem { return []NavItem{{Title: "Forms", Path: "/admin/forms"}} }
+
+func (e *formsExt) Routes(r Routers) {
+	r.API.POST("/forms", e.apiCreate)
+	r.API.GET("/forms", e.apiList)
+	r.API.GET("/forms/:id", e.apiGet)
+	r.API.POST("/forms/:id/submissions", e.apiSubmit)
+
+	r.Admin.GET("/forms", e.formsPage)
+}
+
+// MapError turns the pipeline's errors into the contract's answers.
+func (e *formsExt) MapError(err error) *Error {
+	var invalid *sheets.InputError
+	switch {
+	case errors.As(err, &invalid):
+		return &Error{Status: http.StatusBadRequest, Code: invalid.Code, Message: invalid.Message, Field: invalid.Field}
+	case errors.Is(err, sheets.ErrFormNotFound):
+		return &Error{Status: http.StatusNotFound, Code: "not_found", Message: "There is no such form.", Err: err}
+	case errors.Is(err, sheets.ErrSheetTaken):
+		return &Error{Status: http.StatusConflict, Code: "conflict", Field: "sheet", Message: "Another form already writes this sheet; give each form its own sheet.", Err: err}
+	case errors.Is(err, sheets.ErrGoogleUnavailable):
+		return &Error{Status: http.StatusServiceUnavailable, Code: "google_unavailable", RetryAfter: 5 * time.Second,
+			Message: "Google Sheets did not answer while the spreadsheet was checked; try again.", Err: err}
+	}
+	return nil
+}
+
+func (e *formsExt) apiCreate(c *gin.Context) {
+	var in sheets.FormInput
+	if err := BindJSON(c, &in); err != nil {
+		Fail(c, err)
+		return
+	}
+	f, err := e.p.CreateForm(c.Request.Context(), in)
+	if err != nil {
+		Fail(c, err)
+		return
+	}
+	JSON(c, http.StatusCreated, f)
+}
+
+func (e *formsExt) apiList(c *gin.Context) {
+	forms, err := e.p.Forms(c.Query("userId"))
+	if err != nil {
+		Fail(c, err)
+		return
+	}
+	if forms == nil {
+		forms = []sheets.FormView{}
+	}
+	JSON(c, http.StatusOK, gin.H{"forms": forms})
+}
+
+func (e *formsExt) apiGet(c *gin.Context) {
+	f, err := e.p.Form(c.Param("id"))
+	if err != nil {
+		Fail(c, err)
+		return
+	}
+	JSON(c, http.StatusOK, f)
+}
+
+// submissionRequest is the body of POST /api/v1/forms/{id}/submissions.
+type submissionRequest struct {
+	Answers map[string]json.RawMessage `json:"answers"`
+}
+
+func (e *formsExt) apiSubmit(c *gin.Context) {
+	var req submissionRequest
+	if err := BindJSON(c, &req); err != nil {
+		Fail(c, err)
+		return
+	}
+	s, err := e.p.Submit(c.Request.Context(), c.Param("id"), req.Answers)
+	if err != nil {
+		Fail(c, err)
+		return
+	}
+	JSON(c, http.StatusAccepted, gin.H{"id": s.ID})
+}

@@ -1,0 +1,131 @@
+package web
+
+import (
+	"fmt"
+	"html/template"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"mailroom/queue/sheets"
+)
+
+// formRow is one form on the admin Forms page.
+type formRow struct {
+	sheets.FormView
+	Email      string
+	SheetURL   string
+	ColumnList string
+	LastFlush  time.Time
+}
+
+// quotaRow is one Google account's quota use on the Forms page.
+type quotaRow struct {
+	sheets.AccountQuota
+	Meter template.HTML
+}
+
+type formsPage struct {
+	Forms           []formRow
+	Accounts        []quotaRow
+	Chart           template.HTML
+	RowsLastHour    int
+	PeakPerMinute   int
+	Buffered        int
+	Written         int
+	Calls           int
+	RowsPerCall     string
+	Delay           time.Duration
+	Threshold       int
+	WritesPerMinute int
+	QuotaWindow     time.Duration
+}
+
+func (e *formsExt) formsPage(c *gin.Context) {
+	o, err := e.p.Overview(c.Request.Context())
+	if err != nil {
+		Fail(c, err)
+		return
+	}
+	cfg := e.p.Config()
+	d := formsPage{
+		Chart: rowsChart(o.RowsPerMinute), Delay: cfg.FlushDelay, Threshold: cfg.Threshold,
+		WritesPerMinute: cfg.WritesPerMinute, QuotaWindow: cfg.QuotaWindow,
+	}
+	for _, n := range o.RowsPerMinute {
+		d.RowsLastHour += n
+		d.PeakPerMinute = max(d.PeakPerMinute, n)
+	}
+	for _, f := range o.Forms {
+		r := formRow{FormView: f, Email: o.Emails[f.AccountID],
+			SheetURL:   "https://docs.google.com/spreadsheets/d/" + url.PathEscape(f.SpreadsheetID) + "/edit",
+			ColumnList: strings.Join(f.Columns, ", ")}
+		if f.LastFlushAt != "" {
+			r.LastFlush, _ = time.Parse(time.RFC3339, f.LastFlushAt)
+		}
+		d.Forms = append(d.Forms, r)
+		d.Buffered += f.Buffered
+		d.Written += f.RowsWritten
+		d.Calls += f.WriteCalls
+	}
+	if d.Calls > 0 {
+		d.RowsPerCall = fmt.Sprintf("%.1f", float64(d.Written)/float64(d.Calls))
+	}
+	for _, a := range o.Accounts {
+		d.Accounts = append(d.Accounts, quotaRow{AccountQuota: a, Meter: quotaMeter(a.Used, a.Limit)})
+	}
+	Render(c, "forms", d)
+}
+
+// Chart geometry, in SVG user units.
+const (
+	formsChartW   = 600.0
+	formsChartH   = 120.0
+	formsChartPad = 4.0
+)
+
+// rowsChart draws rows written per minute over the last hour as inline SVG
+// bars, oldest on the left. It is built from numbers only, so it is safe as
+// HTML.
+func rowsChart(perMinute []int) template.HTML {
+	top, sum := 1, 0
+	for _, v := range perMinute {
+		top = max(top, v)
+		sum += v
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg class="rows-chart" viewBox="0 0 %g %g" preserveAspectRatio="none" width="100%%" height="%g" role="img" aria-label="rows written per minute, last hour: %d in all, peak %d">`,
+		formsChartW, formsChartH, formsChartH, sum, top)
+	fmt.Fprintf(&b, `<title>Rows written per minute over the last hour: %d in all, peak %d a minute</title>`, sum, top)
+	fmt.Fprintf(&b, `<line class="spark-base" x1="0" y1="%g" x2="%g" y2="%g" stroke="currentColor" stroke-opacity="0.25"/>`, formsChartH-formsChartPad, formsChartW, formsChartH-formsChartPad)
+	if n := len(perMinute); n > 0 {
+		step := formsChartW / float64(n)
+		for i, v := range perMinute {
+			if v == 0 {
+				continue
+			}
+			h := float64(v) / float64(top) * (formsChartH - 2*formsChartPad)
+			fmt.Fprintf(&b, `<rect class="spark-ok-area" x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="currentColor" fill-opacity="0.55"><title>%d min ago: %d rows</title></rect>`,
+				float64(i)*step+1, formsChartH-formsChartPad-h, max(step-2, 1), h, n-1-i, v)
+		}
+	}
+	b.WriteString(`</svg>`)
+	return template.HTML(b.String()) //nolint:gosec // numbers only
+}
+
+// quotaMeter draws used of limit as a small inline SVG bar.
+func quotaMeter(used, limit int) template.HTML {
+	frac := 0.0
+	if limit > 0 {
+		frac = min(float64(used)/float64(limit), 1)
+	}
+	cls, opacity := "spark-ok-area", "0.6"
+	if frac >= 1 {
+		cls, opacity = "spark-err", "0.8"
+	}
+	return template.HTML(fmt.Sprintf( //nolint:gosec // numbers only
+		`<svg class="quota-meter" viewBox="0 0 100 10" preserveAspectRatio="none" width="120" height="10" role="img" aria-label="%d of %d writes used"><rect x="0" y="0" width="100" height="10" fill="currentColor" fill-opacity="0.12"/><rect class="%s" x="0" y="0" width="%.1f" height="10" fill="currentColor" fill-opacity="%s"/></svg>`,
+		used, limit, cls, frac*100, opacity))
+}

@@ -1,0 +1,271 @@
+package web
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/gin-gonic/gin"
+
+	"mailroom/queue/gmail"
+	"mailroom/queue/google"
+)
+
+// GmailOptions are what the Gmail pages show about the setup.
+type GmailOptions struct {
+	// PublicURL is MAILROOM_PUBLIC_URL (the push endpoint is under it).
+	PublicURL string
+	// PushAudience is MAILROOM_PUSH_AUDIENCE, shown on the setup card.
+	PushAudience string
+	// PushToken reports whether MAILROOM_PUSH_TOKEN is set.
+	PushToken bool
+}
+
+// Gmail is the Extension of the Gmail pipeline: the accounts and messages
+// API, the push endpoint, the OAuth consent routes and the Accounts pages.
+func Gmail(p *gmail.Pipeline, opts GmailOptions) Extension {
+	return &gmailExt{p: p, opts: opts}
+}
+
+type gmailExt struct {
+	p    *gmail.Pipeline
+	opts GmailOptions
+}
+
+var _ ErrorMapper = (*gmailExt)(nil)
+
+func (g *gmailExt) Nav() []NavItem { return []NavItem{{Title: "Accounts", Path: "/admin/accounts"}} }
+
+func (g *gmailExt) Routes(r Routers) {
+	r.API.POST("/accounts", g.apiConnect)
+	r.API.GET("/accounts", g.apiAccounts)
+	r.API.GET("/accounts/:id", g.apiAccount)
+	r.API.POST("/accounts/:id/resync", g.apiResync)
+	r.API.DELETE("/accounts/:id", g.apiDelete)
+	r.API.GET("/accounts/:id/messages", g.apiMessages)
+	r.API.GET("/accounts/:id/messages/:messageId", g.apiMessage)
+
+	r.Public.POST("/push/gmail", g.push)
+	r.Public.GET("/oauth/google/start", r.RequireAdmin, g.oauthStart)
+	r.Public.GET("/oauth/google/callback", r.RequireAdmin, g.oauthCallback)
+
+	r.Admin.GET("/accounts", g.accountsPage)
+	r.Admin.GET("/accounts/:id", g.accountPage)
+	r.Admin.POST("/accounts/:id/resync", g.adminResync)
+	r.Admin.POST("/accounts/:id/delete", g.adminDelete)
+}
+
+// MapError answers the pipeline's errors.
+func (g *gmailExt) MapError(err error) *Error {
+	var inv *gmail.InvalidError
+	switch {
+	case errors.As(err, &inv):
+		return &Error{Status: http.StatusBadRequest, Code: "invalid", Message: capitalize(inv.Message) + ".", Field: inv.Field, Err: err}
+	case errors.Is(err, gmail.ErrPushUnauthorized):
+		return &Error{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "The push carries no token, or one that cannot be verified.", Err: err}
+	case errors.Is(err, gmail.ErrPushForbidden):
+		return &Error{Status: http.StatusForbidden, Code: "forbidden", Message: "The push token is not accepted here (audience, email or setup).", Err: err}
+	case errors.Is(err, gmail.ErrPushTooLarge):
+		return tooLarge(gmail.MaxPushBody)
+	case errors.Is(err, gmail.ErrPushMalformed):
+		return &Error{Status: http.StatusBadRequest, Code: "malformed_push", Message: "The push body is not a Pub/Sub envelope with a Gmail notification: " + strings.TrimPrefix(err.Error(), gmail.ErrPushMalformed.Error()+": ") + ".", Err: err}
+	case errors.Is(err, gmail.ErrOAuthUnavailable):
+		return &Error{Status: http.StatusServiceUnavailable, Code: "not_configured", Message: "Connecting through Google needs an OAuth client: set MAILROOM_GOOGLE_CLIENT_ID and MAILROOM_GOOGLE_CLIENT_SECRET.", Err: err}
+	case errors.Is(err, google.ErrRevoked):
+		return &Error{Status: http.StatusBadRequest, Code: "google_refused", Message: "Google refused the sign-in; start again.", Err: err}
+	}
+	return nil
+}
+
+func capitalize(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+// ---- API ----
+
+type connectRequest struct {
+	UserID       string `json:"userId"`
+	Email        string `json:"email"`
+	RefreshToken string `json:"refreshToken"`
+}
+
+func (g *gmailExt) apiConnect(c *gin.Context) {
+	var req connectRequest
+	if err := BindJSON(c, &req); err != nil {
+		Fail(c, err)
+		return
+	}
+	acc, _, err := g.p.Connect(c.Request.Context(), gmail.ConnectRequest{
+		UserID: req.UserID, Email: req.Email, Token: google.Token{RefreshToken: req.RefreshToken},
+	})
+	if err != nil {
+		Fail(c, err)
+		return
+	}
+	v, err := g.p.Account(acc.ID)
+	if err != nil {
+		Fail(c, err)
+		return
+	}
+	JSON(c, http.StatusCreated, v)
+}
+
+func (g *gmailExt) apiAccounts(c *gin.Context) {
+	accs, err := g.p.Accounts()
+	if err != nil {
+		Fail(c, err)
+		return
+	}
+	JSON(c, http.StatusOK, gin.H{"accounts": accs})
+}
+
+func (g *gmailExt) apiAccount(c *gin.Context) {
+	v, err := g.p.Account(c.Param("id"))
+	if err != nil {
+		Fail(c, err)
+		return
+	}
+	JSON(c, http.StatusOK, v)
+}
+
+func (g *gmailExt) apiResync(c *gin.Context) {
+	if err := g.p.Resync(c.Request.Context(), c.Param("id")); err != nil {
+		Fail(c, err)
+		return
+	}
+	JSON(c, http.StatusAccepted, gin.H{"id": c.Param("id"), "resync": "queued"})
+}
+
+func (g *gmailExt) apiDelete(c *gin.Context) {
+	if err := g.p.Delete(c.Request.Context(), c.Param("id")); err != nil {
+		Fail(c, err)
+		return
+	}
+	c.Status(http.StatusNoContent)
+}
+
+// boolParam reads an optional true/false query parameter.
+func boolParam(c *gin.Context, name string) (*bool, error) {
+	v, ok := c.GetQuery(name)
+	if !ok || v == "" {
+		return nil, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil || (v != "true" && v != "false") {
+		return nil, Invalid(name, name+" must be true or false.")
+	}
+	return &b, nil
+}
+
+func (g *gmailExt) apiMessages(c *gin.Context) {
+	q := gmail.MessageQuery{Label: c.Query("label"), Cursor: c.Query("cursor")}
+	var err error
+	if q.Unread, err = boolParam(c, "unread"); err != nil {
+		Fail(c, err)
+		return
+	}
+	if q.Trashed, err = boolParam(c, "trashed"); err != nil {
+		Fail(c, err)
+		return
+	}
+	if v := c.Query("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > gmail.MaxMessagesPage {
+			Fail(c, Invalid("limit", "limit must be a whole number from 1 to "+strconv.Itoa(gmail.MaxMessagesPage)+"."))
+			return
+		}
+		q.Limit = n
+	}
+	msgs, next, err := g.p.Messages(c.Param("id"), q)
+	if err != nil {
+		Fail(c, err)
+		return
+	}
+	JSON(c, http.StatusOK, gin.H{"messages": msgs, "next": next})
+}
+
+func (g *gmailExt) apiMessage(c *gin.Context) {
+	m, err := g.p.Message(c.Param("id"), c.Param("messageId"))
+	if err != nil {
+		Fail(c, err)
+		return
+	}
+	JSON(c, http.StatusOK, m)
+}
+
+// ---- push ----
+
+// push is POST /push/gmail: the body is read up to its limit, then the
+// pipeline checks auth (401, 403) before the body (413, 400) and answers
+// once the notification is in bbolt (204).
+func (g *gmailExt) push(c *gin.Context) {
+	var body []byte
+	tooLarge := false
+	if c.Request.Body != nil {
+		var err error
+		body, err = io.ReadAll(io.LimitReader(c.Request.Body, gmail.MaxPushBody+1))
+		if err != nil {
+			Fail(c, &Error{Status: http.StatusBadRequest, Code: "malformed_push", Message: "The push body could not be read.", Err: err})
+			return
+		}
+		tooLarge = len(body) > gmail.MaxPushBody
+	}
+	err := g.p.Push(c.Request.Context(), gmail.PushRequest{
+		Authorization: c.GetHeader("Authorization"), Token: c.Query("token"), Body: body, TooLarge: tooLarge,
+	})
+	if errors.Is(err, gmail.ErrPushUnauthorized) {
+		c.Header("WWW-Authenticate", `Bearer realm="mailroom push"`)
+	}
+	if err != nil {
+		Fail(c, err)
+		return
+	}
+	c.Status(http.StatusNoContent)
+}
+
+// ---- OAuth consent ----
+
+// oauthStart is GET /oauth/google/start?userId=U[&email=hint]: it sends the
+// admin to Google's consent page.
+func (g *gmailExt) oauthStart(c *gin.Context) {
+	u, err := g.p.OAuthStart(c.Query("userId"), c.Query("email"))
+	if err != nil {
+		g.oauthFailed(c, err)
+		return
+	}
+	c.Redirect(http.StatusFound, u)
+	c.Abort()
+}
+
+// oauthCallback is GET /oauth/google/callback?code=C&state=S.
+func (g *gmailExt) oauthCallback(c *gin.Context) {
+	if e := c.Query("error"); e != "" {
+		SetFlash(c, "error", "Google did not connect the account ("+e+").")
+		Redirect(c, "/admin/accounts")
+		return
+	}
+	acc, err := g.p.OAuthCallback(c.Request.Context(), c.Query("code"), c.Query("state"))
+	if err != nil {
+		g.oauthFailed(c, err)
+		return
+	}
+	SetFlash(c, "ok", acc.Email+" is connected; its first sync is running.")
+	Redirect(c, "/admin/accounts/"+acc.ID)
+}
+
+// oauthFailed tells the admin on the Accounts page what went wrong, or
+// answers the error page for server-side failures.
+func (g *gmailExt) oauthFailed(c *gin.Context, err error) {
+	e := serverOf(c).mapError(err)
+	if e.Status >= 500 && !errors.Is(err, gmail.ErrOAuthUnavailable) {
+		Fail(c, err)
+		return
+	}
+	SetFlash(c, "error", e.Message)
+	Redirect(c, "/admin/accounts")
+}

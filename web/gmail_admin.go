@@ -1,0 +1,87 @@
+package web
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"mailroom/queue/gmail"
+	"mailroom/store"
+)
+
+// accountsView is the data of the Accounts page.
+type accountsView struct {
+	Accounts []gmail.AccountView
+	Users    []store.User
+	// OAuth: connecting through Google's consent page is possible.
+	OAuth bool
+	// Watch: push notifications are set up (a Pub/Sub topic); without it
+	// accounts are kept in sync by polling alone.
+	Watch        bool
+	PollInterval time.Duration
+	PushURL      string
+	PushAudience string
+	PushToken    bool
+}
+
+// accountPageView is the data of one account's page.
+type accountPageView struct {
+	Account      gmail.AccountDetail
+	User         store.User
+	Watch        bool
+	PollInterval time.Duration
+}
+
+func (g *gmailExt) accountsPage(c *gin.Context) {
+	accs, err := g.p.Accounts()
+	if err != nil {
+		Fail(c, err)
+		return
+	}
+	var users []store.User
+	if err := serverOf(c).deps.DB.View(func(tx *store.Tx) (err error) { users, err = tx.Users(); return err }); err != nil {
+		Fail(c, fmt.Errorf("web: list users: %w", err))
+		return
+	}
+	Render(c, "accounts", accountsView{
+		Accounts: accs, Users: users, OAuth: g.p.OAuthConfigured(), Watch: g.p.WatchEnabled(),
+		PollInterval: g.p.PollInterval(), PushURL: g.opts.PublicURL + "/push/gmail",
+		PushAudience: g.opts.PushAudience, PushToken: g.opts.PushToken,
+	})
+}
+
+func (g *gmailExt) accountPage(c *gin.Context) {
+	d, err := g.p.Detail(c.Param("id"), 30)
+	if err != nil {
+		Fail(c, err)
+		return
+	}
+	v := accountPageView{Account: d, Watch: g.p.WatchEnabled(), PollInterval: g.p.PollInterval()}
+	_ = serverOf(c).deps.DB.View(func(tx *store.Tx) (err error) { v.User, err = tx.UserGet(d.UserID); return err })
+	Render(c, "account", v)
+}
+
+func (g *gmailExt) adminResync(c *gin.Context) {
+	id := c.Param("id")
+	if err := g.p.Resync(c.Request.Context(), id); err != nil {
+		Fail(c, err)
+		return
+	}
+	SetFlash(c, "ok", "A full sync is queued.")
+	Redirect(c, "/admin/accounts/"+id)
+}
+
+func (g *gmailExt) adminDelete(c *gin.Context) {
+	v, err := g.p.Account(c.Param("id"))
+	if err != nil {
+		Fail(c, err)
+		return
+	}
+	if err := g.p.Delete(c.Request.Context(), v.ID); err != nil {
+		Fail(c, err)
+		return
+	}
+	SetFlash(c, "ok", v.Email+" is disconnected and its mirror deleted.")
+	Redirect(c, "/admin/accounts")
+}

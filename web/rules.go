@@ -1,0 +1,239 @@
+package web
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"mailroom/queue/rules"
+	"mailroom/store"
+)
+
+// Rules returns the extension of the label rules pipeline: the rules API
+// of the contract and the admin Rules page.
+func Rules(p *rules.Pipeline) Extension { return &rulesExt{p: p} }
+
+type rulesExt struct{ p *rules.Pipeline }
+
+var _ ErrorMapper = (*rulesExt)(nil)
+
+func (e *rulesExt) Nav() []NavItem { return []NavItem{{Title: "Rules", Path: "/admin/rules"}} }
+
+func (e *rulesExt) Routes(r Routers) {
+	r.API.GET("/users/:uid/rules", e.apiList)
+	r.API.POST("/users/:uid/rules", e.apiCreate)
+	r.API.GET("/users/:uid/reclassify", e.apiStatus)
+	r.API.GET("/rules/:id", e.apiGet)
+	r.API.PUT("/rules/:id", e.apiUpdate)
+	r.API.DELETE("/rules/:id", e.apiDelete)
+
+	r.Admin.GET("/rules", e.usersPage)
+	r.Admin.GET("/rules/:uid", e.rulesPage)
+	r.Admin.POST("/rules/:uid/save", e.saveForm)
+	r.Admin.POST("/rules/:uid/delete", e.deleteForm)
+	r.Admin.POST("/rules/:uid/preview.json", e.previewJSON)
+	r.Admin.GET("/rules/:uid/status.json", e.statusJSON)
+}
+
+// MapError turns the pipeline's errors into the contract's answers.
+func (e *rulesExt) MapError(err error) *Error {
+	var (
+		invalid *rules.ValidationError
+		refused *rules.RefusedError
+	)
+	switch {
+	case errors.As(err, &invalid):
+		return &Error{Status: http.StatusBadRequest, Code: "invalid", Message: invalid.Message, Field: invalid.Field}
+	case errors.As(err, &refused):
+		cfg := e.p.Config()
+		return &Error{Status: http.StatusTooManyRequests, Code: "rate_limited", RetryAfter: refused.RetryAfter,
+			Message: fmt.Sprintf("Too many rule saves: at most %d per %s for a user. Try again in %d seconds.",
+				cfg.SaveLimit, humanWindow(cfg.SaveWindow), int(math.Ceil(refused.RetryAfter.Seconds())))}
+	case errors.Is(err, rules.ErrLabelTaken):
+		return &Error{Status: http.StatusConflict, Code: "conflict", Field: "label", Message: "This user already has a rule for that label; edit that rule instead."}
+	case errors.Is(err, rules.ErrNotFound):
+		return &Error{Status: http.StatusNotFound, Code: "not_found", Message: "There is no such user or rule.", Err: err}
+	}
+	return nil
+}
+
+func humanWindow(d time.Duration) string {
+	switch {
+	case d == time.Minute:
+		return "minute"
+	case d%time.Minute == 0:
+		return fmt.Sprintf("%d minutes", d/time.Minute)
+	case d%time.Second == 0:
+		return fmt.Sprintf("%d seconds", d/time.Second)
+	}
+	return d.String()
+}
+
+type ruleJSON struct {
+	ID         string            `json:"id"`
+	UserID     string            `json:"userId"`
+	Label      string            `json:"label"`
+	Match      string            `json:"match"`
+	Conditions []rules.Condition `json:"conditions"`
+	Actions    rules.Actions     `json:"actions"`
+	Version    int               `json:"version"`
+	CreatedAt  time.Time         `json:"createdAt"`
+	UpdatedAt  time.Time         `json:"updatedAt"`
+}
+
+func toRuleJSON(r rules.Rule) ruleJSON {
+	conds := r.Spec.Conditions
+	if conds == nil {
+		conds = []rules.Condition{}
+	}
+	return ruleJSON{ID: r.ID, UserID: r.UserID, Label: r.Spec.Label, Match: r.Spec.Match, Conditions: conds,
+		Actions: r.Spec.Actions, Version: r.Version, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
+}
+
+type reclassifyPendingJSON struct {
+	State     string    `json:"state"`
+	RuleIDs   []string  `json:"ruleIds"`
+	FiresAt   time.Time `json:"firesAt"`
+	FirstSave time.Time `json:"firstSave"`
+	LastSave  time.Time `json:"lastSave"`
+}
+
+func toPendingJSON(p store.ReclassifyPending) *reclassifyPendingJSON {
+	return &reclassifyPendingJSON{State: "pending", RuleIDs: p.RuleIDs, FiresAt: p.FiresAt, FirstSave: p.FirstSave, LastSave: p.LastSave}
+}
+
+type savedJSON struct {
+	Rule       ruleJSON               `json:"rule"`
+	Reclassify *reclassifyPendingJSON `json:"reclassify"`
+}
+
+// readRule reads a rule from the request body: at most MaxBodyBytes, one
+// JSON value, parsed strictly so that errors name the field as a path
+// ("conditions[2].value").
+func (e *rulesExt) readRule(c *gin.Context) (rules.Spec, error) {
+	var raw json.RawMessage
+	if err := BindJSON(c, &raw); err != nil {
+		return rules.Spec{}, err
+	}
+	return e.p.ParseSpec(raw)
+}
+
+func (e *rulesExt) apiList(c *gin.Context) {
+	rs, err := e.p.Rules(c.Param("uid"))
+	if err != nil {
+		Fail(c, err)
+		return
+	}
+	out := make([]ruleJSON, 0, len(rs))
+	for _, r := range rs {
+		out = append(out, toRuleJSON(r))
+	}
+	JSON(c, http.StatusOK, gin.H{"rules": out})
+}
+
+func (e *rulesExt) apiGet(c *gin.Context) {
+	r, err := e.p.Rule(c.Param("id"))
+	if err != nil {
+		Fail(c, err)
+		return
+	}
+	JSON(c, http.StatusOK, toRuleJSON(r))
+}
+
+func (e *rulesExt) apiCreate(c *gin.Context) {
+	spec, err := e.readRule(c)
+	if err != nil {
+		Fail(c, err)
+		return
+	}
+	saved, err := e.p.Create(c.Request.Context(), c.Param("uid"), spec)
+	if err != nil {
+		Fail(c, err)
+		return
+	}
+	JSON(c, http.StatusCreated, savedJSON{Rule: toRuleJSON(saved.Rule), Reclassify: toPendingJSON(saved.Pending)})
+}
+
+func (e *rulesExt) apiUpdate(c *gin.Context) {
+	spec, err := e.readRule(c)
+	if err != nil {
+		Fail(c, err)
+		return
+	}
+	saved, err := e.p.Update(c.Request.Context(), c.Param("id"), spec)
+	if err != nil {
+		Fail(c, err)
+		return
+	}
+	JSON(c, http.StatusOK, savedJSON{Rule: toRuleJSON(saved.Rule), Reclassify: toPendingJSON(saved.Pending)})
+}
+
+func (e *rulesExt) apiDelete(c *gin.Context) {
+	if _, err := e.p.Delete(c.Request.Context(), c.Param("id")); err != nil {
+		Fail(c, err)
+		return
+	}
+	c.Status(http.StatusNoContent)
+}
+
+type reclassifyJobJSON struct {
+	JobID               string     `json:"jobId"`
+	RuleIDs             []string   `json:"ruleIds"`
+	State               string     `json:"state"`
+	Threads             int        `json:"threads"`
+	Batches             int        `json:"batches"`
+	BatchesDone         int        `json:"batchesDone"`
+	BatchesSkippedStale int        `json:"batchesSkippedStale"`
+	RulesSkipped        int        `json:"rulesSkipped"`
+	ThreadsLabeled      int        `json:"threadsLabeled"`
+	ThreadsUnlabeled    int        `json:"threadsUnlabeled"`
+	MessagesLabeled     int        `json:"messagesLabeled"`
+	MessagesUnlabeled   int        `json:"messagesUnlabeled"`
+	GmailCalls          int        `json:"gmailCalls"`
+	StartedAt           time.Time  `json:"startedAt"`
+	FinishedAt          *time.Time `json:"finishedAt"`
+}
+
+type reclassifyJSON struct {
+	Pending *reclassifyPendingJSON `json:"pending"`
+	Jobs    []reclassifyJobJSON    `json:"jobs"`
+}
+
+func toReclassifyJSON(st rules.Status) reclassifyJSON {
+	out := reclassifyJSON{Jobs: make([]reclassifyJobJSON, 0, len(st.Jobs))}
+	if st.Pending != nil {
+		out.Pending = toPendingJSON(*st.Pending)
+	}
+	for _, j := range st.Jobs {
+		jj := reclassifyJobJSON{
+			JobID: j.ID, RuleIDs: j.RuleIDs, State: j.State, Threads: j.Threads, Batches: j.Batches,
+			BatchesDone: j.BatchesDone, BatchesSkippedStale: j.BatchesSkippedStale, RulesSkipped: j.RulesSkipped,
+			ThreadsLabeled: j.ThreadsLabeled, ThreadsUnlabeled: j.ThreadsUnlabeled,
+			MessagesLabeled: j.MessagesLabeled, MessagesUnlabeled: j.MessagesUnlabeled, GmailCalls: j.GmailCalls,
+			StartedAt: j.StartedAt,
+		}
+		if !j.FinishedAt.IsZero() {
+			at := j.FinishedAt
+			jj.FinishedAt = &at
+		}
+		out.Jobs = append(out.Jobs, jj)
+	}
+	return out
+}
+
+// recentJobs is how many jobs the status shows.
+const recentJobs = 20
+
+func (e *rulesExt) apiStatus(c *gin.Context) {
+	st, err := e.p.Status(c.Param("uid"), recentJobs)
+	if err != nil {
+		Fail(c, err)
+		return
+	}
+	JSON(c, http.StatusOK, toReclassifyJSON(st))
+}

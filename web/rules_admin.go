@@ -1,0 +1,453 @@
+package web
+
+import (
+	"errors"
+	"fmt"
+	"html/template"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"mailroom/queue/rules"
+	"mailroom/store"
+)
+
+// The admin Rules page: /admin/rules lists the users, /admin/rules/:uid
+// shows a user's rules, the editor (with inline validation and a live
+// preview), the pending reclassify with its countdown and the recent jobs.
+
+type rulesUserRow struct {
+	User    store.User
+	Rules   int
+	Pending *store.ReclassifyPending
+}
+
+type rulesUsersView struct {
+	Users []rulesUserRow
+}
+
+func (e *rulesExt) usersPage(c *gin.Context) {
+	s := serverOf(c)
+	var users []store.User
+	if err := s.deps.DB.View(func(tx *store.Tx) (err error) { users, err = tx.Users(); return err }); err != nil {
+		Fail(c, err)
+		return
+	}
+	v := rulesUsersView{}
+	for _, u := range users {
+		rs, err := e.p.Rules(u.ID)
+		if err != nil {
+			Fail(c, err)
+			return
+		}
+		st, err := e.p.Status(u.ID, 1)
+		if err != nil {
+			Fail(c, err)
+			return
+		}
+		v.Users = append(v.Users, rulesUserRow{User: u, Rules: len(rs), Pending: st.Pending})
+	}
+	Render(c, "rules_users", v)
+}
+
+// conditionRow is one row of the editor's conditions.
+type conditionRow struct {
+	Field, Op, Value string
+	Error            string
+}
+
+// ruleEditor is the editor's state: a rule being written, and what is
+// wrong with it.
+type ruleEditor struct {
+	ID      string // empty: a new rule
+	Version int
+	// NextVersion is the version a save makes.
+	NextVersion int
+	Label       string
+	Match       string
+	Rows        []conditionRow
+	MarkRead    bool
+	Archive     bool
+	// Errors by field: label, match, conditions.
+	Errors map[string]string
+	// Error is a problem not tied to a field (rate limited).
+	Error string
+}
+
+// editorRows is the number of condition rows the editor shows at least.
+const editorRows = 3
+
+func newEditor() ruleEditor {
+	return ruleEditor{Match: rules.MatchAll, Rows: make([]conditionRow, editorRows)}
+}
+
+func editorOf(r rules.Rule) ruleEditor {
+	ed := ruleEditor{ID: r.ID, Version: r.Version, NextVersion: r.Version + 1, Label: r.Spec.Label, Match: r.Spec.Match, MarkRead: r.Spec.Actions.MarkRead, Archive: r.Spec.Actions.Archive}
+	for _, cond := range r.Spec.Conditions {
+		ed.Rows = append(ed.Rows, conditionRow{Field: cond.Field, Op: cond.Op, Value: cond.Value})
+	}
+	for len(ed.Rows) < editorRows || len(ed.Rows) < rules.MaxConditions && ed.Rows[len(ed.Rows)-1].Value != "" {
+		ed.Rows = append(ed.Rows, conditionRow{})
+	}
+	return ed
+}
+
+type ruleRow struct {
+	Rule    rules.Rule
+	Pending bool // in the pending reclassify
+}
+
+type jobRow struct {
+	rules.Job
+	Labels []string
+}
+
+type rulesView struct {
+	User    store.User
+	Rules   []ruleRow
+	Editor  ruleEditor
+	Preview *rules.Preview
+	Pending *store.ReclassifyPending
+	// PendingLabels name the pending reclassify's rules.
+	PendingLabels []string
+	Labels        map[string]string // rule id -> label, for pending and jobs
+	Jobs          []jobRow
+	Chart         template.HTML
+	Settings      rules.Config
+	Fields        []string
+	Ops           []string
+}
+
+var (
+	ruleFields = []string{rules.FieldFrom, rules.FieldTo, rules.FieldCc, rules.FieldSubject, rules.FieldBody, rules.FieldAny}
+	ruleOps    = []string{rules.OpContains, rules.OpNotContains, rules.OpEquals, rules.OpMatches}
+)
+
+// previewSample is how many matching messages a preview shows.
+const previewSample = 5
+
+func (e *rulesExt) view(c *gin.Context, uid string, ed ruleEditor) (rulesView, error) {
+	s := serverOf(c)
+	v := rulesView{Editor: ed, Settings: e.p.Config(), Fields: ruleFields, Ops: ruleOps, Labels: map[string]string{}}
+	err := s.deps.DB.View(func(tx *store.Tx) error {
+		u, err := tx.UserGet(uid)
+		if err != nil {
+			return NotFound("There is no user with that id.")
+		}
+		v.User = u
+		return nil
+	})
+	if err != nil {
+		return v, err
+	}
+	rs, err := e.p.Rules(uid)
+	if err != nil {
+		return v, err
+	}
+	st, err := e.p.Status(uid, recentJobs)
+	if err != nil {
+		return v, err
+	}
+	v.Pending = st.Pending
+	for _, r := range rs {
+		v.Labels[r.ID] = r.Spec.Label
+		row := ruleRow{Rule: r}
+		if st.Pending != nil {
+			for _, id := range st.Pending.RuleIDs {
+				row.Pending = row.Pending || id == r.ID
+			}
+		}
+		v.Rules = append(v.Rules, row)
+	}
+	if st.Pending != nil {
+		for _, id := range st.Pending.RuleIDs {
+			v.PendingLabels = append(v.PendingLabels, ruleName(v.Labels, id))
+		}
+	}
+	for _, j := range st.Jobs {
+		row := jobRow{Job: j}
+		for _, id := range j.RuleIDs {
+			row.Labels = append(row.Labels, ruleName(v.Labels, id))
+		}
+		v.Jobs = append(v.Jobs, row)
+	}
+	v.Chart = jobsChart(st.Jobs)
+	if spec, _, ok := specOf(ed); ok {
+		if pv, err := e.p.Preview(uid, spec, previewSample); err == nil {
+			v.Preview = &pv
+		}
+	}
+	return v, nil
+}
+
+// ruleName names a rule by its label, or "deleted rule" when it is gone.
+func ruleName(labels map[string]string, id string) string {
+	if l, ok := labels[id]; ok {
+		return l
+	}
+	return "deleted rule " + id[:min(6, len(id))]
+}
+
+func (e *rulesExt) rulesPage(c *gin.Context) {
+	uid := c.Param("uid")
+	ed := newEditor()
+	if id := c.Query("edit"); id != "" {
+		r, err := e.p.Rule(id)
+		if err != nil || r.UserID != uid {
+			Fail(c, NotFound("There is no such rule for this user."))
+			return
+		}
+		ed = editorOf(r)
+	}
+	v, err := e.view(c, uid, ed)
+	if err != nil {
+		Fail(c, err)
+		return
+	}
+	Render(c, "rules", v)
+}
+
+// editorFromForm reads the editor's form.
+func (e *rulesExt) editorFromForm(c *gin.Context) ruleEditor {
+	ed := ruleEditor{ID: c.PostForm("id"), Label: c.PostForm("label"), Match: c.PostForm("match"), MarkRead: c.PostForm("markRead") != "", Archive: c.PostForm("archive") != ""}
+	fields, ops, values := c.PostFormArray("field"), c.PostFormArray("op"), c.PostFormArray("value")
+	for i := range min(len(values), rules.MaxConditions+5) {
+		row := conditionRow{Value: values[i]}
+		if i < len(fields) {
+			row.Field = fields[i]
+		}
+		if i < len(ops) {
+			row.Op = ops[i]
+		}
+		ed.Rows = append(ed.Rows, row)
+	}
+	for len(ed.Rows) < editorRows {
+		ed.Rows = append(ed.Rows, conditionRow{})
+	}
+	if ed.ID != "" {
+		if r, err := e.p.Rule(ed.ID); err == nil {
+			ed.Version, ed.NextVersion = r.Version, r.Version+1
+		}
+	}
+	return ed
+}
+
+// specOf makes a spec of the editor's rows with a value; rowOf maps a
+// condition's index to its row. ok is false when no row has a value.
+func specOf(ed ruleEditor) (spec rules.Spec, rowOf []int, ok bool) {
+	spec = rules.Spec{Label: ed.Label, Match: ed.Match, Actions: rules.Actions{MarkRead: ed.MarkRead, Archive: ed.Archive}}
+	for i, row := range ed.Rows {
+		if strings.TrimSpace(row.Value) == "" {
+			continue
+		}
+		spec.Conditions = append(spec.Conditions, rules.Condition{Field: row.Field, Op: row.Op, Value: row.Value})
+		rowOf = append(rowOf, i)
+	}
+	return spec, rowOf, len(spec.Conditions) > 0
+}
+
+var conditionPath = regexp.MustCompile(`^conditions\[(\d+)\]`)
+
+// showError puts a validation error next to its field in the editor.
+func (ed *ruleEditor) showError(ve *rules.ValidationError, rowOf []int) {
+	if ed.Errors == nil {
+		ed.Errors = map[string]string{}
+	}
+	if m := conditionPath.FindStringSubmatch(ve.Field); m != nil {
+		if i, _ := strconv.Atoi(m[1]); i < len(rowOf) {
+			ed.Rows[rowOf[i]].Error = ve.Message
+			return
+		}
+	}
+	switch ve.Field {
+	case "label", "match", "conditions":
+		ed.Errors[ve.Field] = ve.Message
+	default:
+		ed.Error = ve.Message
+	}
+}
+
+func (e *rulesExt) saveForm(c *gin.Context) {
+	uid := c.Param("uid")
+	ed := e.editorFromForm(c)
+	spec, rowOf, _ := specOf(ed)
+	var (
+		saved rules.Saved
+		err   error
+	)
+	if ed.ID == "" {
+		saved, err = e.p.Create(c.Request.Context(), uid, spec)
+	} else {
+		var r rules.Rule
+		if r, err = e.p.Rule(ed.ID); err == nil && r.UserID != uid {
+			err = rules.ErrNotFound
+		}
+		if err == nil {
+			saved, err = e.p.Update(c.Request.Context(), ed.ID, spec)
+		}
+	}
+	var (
+		invalid *rules.ValidationError
+		refused *rules.RefusedError
+	)
+	switch {
+	case err == nil:
+		SetFlash(c, "ok", fmt.Sprintf("Saved %q (version %d). Existing mail is relabelled %s.", saved.Rule.Spec.Label, saved.Rule.Version, firesIn(serverOf(c).now(), saved.Pending.FiresAt)))
+		Redirect(c, "/admin/rules/"+uid)
+		return
+	case errors.As(err, &invalid):
+		ed.showError(invalid, rowOf)
+	case errors.Is(err, rules.ErrLabelTaken):
+		ed.Errors = map[string]string{"label": "This user already has a rule for that label; edit that rule instead."}
+	case errors.As(err, &refused):
+		ed.Error = e.MapError(err).Message
+		c.Header("Retry-After", strconv.Itoa(int((refused.RetryAfter+time.Second-1)/time.Second)))
+	default:
+		Fail(c, err)
+		return
+	}
+	v, verr := e.view(c, uid, ed)
+	if verr != nil {
+		Fail(c, verr)
+		return
+	}
+	RenderStatus(c, e.MapError(err).Status, "rules", v)
+}
+
+func firesIn(now, at time.Time) string {
+	d := at.Sub(now).Round(time.Second)
+	if d <= 0 {
+		return "now"
+	}
+	return "in " + d.String()
+}
+
+func (e *rulesExt) deleteForm(c *gin.Context) {
+	uid, id := c.Param("uid"), c.PostForm("id")
+	r, err := e.p.Rule(id)
+	if err != nil || r.UserID != uid {
+		Fail(c, NotFound("There is no such rule for this user."))
+		return
+	}
+	saved, err := e.p.Delete(c.Request.Context(), id)
+	var refused *rules.RefusedError
+	switch {
+	case errors.As(err, &refused):
+		SetFlash(c, "error", e.MapError(err).Message)
+	case err != nil:
+		Fail(c, err)
+		return
+	default:
+		SetFlash(c, "ok", fmt.Sprintf("Deleted %q. The labels it applied are removed %s; labels put on by hand stay.", r.Spec.Label, firesIn(serverOf(c).now(), saved.Pending.FiresAt)))
+	}
+	Redirect(c, "/admin/rules/"+uid)
+}
+
+type previewJSONAnswer struct {
+	Valid           bool               `json:"valid"`
+	Error           *errorDetail       `json:"error"`
+	Threads         int                `json:"threads"`
+	MatchedThreads  int                `json:"matchedThreads"`
+	Messages        int                `json:"messages"`
+	BodyFromSnippet bool               `json:"bodyFromSnippet"`
+	Truncated       bool               `json:"truncated"`
+	Sample          []previewMessageJS `json:"sample"`
+}
+
+type previewMessageJS struct {
+	From    string `json:"from"`
+	Subject string `json:"subject"`
+	Date    string `json:"date"`
+}
+
+// previewJSON answers the editor's live preview: the draft rule (the API's
+// JSON shape) is validated and matched against the user's mail. A label is
+// not needed to preview.
+func (e *rulesExt) previewJSON(c *gin.Context) {
+	var spec rules.Spec
+	if err := BindJSON(c, &spec); err != nil {
+		Fail(c, err)
+		return
+	}
+	if strings.TrimSpace(spec.Label) == "" {
+		spec.Label = "preview"
+	}
+	pv, err := e.p.Preview(c.Param("uid"), spec, previewSample)
+	var invalid *rules.ValidationError
+	if errors.As(err, &invalid) {
+		JSON(c, http.StatusOK, previewJSONAnswer{Error: &errorDetail{Code: "invalid", Message: invalid.Message, Field: invalid.Field}, Sample: []previewMessageJS{}})
+		return
+	}
+	if err != nil {
+		Fail(c, err)
+		return
+	}
+	out := previewJSONAnswer{Valid: true, Threads: pv.Threads, MatchedThreads: pv.MatchedThreads, Messages: pv.Messages,
+		BodyFromSnippet: pv.BodyFromSnippet, Truncated: pv.Truncated, Sample: []previewMessageJS{}}
+	for _, m := range pv.Sample {
+		out.Sample = append(out.Sample, previewMessageJS{From: m.From, Subject: m.Subject, Date: datetime(m.Date)})
+	}
+	JSON(c, http.StatusOK, out)
+}
+
+func (e *rulesExt) statusJSON(c *gin.Context) {
+	st, err := e.p.Status(c.Param("uid"), recentJobs)
+	if err != nil {
+		Fail(c, err)
+		return
+	}
+	JSON(c, http.StatusOK, toReclassifyJSON(st))
+}
+
+// Job chart geometry, in SVG user units.
+const (
+	chartW     = 240.0
+	chartRowH  = 14.0
+	chartBarH  = 10.0
+	chartLabel = 0.0
+)
+
+// jobsChart draws each recent job as a bar of its batches: done, skipped
+// as stale, and still waiting. It is built from numbers only, so it is
+// safe as HTML.
+func jobsChart(jobs []rules.Job) template.HTML {
+	if len(jobs) == 0 {
+		return ""
+	}
+	top := 1
+	var done, skipped int
+	for _, j := range jobs {
+		top = max(top, j.Batches)
+		done += j.BatchesDone
+		skipped += j.BatchesSkippedStale
+	}
+	h := chartRowH * float64(len(jobs))
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg class="jobs-chart" viewBox="0 0 %g %g" width="%g" height="%g" role="img" aria-label="recent jobs: %d batches done, %d skipped as stale">`, chartW, h, chartW, h, done, skipped)
+	fmt.Fprintf(&b, `<title>Batches per job, newest on top: done (green), skipped as stale (grey), waiting (light)</title>`)
+	for i, j := range jobs {
+		y := float64(i)*chartRowH + (chartRowH-chartBarH)/2
+		x := chartLabel
+		for _, part := range []struct {
+			n     int
+			class string
+			what  string
+		}{{j.BatchesDone, "bar-done", "done"}, {j.BatchesSkippedStale, "bar-stale", "skipped as stale"}, {j.Waiting(), "bar-wait", "waiting"}} {
+			if part.n <= 0 {
+				continue
+			}
+			w := float64(part.n) / float64(top) * (chartW - chartLabel)
+			fmt.Fprintf(&b, `<rect class="%s" x="%.1f" y="%.1f" width="%.1f" height="%g"><title>job %s: %d %s</title></rect>`, part.class, x, y, w, chartBarH, template.HTMLEscapeString(j.ID), part.n, part.what)
+			x += w
+		}
+		if j.Batches == 0 {
+			fmt.Fprintf(&b, `<rect class="bar-empty" x="0" y="%.1f" width="2" height="%g"><title>job %s: no threads</title></rect>`, y, chartBarH, template.HTMLEscapeString(j.ID))
+		}
+	}
+	b.WriteString(`</svg>`)
+	return template.HTML(b.String()) //nolint:gosec // numbers and escaped ids only
+}
