@@ -83,7 +83,7 @@ func NewTable(cfg TableConfig) *Table {
 		{Name: TypeGmailMessageDeleted, Queue: "gmail-message-deleted", Concurrency: state, MaxRetries: r, Timeout: time.Minute},
 		{Name: TypeGmailMessageLabeled, Queue: "gmail-message-labeled", Concurrency: state, MaxRetries: r, Timeout: time.Minute},
 		{Name: TypeGmailWatchRenew, Queue: "gmail-maintenance", Concurrency: 2, MaxRetries: r, Timeout: time.Minute},
-		{Name: TypeRulesReclassifyBatch, Queue: "rules-reclassify", Concurrency: 2, MaxRetries: r, Timeout: 5 * time.Minute},
+		{Name: TypeRulesReclassifyBatch, Queue: "rules-reclassify", Concurrency: 6, MaxRetries: r, Timeout: 5 * time.Minute},
 		{Name: TypeSheetsFlush, Queue: "sheets-flush", Concurrency: 4, MaxRetries: r, Timeout: 2 * time.Minute},
 	}
 	if cfg.Debug {

@@ -114,6 +114,11 @@ func (tx *Tx) AccountGet(id string) (Account, error) {
 	return a, nil
 }
 
+// AccountExists reports whether the account exists (without decoding it).
+func (tx *Tx) AccountExists(id string) bool {
+	return tx.tx.Bucket(bucketAccounts).Get([]byte(id)) != nil
+}
+
 // Accounts lists every account, ordered by email then id.
 func (tx *Tx) Accounts() ([]Account, error) {
 	var out []Account

@@ -15,7 +15,7 @@ func gmailAccountSample(at time.Time) accountPageView {
 			AccountView: gmail.AccountView{ID: "a1", UserID: "u1", Email: "ann@example.com", Status: store.AccountError,
 				HistoryID: "1234", WatchExpiration: at.Format(time.RFC3339), StatusReason: "Google refused <access>; connect again.",
 				LastSync: at, WatchExpires: at, LastError: "google: 401", LastErrorAt: at,
-				Messages: store.MessageCounts{Total: 300, Unread: 12, Trashed: 3}},
+				Messages: 300, MessageCounts: store.MessageCounts{Total: 300, Unread: 12, Trashed: 3}},
 			Runs: []store.SyncRun{{ID: 1, Kind: "full", Trigger: "connect", StartedAt: at, FinishedAt: at.Add(time.Second), Messages: 300},
 				{ID: 2, Kind: "history", Trigger: "push", StartedAt: at, Error: "boom <b>"}},
 			WatchRenewedAt: at, WantedHistoryID: 1240, SyncPending: true,

@@ -118,8 +118,10 @@ type rulesView struct {
 	Jobs          []jobRow
 	Chart         template.HTML
 	Settings      rules.Config
-	Fields        []string
-	Ops           []string
+	// Debounce, MaxWait and SaveWindow are the settings in words.
+	Debounce, MaxWait, SaveWindow string
+	Fields                        []string
+	Ops                           []string
 }
 
 var (
@@ -132,7 +134,9 @@ const previewSample = 5
 
 func (e *rulesExt) view(c *gin.Context, uid string, ed ruleEditor) (rulesView, error) {
 	s := serverOf(c)
-	v := rulesView{Editor: ed, Settings: e.p.Config(), Fields: ruleFields, Ops: ruleOps, Labels: map[string]string{}}
+	cfg := e.p.Config()
+	v := rulesView{Editor: ed, Settings: cfg, Fields: ruleFields, Ops: ruleOps, Labels: map[string]string{},
+		Debounce: spell(cfg.Debounce), MaxWait: spell(cfg.MaxWait), SaveWindow: spell(cfg.SaveWindow)}
 	err := s.deps.DB.View(func(tx *store.Tx) error {
 		u, err := tx.UserGet(uid)
 		if err != nil {
@@ -318,12 +322,25 @@ func (e *rulesExt) saveForm(c *gin.Context) {
 	RenderStatus(c, e.MapError(err).Status, "rules", v)
 }
 
+// spell says a setting's duration in words: "60 seconds", "10 minutes".
+func spell(d time.Duration) string {
+	switch {
+	case d >= time.Hour && d%time.Hour == 0:
+		return plural(int(d/time.Hour), "hour", "hours")
+	case d > time.Minute && d%time.Minute == 0:
+		return plural(int(d/time.Minute), "minute", "minutes")
+	case d >= time.Second && d%time.Second == 0:
+		return plural(int(d/time.Second), "second", "seconds")
+	}
+	return d.String()
+}
+
 func firesIn(now, at time.Time) string {
 	d := at.Sub(now).Round(time.Second)
 	if d <= 0 {
 		return "now"
 	}
-	return "in " + d.String()
+	return "in " + spell(d)
 }
 
 func (e *rulesExt) deleteForm(c *gin.Context) {

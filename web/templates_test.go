@@ -43,6 +43,7 @@ func templateSamples() map[string]any {
 		"demo_mailbox": demoMailboxSample(at),
 		"demo_sheets":  demoSheetsSample(at),
 		"demo_alerts":  demoAlertsSample(at),
+		"setup":        setupSample(at),
 		"tokens":       tokensView{Tokens: []store.APIToken{{ID: "t1", Name: "ci", Prefix: "mr_abcde", CreatedAt: at, LastUsed: at}, {ID: "t2", Name: "old", Prefix: "mr_zzzzz", CreatedAt: at}}, New: &newToken{Name: "ci", Token: "mr_secret", BaseURL: "https://mail.example.com"}, Error: "bad name"},
 	}
 }

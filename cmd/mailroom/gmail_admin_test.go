@@ -106,3 +106,54 @@ func TestGmailAdminPages(t *testing.T) {
 		t.Errorf("the API does not say what to do: %+v", a)
 	}
 }
+
+// TestGmailOAuthConnect connects an account from the admin page through
+// the consent flow: /oauth/google/start sends the browser to Google (the
+// emulator approves as the account), Google sends it back to the callback,
+// which exchanges the code, reads the address and connects the account.
+func TestGmailOAuthConnect(t *testing.T) {
+	t.Parallel()
+	fake := googlefake.StartForTest(t, googlefake.Options{ClientID: "client-id", ClientSecret: "client-secret", ConsentAccount: gmailAddr})
+	fake.AddAccount(gmailAddr)
+	if _, err := fake.Gmail.Generate(gmailAddr, 15, 2); err != nil {
+		t.Fatal(err)
+	}
+	addr := freeAddr(t)
+	ta := startApp(t, withGoogle(fake, func(cfg *config) {
+		cfg.HTTPAddr = addr
+		cfg.GoogleClientID, cfg.GoogleClientSecret = "client-id", "client-secret"
+	}))
+	userID := ta.createUser("owner@example.com")
+	c := ta.adminClient()
+
+	// Without a user the start page explains.
+	status, body := getPage(t, c, ta.URL+"/oauth/google/start?userId=nope")
+	if status != http.StatusOK || !strings.Contains(body, "No user has that id") {
+		t.Fatalf("start with an unknown user: %d %s", status, body)
+	}
+	status, body = getPage(t, c, ta.URL+"/oauth/google/start?userId="+userID)
+	if status != http.StatusOK || !strings.Contains(body, gmailAddr+" is connected") {
+		t.Fatalf("after the consent round trip: %d\n%s", status, body)
+	}
+	var list struct{ Accounts []gmailTestAccount }
+	ta.json(http.MethodGet, "/api/v1/accounts", nil, http.StatusOK, &list)
+	if len(list.Accounts) != 1 || list.Accounts[0].Email != gmailAddr || list.Accounts[0].UserID != userID {
+		t.Fatalf("accounts after connect: %+v", list)
+	}
+	ta.waitMirror(fake, list.Accounts[0].ID, gmailAddr, 20*time.Second)
+
+	// A forged state is refused.
+	status, body = getPage(t, c, ta.URL+"/oauth/google/callback?code=x&state=forged")
+	if status != http.StatusOK || !strings.Contains(body, "The sign-in state is not valid") {
+		t.Fatalf("forged state: %d %s", status, body)
+	}
+	// The routes need the admin session.
+	resp, err := http.Get(ta.URL + "/oauth/google/start?userId=" + userID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.Request.URL.Path != "/admin/login" {
+		t.Fatalf("start without a session ended at %s", resp.Request.URL)
+	}
+}

@@ -162,12 +162,15 @@ type AccountView struct {
 	// first sync).
 	HistoryID string `json:"historyId"`
 	// WatchExpiration is RFC 3339, or "" without a watch.
-	WatchExpiration string              `json:"watchExpiration"`
-	Messages        store.MessageCounts `json:"messages"`
-	StatusReason    string              `json:"statusReason,omitempty"`
-	LastSyncAt      string              `json:"lastSyncAt,omitempty"`
-	LastError       string              `json:"lastError,omitempty"`
-	CreatedAt       string              `json:"createdAt"`
+	WatchExpiration string `json:"watchExpiration"`
+	// Messages is the number of messages in the mirror (trashed included);
+	// MessageCounts adds how many are unread and trashed.
+	Messages      int                 `json:"messages"`
+	MessageCounts store.MessageCounts `json:"messageCounts"`
+	StatusReason  string              `json:"statusReason,omitempty"`
+	LastSyncAt    string              `json:"lastSyncAt,omitempty"`
+	LastError     string              `json:"lastError,omitempty"`
+	CreatedAt     string              `json:"createdAt"`
 
 	// The same times as time.Time, for pages.
 	LastSync     time.Time `json:"-"`
@@ -198,7 +201,7 @@ func viewAccount(tx *store.Tx, a store.Account) (AccountView, error) {
 	}
 	return AccountView{
 		ID: a.ID, UserID: a.UserID, Email: a.Email, Status: a.Status, HistoryID: hidString(a.HistoryID),
-		WatchExpiration: rfc3339(a.WatchExpiration), Messages: counts, StatusReason: a.StatusReason,
+		WatchExpiration: rfc3339(a.WatchExpiration), Messages: counts.Total, MessageCounts: counts, StatusReason: a.StatusReason,
 		LastSyncAt: rfc3339(a.LastSyncAt), LastError: a.LastError, CreatedAt: rfc3339(a.CreatedAt),
 		LastSync: a.LastSyncAt, WatchExpires: a.WatchExpiration, LastErrorAt: a.LastErrorAt, Watermark: a.HistoryID,
 	}, nil

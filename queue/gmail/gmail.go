@@ -198,7 +198,8 @@ type Pipeline struct {
 
 	mu       sync.Mutex
 	clients  map[string]*conn
-	labelsAt map[string]time.Time // account \x00 label id -> when an unknown label was last looked up
+	labelsAt map[string]time.Time       // account \x00 label id -> when an unknown label was last looked up
+	known    map[string]map[string]bool // account -> ids of its label map
 }
 
 // New builds the pipeline.
@@ -222,6 +223,7 @@ func New(cfg Config, deps Deps) (*Pipeline, error) {
 		writes:   &groupCommit{db: deps.DB},
 		clients:  map[string]*conn{},
 		labelsAt: map[string]time.Time{},
+		known:    map[string]map[string]bool{},
 	}, nil
 }
 
@@ -293,7 +295,8 @@ func (p *Pipeline) conn(ctx context.Context, acc store.Account) (*conn, error) {
 	}
 	id := acc.ID
 	ts := p.google.TokenSource(tok, func(t google.Token) error { return p.saveToken(id, t) })
-	ts.OnRevoked(func(err error) { p.failAccount(id, err) })
+	refresh := tok.RefreshToken
+	ts.OnRevoked(func(err error) { p.failAccount(id, refresh, err) })
 	g, err := p.google.Gmail(ctx, ts)
 	if err != nil {
 		return nil, err
@@ -361,6 +364,7 @@ func (p *Pipeline) forgetClient(accountID string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	delete(p.clients, accountID)
+	delete(p.known, accountID)
 	for k := range p.labelsAt {
 		if strings.HasPrefix(k, accountID+"\x00") {
 			delete(p.labelsAt, k)
@@ -417,13 +421,17 @@ func (p *Pipeline) saveToken(accountID string, tok google.Token) error {
 }
 
 // failAccount marks an account as needing the user (its grant was
-// revoked): status error with what to do.
-func (p *Pipeline) failAccount(accountID string, cause error) {
+// revoked): status error with what to do. It does nothing when the account
+// holds another refresh token by now (it was reconnected meanwhile).
+func (p *Pipeline) failAccount(accountID, refresh string, cause error) {
 	now := p.cfg.Now().UTC()
 	err := p.db.Update(func(tx *store.Tx) error {
 		acc, err := tx.AccountGet(accountID)
 		if err != nil {
 			return err
+		}
+		if tok, err := p.token(acc); err == nil && tok.RefreshToken != refresh {
+			return nil
 		}
 		acc.Status = store.AccountError
 		acc.StatusReason = "Google refused mailroom's access to this mailbox (the access was revoked or has expired). Connect the account again to restore syncing; its mail and settings are kept."
@@ -435,11 +443,4 @@ func (p *Pipeline) failAccount(accountID string, cause error) {
 	}
 	p.forgetClient(accountID)
 	p.log.Warn("account access revoked; it needs reconnecting", "account_id", accountID, "err", cause)
-}
-
-// checkRevoked marks the account failed when err says its grant is gone.
-func (p *Pipeline) checkRevoked(accountID string, err error) {
-	if errors.Is(err, google.ErrRevoked) {
-		p.failAccount(accountID, err)
-	}
 }

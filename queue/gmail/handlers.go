@@ -67,8 +67,8 @@ func (p *Pipeline) stateHandler(typ string) queue.Handler {
 		var changed bool
 		err = p.writes.Do(func(tx *store.Tx) error {
 			changed = false
-			if _, err := tx.AccountGet(ev.AccountID); err != nil {
-				return err
+			if !tx.AccountExists(ev.AccountID) {
+				return store.ErrNotFound
 			}
 			m, err := tx.MessageGet(ev.AccountID, ev.MessageID)
 			if errors.Is(err, store.ErrNotFound) {
@@ -154,15 +154,14 @@ func (p *Pipeline) handleAdded(ctx context.Context, t *queue.Task) error {
 		return nil
 	}
 	if err != nil {
-		p.checkRevoked(acc.ID, err)
 		return err
 	}
 	p.learnLabels(ctx, acc.ID, f.LabelIDs)
 	var m store.Message
 	var changed bool
-	err = p.db.Update(func(tx *store.Tx) error {
-		if _, err := tx.AccountGet(acc.ID); err != nil {
-			return err
+	err = p.writes.Do(func(tx *store.Tx) error {
+		if !tx.AccountExists(acc.ID) {
+			return store.ErrNotFound
 		}
 		m, err = tx.MessageGet(acc.ID, ev.MessageID)
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
@@ -220,10 +219,43 @@ func (p *Pipeline) refreshLabels(ctx context.Context, gm *google.Gmail, accountI
 		}
 		return tx.LabelsReplace(accountID, names)
 	})
+	if err == nil {
+		p.mu.Lock()
+		p.known[accountID] = labelSet(names)
+		p.mu.Unlock()
+	}
 	if errors.Is(err, store.ErrNotFound) {
 		return queue.Permanent(fmt.Errorf("%w: %s", ErrAccountGone, accountID))
 	}
 	return err
+}
+
+// knownLabels returns the ids of the account's label map, kept in memory
+// (replaced, never changed, on each refresh).
+func (p *Pipeline) knownLabels(accountID string) (map[string]bool, error) {
+	p.mu.Lock()
+	k := p.known[accountID]
+	p.mu.Unlock()
+	if k != nil {
+		return k, nil
+	}
+	var names map[string]string
+	if err := p.db.View(func(tx *store.Tx) (err error) { names, err = tx.Labels(accountID); return err }); err != nil {
+		return nil, err
+	}
+	k = labelSet(names)
+	p.mu.Lock()
+	p.known[accountID] = k
+	p.mu.Unlock()
+	return k, nil
+}
+
+func labelSet(names map[string]string) map[string]bool {
+	k := make(map[string]bool, len(names))
+	for id := range names {
+		k[id] = true
+	}
+	return k
 }
 
 // learnLabels refreshes the label map when ids holds a label it does not
@@ -231,15 +263,15 @@ func (p *Pipeline) refreshLabels(ctx context.Context, gm *google.Gmail, accountI
 // not find (a label deleted meanwhile) is looked up again at most once a
 // minute. It is best effort: names only matter for display and filters.
 func (p *Pipeline) learnLabels(ctx context.Context, accountID string, ids []string) {
-	var known map[string]string
-	if err := p.db.View(func(tx *store.Tx) (err error) { known, err = tx.Labels(accountID); return err }); err != nil {
+	known, err := p.knownLabels(accountID)
+	if err != nil {
 		return
 	}
 	now := p.cfg.Now()
 	var unknown []string
 	p.mu.Lock()
 	for _, id := range ids {
-		if _, ok := known[id]; ok {
+		if known[id] {
 			continue
 		}
 		k := accountID + "\x00" + id
@@ -298,7 +330,6 @@ func (p *Pipeline) handleWatchRenew(ctx context.Context, t *queue.Task) error {
 	}
 	_, exp, err := gm.Watch(ctx, p.cfg.PubSubTopic)
 	if err != nil {
-		p.checkRevoked(acc.ID, err)
 		return err
 	}
 	err = p.db.Update(func(tx *store.Tx) error {

@@ -130,7 +130,6 @@ func (p *Pipeline) syncFailed(accountID string, run store.SyncRun, cause error) 
 		return cause
 	}
 	p.metrics.syncs.WithLabelValues(run.Kind, "error").Inc()
-	p.checkRevoked(accountID, cause)
 	now := p.now()
 	run.FinishedAt, run.Error = now, cause.Error()
 	err := p.db.Update(func(tx *store.Tx) error {
@@ -209,9 +208,14 @@ func (p *Pipeline) historySync(ctx context.Context, gm *google.Gmail, acc store.
 		if err != nil {
 			return err
 		}
+		// The last page ends at the mailbox's history id; an earlier one at
+		// its last record (an empty one moves nothing).
 		mark := page.HistoryID
-		if page.NextPageToken != "" && len(page.Records) > 0 {
-			mark = page.Records[len(page.Records)-1].ID
+		if page.NextPageToken != "" {
+			mark = start
+			if n := len(page.Records); n > 0 {
+				mark = page.Records[n-1].ID
+			}
 		}
 		events := classify(acc.ID, page.Records)
 		if err := p.record(acc.ID, events, mark); err != nil {

@@ -15,9 +15,6 @@ import (
 	"mailroom/store"
 )
 
-// errQuota is the cause of a batch that waits for the account's quota.
-var errQuota = errors.New("the account's Gmail quota share for reclassify is used up")
-
 // HandleBatch is the handler of rules:reclassify-batch. It re-evaluates
 // every message of its threads against the batch's rules whose latest job
 // is still this batch's job (per rule: the others were superseded and a

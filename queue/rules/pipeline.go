@@ -48,7 +48,8 @@ type Config struct {
 	// a rule looks at the body. Default 8.
 	BodyFetchers int
 	// GmailCalls is how many label changes (batchModify calls) a batch
-	// makes at once. Default 1.
+	// makes at once (they touch different labels; against Google each call waits
+	// on the network). Default 4.
 	GmailCalls int
 	// Naive runs the original design, as the benchmarks' baseline: every
 	// save is published at the next tick (no debounce), and every batch
@@ -88,7 +89,7 @@ func (c *Config) defaults() {
 		c.BodyFetchers = 8
 	}
 	if c.GmailCalls <= 0 {
-		c.GmailCalls = 1
+		c.GmailCalls = 4
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -245,12 +246,18 @@ type Saved struct {
 	Pending store.ReclassifyPending
 }
 
-// Errors of the pipeline's API besides *ValidationError and *RefusedError.
+// Errors of the pipeline's API besides *ValidationError and *RefusedError,
+// and the package's own.
 var (
 	// ErrLabelTaken: the user has a rule for that label already.
 	ErrLabelTaken = errors.New("the user already has a rule for that label")
 	// ErrNotFound: no such user or rule.
 	ErrNotFound = errors.New("not found")
+
+	// errQuota is the cause of a batch that waits for the account's quota.
+	errQuota = errors.New("the account's Gmail quota share for reclassify is used up")
+	// errStopPreview ends a preview's walk of the mail.
+	errStopPreview = errors.New("rules: preview: enough messages read")
 )
 
 // ParseSpec reads a rule from its JSON text (see Parse). A rejected rule

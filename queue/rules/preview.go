@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -86,7 +87,7 @@ func (p *Pipeline) Preview(userID string, s Spec, sample int) (Preview, error) {
 				}
 				return nil
 			})
-			if err != nil && err != errStopPreview {
+			if err != nil && !errors.Is(err, errStopPreview) {
 				return err
 			}
 			out.Threads += len(threads)
@@ -102,5 +103,3 @@ func (p *Pipeline) Preview(userID string, s Spec, sample int) (Preview, error) {
 	}
 	return out, err
 }
-
-var errStopPreview = fmt.Errorf("rules: preview: enough messages read")

@@ -1,0 +1,75 @@
+package google
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"golang.org/x/oauth2"
+	"google.golang.org/api/googleapi"
+
+	"mailroom/queue"
+)
+
+func TestClassify(t *testing.T) {
+	t.Parallel()
+	gerr := func(code int, reason string, h http.Header) error {
+		return fmt.Errorf("call: %w", &googleapi.Error{Code: code, Errors: []googleapi.ErrorItem{{Reason: reason}}, Header: h})
+	}
+	oerr := func(status int, code string) error {
+		return fmt.Errorf("refresh: %w", &oauth2.RetrieveError{Response: &http.Response{StatusCode: status, Header: http.Header{}}, ErrorCode: code})
+	}
+	type class int
+	const (
+		retryable class = iota
+		permanent
+		limited
+	)
+	cases := []struct {
+		name  string
+		err   error
+		class class
+		is    error
+		wait  time.Duration
+	}{
+		{"429 with Retry-After", gerr(429, "rateLimitExceeded", http.Header{"Retry-After": {"7"}}), limited, nil, 7 * time.Second},
+		{"429 without", gerr(429, "", nil), limited, nil, defaultRateWait},
+		{"403 user rate", gerr(403, "userRateLimitExceeded", nil), limited, nil, defaultRateWait},
+		{"403 quota", gerr(403, "quotaExceeded", nil), limited, nil, defaultRateWait},
+		{"403 forbidden", gerr(403, "forbidden", nil), permanent, nil, 0},
+		{"500", gerr(500, "backendError", nil), retryable, nil, 0},
+		{"503", gerr(503, "", nil), retryable, nil, 0},
+		{"401", gerr(401, "authError", nil), permanent, ErrRevoked, 0},
+		{"404", gerr(404, "notFound", nil), permanent, ErrNotFound, 0},
+		{"400", gerr(400, "invalidArgument", nil), permanent, nil, 0},
+		{"invalid_grant", oerr(400, "invalid_grant"), permanent, ErrRevoked, 0},
+		{"token endpoint 503", oerr(503, ""), retryable, nil, 0},
+		{"token endpoint 429", oerr(429, ""), limited, nil, defaultRateWait},
+		{"network", &net.OpError{Op: "dial", Err: errors.New("refused")}, retryable, nil, 0},
+		{"deadline", context.DeadlineExceeded, retryable, nil, 0},
+	}
+	for _, tc := range cases {
+		got := Classify(tc.err)
+		wait, isLimited := queue.RetryAfter(got)
+		switch {
+		case tc.class == limited && (!isLimited || wait != tc.wait):
+			t.Errorf("%s: %v, want rate limited %s", tc.name, got, tc.wait)
+		case tc.class == permanent && !queue.IsPermanent(got):
+			t.Errorf("%s: %v, want permanent", tc.name, got)
+		case tc.class == retryable && (queue.IsPermanent(got) || isLimited):
+			t.Errorf("%s: %v, want retryable", tc.name, got)
+		case tc.is != nil && !errors.Is(got, tc.is):
+			t.Errorf("%s: %v does not wrap %v", tc.name, got, tc.is)
+		}
+		if !errors.Is(got, tc.err) {
+			t.Errorf("%s: the cause is lost: %v", tc.name, got)
+		}
+	}
+	if Classify(nil) != nil {
+		t.Error("Classify(nil) is not nil")
+	}
+}

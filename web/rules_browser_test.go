@@ -1,0 +1,173 @@
+package web
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+
+	"mailroom/queue/rules"
+	"mailroom/store"
+)
+
+// seedRulesPage gives the user an account with 300 threads in the mirror
+// and three finished jobs, so the page has something to preview and chart.
+func seedRulesPage(t *testing.T, db *store.DB, uid string) {
+	t.Helper()
+	err := db.Update(func(tx *store.Tx) error {
+		acc := store.NewID()
+		if err := tx.AccountPut(store.Account{ID: acc, UserID: uid, Email: "ann@example.com", Status: store.AccountReady}); err != nil {
+			return err
+		}
+		for i := range 300 {
+			from := fmt.Sprintf("Person %d <p%d@example.org>", i, i)
+			if i%3 == 0 {
+				from = fmt.Sprintf("GitHub <notifications+%d@github.com>", i)
+			}
+			m := store.Message{ID: fmt.Sprintf("m%05d", i), ThreadID: fmt.Sprintf("m%05d", i), From: from, Subject: fmt.Sprintf("[repo] issue %d", i),
+				Date: time.Date(2026, 3, 4, 5, 0, 0, 0, time.UTC).Add(time.Duration(i) * time.Minute), Fetched: true}
+			if err := tx.MessagePut(acc, m); err != nil {
+				return err
+			}
+		}
+		for _, j := range []store.ReclassifyJob{
+			{UserID: uid, RuleIDs: []string{"r"}, Threads: 3000, Batches: 60, BatchesDone: 60, ThreadsLabeled: 1000},
+			{UserID: uid, RuleIDs: []string{"r"}, Threads: 3000, Batches: 60, BatchesDone: 12, BatchesSkippedStale: 48},
+			{UserID: uid, RuleIDs: []string{"r"}, Threads: 3000, Batches: 60, BatchesDone: 25},
+		} {
+			j.StartedAt = time.Now()
+			if err := tx.ReclassifyJobCreate(&j); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestBrowserRulesEditor writes a rule in headless Chromium: the live
+// preview counts matches, a broken regular expression is flagged next to
+// its row before saving, and a save shows the pending reclassify with its
+// countdown.
+func TestBrowserRulesEditor(t *testing.T) {
+	if testing.Short() {
+		t.Skip("browser test skipped in -short mode")
+	}
+	chrome := chromiumPath(t)
+	shots := screenshotDir(t)
+	e, _, uid := rulesEnv(t, rules.Config{})
+	seedRulesPage(t, e.db, uid)
+	srv := httptest.NewServer(e.h)
+	t.Cleanup(srv.Close)
+
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(chrome), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck, chromedp.Flag("disable-dev-shm-usage", true), chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1360, 1100),
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
+	defer cancelAlloc()
+	bctx, cancelBrowser := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
+	defer cancelBrowser()
+	if err := chromedp.Do(bctx); err != nil {
+		t.Fatalf("start Chromium: %v", err)
+	}
+	var mu sync.Mutex
+	var problems []string
+	if err := chromedp.Listen(bctx, func(ev any) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch ev := ev.(type) {
+		case *runtime.EventExceptionThrown:
+			problems = append(problems, "exception: "+ev.ExceptionDetails.Text)
+		case *log.EventEntryAdded:
+			if ev.Entry.Level == log.EntryLevelError && !strings.HasSuffix(ev.Entry.URL, "/favicon.ico") {
+				problems = append(problems, fmt.Sprintf("console error: %s (%s)", ev.Entry.Text, ev.Entry.URL))
+			}
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	shot := func(name string) chromedp.Action[chromedp.Void] {
+		return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+			buf, err := chromedp.FullScreenshot(100)(ctx, tg)
+			if err != nil {
+				return err
+			}
+			return os.WriteFile(filepath.Join(shots, name), buf, 0o644)
+		})
+	}
+	do := func(step string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(bctx, actions...); err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+	}
+	text := func(sel string) string {
+		t.Helper()
+		v, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS(sel)))
+		if err != nil {
+			t.Fatalf("read %s: %v", sel, err)
+		}
+		return v
+	}
+	waitText := func(sel, want string) {
+		t.Helper()
+		waitFor(t, fmt.Sprintf("%s to say %q", sel, want), 10*time.Second, func() bool { return strings.Contains(text(sel), want) })
+	}
+
+	do("sign in",
+		chromedp.Navigate(srv.URL+"/admin/login"),
+		chromedp.WaitVisible(chromedp.CSS(`#password`)),
+		chromedp.SendKeys(chromedp.CSS(`#password`), testPassword),
+		chromedp.Submit(chromedp.CSS(`#password`)),
+		chromedp.WaitVisible(chromedp.CSS(`.topbar`)),
+	)
+	do("open the user's rules",
+		chromedp.Navigate(srv.URL+"/admin/rules"),
+		chromedp.Click(chromedp.CSS(`a[href="/admin/rules/`+uid+`"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#editor`)),
+	)
+	do("type a condition",
+		chromedp.SendKeys(chromedp.CSS(`#label`), "GitHub"),
+		chromedp.SendKeys(chromedp.CSS(`.condition[data-row="0"] input[name=value]`), "@github.com"),
+	)
+	waitText("[data-preview-count]", "Matches 100 of 300 threads")
+	do("break a regular expression",
+		chromedp.SetValue(chromedp.CSS(`.condition[data-row="1"] select[name=op]`), "matches"),
+		chromedp.SendKeys(chromedp.CSS(`.condition[data-row="1"] input[name=value]`), "(issue"),
+	)
+	waitText(`[data-error-row="1"]`, "missing closing )")
+	do("see the inline error", shot("rules-01-inline-error.png"))
+	do("fix it and save",
+		chromedp.SetValue(chromedp.CSS(`.condition[data-row="1"] input[name=value]`), `issue \d+`),
+		chromedp.Click(chromedp.CSS(`.rule-editor button[type=submit]`)),
+		chromedp.WaitVisible(chromedp.CSS(`.flash-ok`)),
+		chromedp.WaitVisible(chromedp.CSS(`[data-pending] [data-countdown]`)),
+	)
+	waitText(`[data-pending] [data-countdown]`, "in ")
+	if !strings.Contains(text(".rules-table"), "GitHub") {
+		t.Error("the saved rule is not listed")
+	}
+	do("see the page", shot("rules-02-saved.png"))
+
+	mu.Lock()
+	defer mu.Unlock()
+	for _, p := range problems {
+		t.Errorf("browser: %s", p)
+	}
+	t.Logf("screenshots in %s", shots)
+}
