@@ -9,6 +9,7 @@ import (
 	_ "github.com/google/go-cmp/cmp"
 	_ "github.com/hibiken/asynq"
 	_ "github.com/prometheus/client_golang/prometheus"
+	_ "github.com/redis/go-redis/v9"
 	_ "go.etcd.io/bbolt"
 	_ "go.uber.org/goleak"
 	_ "golang.org/x/crypto/bcrypt"
@@ -16,5 +17,4 @@ import (
 	_ "google.golang.org/api/gmail/v1"
 	_ "google.golang.org/api/idtoken"
 	_ "google.golang.org/api/sheets/v4"
-	_ "github.com/redis/go-redis/v9"
 )

@@ -18,8 +18,8 @@ import (
 	"mailroom/queue"
 	"mailroom/queue/broker"
 	"mailroom/queue/gmail"
-	"mailroom/queue/sheets"
 	"mailroom/queue/rules"
+	"mailroom/queue/sheets"
 	"mailroom/store"
 	"mailroom/web"
 )
@@ -51,9 +51,9 @@ type app struct {
 	loops      []loop
 	extensions []web.Extension // the pipelines' routes and pages
 	debug      *debugTasks
-	gmail      *gmail.Pipeline // set by wireGmail
+	gmail      *gmail.Pipeline  // set by wireGmail
 	sheets     *sheets.Pipeline // set by wireSheets
-	rules      *rules.Pipeline // set by wireRules
+	rules      *rules.Pipeline  // set by wireRules
 
 	// generatedPassword is set when the admin password was made on this start.
 	generatedPassword string

@@ -33,8 +33,6 @@ import (
 var (
 	// ErrAccountGone: the task's account was deleted (permanent).
 	ErrAccountGone = errors.New("gmail: the account was deleted")
-	// ErrUnknownUser: connect named a user that does not exist.
-	ErrUnknownUser = errors.New("gmail: unknown user")
 	// ErrInvalid: a request field is missing or malformed (see InvalidError).
 	ErrInvalid = errors.New("gmail: invalid request")
 	// ErrOAuthUnavailable: no OAuth client is configured.

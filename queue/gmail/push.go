@@ -194,11 +194,12 @@ func (p *Pipeline) authorizePush(ctx context.Context, r PushRequest) error {
 	}
 }
 
-// Notify records a notification: for each account of the address whose
-// watermark is below the history id, the wanted id is raised and a sync
-// recorded (one per account: a sync already waiting takes it). It reports
-// whether any account has that address. Duplicates and redeliveries cost a
-// read transaction.
+// Notify records a notification: for each syncing account of the address
+// whose watermark is below the history id, the wanted id is raised and a
+// sync recorded (one per account: a sync already waiting takes it).
+// Accounts in error or disconnected are skipped (reconnecting syncs them).
+// It reports whether any account has that address. Duplicates and
+// redeliveries cost a read transaction.
 func (p *Pipeline) Notify(n Notification) (known bool, err error) {
 	var ids []string
 	needed := false
@@ -209,9 +210,7 @@ func (p *Pipeline) Notify(n Notification) (known bool, err error) {
 			if err != nil {
 				return err
 			}
-			if n.HistoryID > acc.HistoryID && n.HistoryID > acc.WantedHistoryID || p.needsSync(acc, n.HistoryID) {
-				needed = true
-			}
+			needed = needed || needsSync(acc, n.HistoryID)
 		}
 		return nil
 	})
@@ -224,7 +223,7 @@ func (p *Pipeline) Notify(n Notification) (known bool, err error) {
 			if err != nil {
 				return err
 			}
-			if n.HistoryID <= acc.HistoryID {
+			if !needsSync(acc, n.HistoryID) {
 				continue
 			}
 			if n.HistoryID > acc.WantedHistoryID {
@@ -233,10 +232,8 @@ func (p *Pipeline) Notify(n Notification) (known bool, err error) {
 					return err
 				}
 			}
-			if active(acc) {
-				if err := p.enqueueSync(tx, acc.ID, triggerPush); err != nil {
-					return err
-				}
+			if err := p.enqueueSync(tx, acc.ID, triggerPush); err != nil {
+				return err
 			}
 		}
 		return nil
@@ -249,7 +246,7 @@ func (p *Pipeline) Notify(n Notification) (known bool, err error) {
 
 // needsSync reports whether a push at hid must make sure a sync is
 // recorded: the account is behind it and may sync.
-func (p *Pipeline) needsSync(acc store.Account, hid uint64) bool {
+func needsSync(acc store.Account, hid uint64) bool {
 	return active(acc) && hid > acc.HistoryID
 }
 

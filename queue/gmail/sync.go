@@ -59,9 +59,9 @@ func (p *Pipeline) handleSync(ctx context.Context, t *queue.Task) error {
 			err = p.historySync(ctx, gm, acc, &run)
 			if errors.Is(err, google.ErrHistoryTooOld) {
 				log.Info("history too old; doing a full sync", "from_history_id", acc.HistoryID)
-				run.Error = "history too old: full sync"
 				p.metrics.syncs.WithLabelValues(run.Kind, "too_old").Inc()
-				if acc, err = p.requestFullSync(acc.ID); err != nil {
+				run.FinishedAt, run.Error = p.now(), "history too old: a full sync follows"
+				if acc, err = p.requestFullSync(acc.ID, run); err != nil {
 					return err
 				}
 				trigger = "too_old"
@@ -104,15 +104,19 @@ func needsFullSync(acc store.Account) bool {
 	return acc.HistoryID == 0 || acc.FullSyncRequested > acc.FullSyncCompleted
 }
 
-// requestFullSync marks the account for a full sync and returns it.
-func (p *Pipeline) requestFullSync(id string) (store.Account, error) {
+// requestFullSync marks the account for a full sync, records the run that
+// found history too old, and returns the account.
+func (p *Pipeline) requestFullSync(id string, run store.SyncRun) (store.Account, error) {
 	var acc store.Account
 	err := p.db.Update(func(tx *store.Tx) (err error) {
 		if acc, err = tx.AccountGet(id); err != nil {
 			return err
 		}
 		acc.FullSyncRequested++
-		return tx.AccountPut(acc)
+		if err := tx.AccountPut(acc); err != nil {
+			return err
+		}
+		return tx.SyncRunAdd(id, run)
 	})
 	if errors.Is(err, store.ErrNotFound) {
 		return acc, queue.Permanent(fmt.Errorf("%w: %s", ErrAccountGone, id))
