@@ -166,7 +166,8 @@ func (tx *Tx) AccountByUserEmail(userID, email string) (Account, error) {
 }
 
 // AccountDelete removes an account and all its data (messages, threads,
-// labels, sync runs). ErrNotFound when it does not exist.
+// labels, sync runs, the provenance of labels rules applied). ErrNotFound
+// when it does not exist.
 func (tx *Tx) AccountDelete(id string) error {
 	a, err := tx.AccountGet(id)
 	if err != nil {
@@ -193,7 +194,7 @@ func (tx *Tx) AccountDelete(id string) error {
 			return fmt.Errorf("store: delete data of account %s: %w", id, err)
 		}
 	}
-	return nil
+	return tx.LabelProvenanceDeleteAccount(id)
 }
 
 // accountData returns the account's data bucket (and, when create is set,
