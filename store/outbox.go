@@ -17,8 +17,8 @@ import (
 type OutboxRecord struct {
 	// ID is assigned on add: 16 hex digits of a store-wide sequence, so ids
 	// sort in insertion order. It is also the broker's task id.
-	ID      string          `json:"id"`
-	Queue   string          `json:"queue"`
+	ID      string          `json:"id,omitempty"`
+	Queue   string          `json:"queue,omitempty"`
 	Type    string          `json:"type"`
 	Payload json.RawMessage `json:"payload,omitempty"`
 	// Key, when set, makes the record unique: adding a record whose key is
@@ -78,7 +78,7 @@ func (tx *Tx) OutboxAdd(r OutboxRecord) (rec OutboxRecord, added bool, err error
 	if r.CreatedAt.IsZero() {
 		r.CreatedAt = time.Now().UTC()
 	}
-	if err := putJSON(b, u64(seq), r); err != nil {
+	if err := putOutbox(b, seq, r); err != nil {
 		return r, false, fmt.Errorf("store: put outbox record: %w", err)
 	}
 	if r.Key != "" {
@@ -100,7 +100,11 @@ func (tx *Tx) OutboxGet(queue, id string) (OutboxRecord, error) {
 	if b == nil {
 		return r, ErrNotFound
 	}
-	return r, getJSON(b, u64(seq), &r)
+	raw := b.Get(u64(seq))
+	if raw == nil {
+		return r, ErrNotFound
+	}
+	return decodeOutbox(queue, u64(seq), raw)
 }
 
 // OutboxByKey returns the live record holding key.
@@ -122,7 +126,28 @@ func (tx *Tx) OutboxUpdate(r OutboxRecord) error {
 	if b == nil || b.Get(u64(seq)) == nil {
 		return ErrNotFound
 	}
-	return putJSON(b, u64(seq), r)
+	return putOutbox(b, seq, r)
+}
+
+// putOutbox stores r without its id and queue (the key and the bucket say
+// them), densely: keys only grow, so pages can be filled completely.
+func putOutbox(b *bolt.Bucket, seq uint64, r OutboxRecord) error {
+	r.ID, r.Queue = "", ""
+	raw, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	b.FillPercent = 1.0
+	return b.Put(u64(seq), raw)
+}
+
+func decodeOutbox(queue string, key, raw []byte) (OutboxRecord, error) {
+	var r OutboxRecord
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return r, fmt.Errorf("store: decode outbox record %x: %w", key, err)
+	}
+	r.ID, r.Queue = hex.EncodeToString(key), queue
+	return r, nil
 }
 
 // OutboxDelete removes a record and its key. Deleting a missing record is
@@ -171,9 +196,9 @@ func (tx *Tx) OutboxScan(queue, afterID string, limit int, fn func(OutboxRecord)
 		k, v = c.Seek(u64(seq + 1))
 	}
 	for n := 0; k != nil && (limit <= 0 || n < limit); k, v = c.Next() {
-		var r OutboxRecord
-		if err := json.Unmarshal(v, &r); err != nil {
-			return fmt.Errorf("store: decode outbox record %x: %w", k, err)
+		r, err := decodeOutbox(queue, k, v)
+		if err != nil {
+			return err
 		}
 		n++
 		if !fn(r) {

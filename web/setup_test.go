@@ -386,13 +386,25 @@ func TestSetupCheckGoogleAnswers(t *testing.T) {
 		{"unauthorized client", jsonAnswer(400, `{"error":"unauthorized_client"}`), false, "Web application"},
 		{"accepted a made-up code", jsonAnswer(200, `{"access_token":"x","token_type":"Bearer","expires_in":3600}`), false, "not Google's: check MAILROOM_GOOGLE_TOKEN_URL"},
 		{"server error", func(w http.ResponseWriter, r *http.Request) { http.Error(w, "<html>oops</html>", 502) }, false, "answered 502 without an OAuth error code"},
-		{"silent", func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }, false, "did not answer within 200ms"},
+		{"silent", nil, false, "did not answer within 200ms"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			te := newTokenEndpoint(t, "id", "secret")
 			te.answer = tc.answer
+			if te.answer == nil {
+				// Never answers; released at cleanup (before te.Close, which
+				// waits for it).
+				release := make(chan struct{})
+				t.Cleanup(func() { close(release) })
+				te.answer = func(w http.ResponseWriter, r *http.Request) {
+					select {
+					case <-release:
+					case <-r.Context().Done():
+					}
+				}
+			}
 			start := time.Now()
 			ok, text := checkGoogleClient(context.Background(), te.client("id", "secret", redirect), 200*time.Millisecond, redirect)
 			if ok != tc.ok || !strings.Contains(text, tc.want) {

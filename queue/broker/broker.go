@@ -180,6 +180,11 @@ func openEmbedded(ctx context.Context, cfg Config, logger *slog.Logger) (*Broker
 		Addr:            embeddedAddr,
 		Dialer:          b.dialEmbedded,
 		DisableIdentity: true, // miniredis has no CLIENT SETINFO
+		// An in-process pipe needs no large socket buffers: with one asynq
+		// server per queue there are well over a hundred connections, and
+		// go-redis's default 32 KiB each way would cost ~10 MiB of heap.
+		ReadBufferSize:  4 << 10,
+		WriteBufferSize: 4 << 10,
 	}
 	if exposeAddr != "" {
 		// RequireAuth applies to in-process connections too.
