@@ -8,8 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"runtime/debug"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -236,9 +234,7 @@ func newLogger(cfg *config, w io.Writer) *slog.Logger {
 // serve runs the appliance until ctx ends.
 func serve(ctx context.Context, cfg *config, stdout, stderr io.Writer) error {
 	logger := newLogger(cfg, stderr)
-	if cfg.GOGC > 0 && os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(cfg.GOGC)
-	}
+	tuneGC(cfg.GOGC, int64(cfg.MemoryLimit))
 	a, err := newApp(ctx, cfg, logger)
 	if err != nil {
 		return err

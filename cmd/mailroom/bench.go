@@ -23,6 +23,9 @@ type benchOptions struct {
 	// Quick shrinks the scenario (CI smoke runs); figures are then not
 	// comparable with the targets.
 	Quick bool
+	// GC describes the garbage collector settings of the run (serve's
+	// defaults unless MAILROOM_GOGC / MAILROOM_MEMORY_LIMIT say otherwise).
+	GC string
 	// onReclassify, when set, is called as the measured part of the rules
 	// throughput scenario starts; the func it returns when it ends
 	// (profiling).
@@ -98,21 +101,37 @@ func benchCommand(ctx context.Context, args []string, getenv func(string) string
 	quick := fs.Bool("quick", false, "smaller runs (smoke test; figures not comparable with targets)")
 	markdown := fs.Bool("markdown", false, "print a Markdown table")
 	memoryChild := fs.Int("memory-child", 0, "internal: run the memory burst in this process")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
+	// Flags may come before or after the scenario names.
+	var names []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil
+			}
+			return &usageError{err}
 		}
+		if fs.NArg() == 0 {
+			break
+		}
+		names = append(names, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	// Run with the garbage collector settings serve runs with.
+	defaults, err := parseConfig("bench", nil, getenv, io.Discard)
+	if err != nil {
 		return &usageError{err}
 	}
+	tuneGC(defaults.GOGC, int64(defaults.MemoryLimit))
+	gc := fmt.Sprintf("GOGC=%d, memory limit %s (MAILROOM_GOGC, MAILROOM_MEMORY_LIMIT)", defaults.GOGC, defaults.MemoryLimit.String())
 	if *memoryChild > 0 {
 		return runMemoryChild(ctx, *memoryChild, bufio.NewWriter(stdout))
 	}
 	all := benchScenarios()
 	var chosen []benchScenario
-	if fs.NArg() == 0 {
+	if len(names) == 0 {
 		chosen = all
 	}
-	for _, name := range fs.Args() {
+	for _, name := range names {
 		found := false
 		for _, s := range all {
 			if s.Name == name {
@@ -127,7 +146,7 @@ func benchCommand(ctx context.Context, args []string, getenv func(string) string
 			return &usageError{fmt.Errorf("bench: unknown scenario %q (have %s)", name, strings.Join(names, ", "))}
 		}
 	}
-	opts := benchOptions{RedisURL: *redisURL, Progress: stderr, Quick: *quick}
+	opts := benchOptions{RedisURL: *redisURL, Progress: stderr, Quick: *quick, GC: gc}
 	var results []benchResult
 	for _, s := range chosen {
 		opts.progress("== %s: %s", s.Name, s.Title)

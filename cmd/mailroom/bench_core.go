@@ -8,7 +8,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,9 +21,6 @@ import (
 	"mailroom/store"
 )
 
-// benchGOGC is the GC target serve uses by default (MAILROOM_GOGC).
-const benchGOGC = 400
-
 // benchCore measures durable tasks end to end against raw asynq on the same
 // broker, on the embedded broker and on redis-server, and the peak RSS of a
 // process taking a 100,000-task burst.
@@ -35,9 +31,7 @@ func benchCore(ctx context.Context, o benchOptions) (benchResult, error) {
 	if o.Quick {
 		n, burst = 2000, 10000
 	}
-	prev := debug.SetGCPercent(benchGOGC)
-	defer debug.SetGCPercent(prev)
-	r.Notes = append(r.Notes, fmt.Sprintf("%d no-op tasks, concurrency 10, GOGC=%d (MAILROOM_GOGC default); medians of 3 runs", n, benchGOGC))
+	r.Notes = append(r.Notes, fmt.Sprintf("%d no-op tasks, concurrency 10, %s; medians of 3 runs", n, o.GC))
 
 	type target struct {
 		name, url string
@@ -261,7 +255,6 @@ func benchMemoryChild(ctx context.Context, n int) (float64, error) {
 // runMemoryChild is the child's side: a burst of n durable tasks written at
 // once, drained, then the peak RSS (VmHWM) printed.
 func runMemoryChild(ctx context.Context, n int, w *bufio.Writer) error {
-	debug.SetGCPercent(benchGOGC)
 	if _, err := benchDurable(ctx, "", n); err != nil {
 		return err
 	}

@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
-	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -294,8 +293,6 @@ func benchGmailIsolation(ctx context.Context, o benchOptions) (benchResult, erro
 		backlog, reads = 200, 20
 	}
 	const fetch = 200 * time.Millisecond
-	prev := debug.SetGCPercent(benchGOGC)
-	defer debug.SetGCPercent(prev)
 	r.Notes = append(r.Notes, fmt.Sprintf("%d reads, one push each %s apart; backlog: %d message-added events whose messages.get takes %s (emulator latency); default workers (message-added 3, each state queue 5, baseline one queue of 33); task poll interval 100ms (default)", reads, gap, backlog, fetch))
 
 	run := func(name string, oneQueue bool, backlog int) ([]time.Duration, error) {
@@ -402,9 +399,7 @@ func benchGmailThroughput(ctx context.Context, o benchOptions) (benchResult, err
 	if o.Quick {
 		records, mailbox = 1000, 300
 	}
-	prev := debug.SetGCPercent(benchGOGC)
-	defer debug.SetGCPercent(prev)
-	r.Notes = append(r.Notes, fmt.Sprintf("%d history records (10%% adds, 1%% deletes, reads, unreads, trash moves, labels) on a %d-message mailbox, one push; default workers; GOGC=%d", records, mailbox, benchGOGC))
+	r.Notes = append(r.Notes, fmt.Sprintf("%d history records (10%% adds, 1%% deletes, reads, unreads, trash moves, labels) on a %d-message mailbox, one push; default workers; %s", records, mailbox, o.GC))
 
 	targets := []struct{ name, url string }{{"embedded", ""}}
 	redisURL := o.RedisURL

@@ -14,7 +14,6 @@ import (
 	"net/http"
 	"os"
 	"runtime"
-	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -785,8 +784,6 @@ func benchSheetsThroughput(ctx context.Context, o benchOptions) (benchResult, er
 		return r, err
 	}
 	defer fake.Close()
-	prev := debug.SetGCPercent(benchGOGC) // as serve runs (MAILROOM_GOGC)
-	defer debug.SetGCPercent(prev)
 	_, api, stop, err := startSheetsBenchApp(ctx, fake.url, func(c *config) {
 		// serve's defaults: the story's short polls cost CPU here.
 		c.TaskPollInterval, c.DelayedCheckInterval = 100*time.Millisecond, time.Second
@@ -809,7 +806,7 @@ func benchSheetsThroughput(ctx context.Context, o benchOptions) (benchResult, er
 		return r, err
 	}
 	elapsed := time.Since(start)
-	r.Notes = append(r.Notes, fmt.Sprintf("%d submissions over %d forms from %d keep-alive clients in the same process (they share its CPU); GOMAXPROCS %d, GOGC %d; flush delay 10s, threshold 500", n, len(forms), conc, runtime.GOMAXPROCS(0), benchGOGC))
+	r.Notes = append(r.Notes, fmt.Sprintf("%d submissions over %d forms from %d keep-alive clients in the same process (they share its CPU); GOMAXPROCS %d, %s; flush delay 10s, threshold 500", n, len(forms), conc, runtime.GOMAXPROCS(0), o.GC))
 	r.addTarget("submissions accepted per second through the API", float64(got)/elapsed.Seconds(), "submissions/s", 5000, true)
 	if got != n {
 		return r, errors.New("not every submission was accepted")

@@ -67,6 +67,7 @@ type config struct {
 	BrokerPassword       string
 	RelayCap             int
 	GOGC                 int
+	MemoryLimit          byteSize
 	TaskPollInterval     time.Duration
 	DelayedCheckInterval time.Duration
 	ShutdownTimeout      time.Duration
@@ -89,6 +90,7 @@ func (c *config) settings() []setting {
 	n := func(p *int, def int) flag.Value { *p = def; return (*intValue)(p) }
 	f := func(p *float64, def float64) flag.Value { *p = def; return (*floatValue)(p) }
 	b := func(p *bool, def bool) flag.Value { *p = def; return (*boolValue)(p) }
+	sz := func(p *byteSize, def int64) flag.Value { *p = byteSize(def); return p }
 	return []setting{
 		{"data-dir", "MAILROOM_DATA_DIR", "folder for the bbolt file and the secret key file", s(&c.DataDir, "./data"), false, false},
 		{"http-addr", "MAILROOM_HTTP_ADDR", "listener for the admin page, the API and the push endpoint", s(&c.HTTPAddr, "127.0.0.1:8080"), false, false},
@@ -132,6 +134,7 @@ func (c *config) settings() []setting {
 		{"broker-password", "MAILROOM_BROKER_PASSWORD", "password of the exposed embedded broker", s(&c.BrokerPassword, ""), true, false},
 		{"relay-cap", "MAILROOM_RELAY_CAP", "most tasks of one queue held in the broker; the rest wait in bbolt", n(&c.RelayCap, 1000), false, false},
 		{"gogc", "MAILROOM_GOGC", "garbage collector target percent (GOGC) for the process; 0 keeps Go's default", n(&c.GOGC, 400), false, false},
+		{"memory-limit", "MAILROOM_MEMORY_LIMIT", "soft memory limit of the Go heap (GOMEMLIMIT), e.g. 64MiB; 0: none", sz(&c.MemoryLimit, 64<<20), false, false},
 		{"task-poll-interval", "MAILROOM_TASK_POLL_INTERVAL", "how often an idle queue server looks for work", d(&c.TaskPollInterval, 100*time.Millisecond), false, false},
 		{"delayed-check-interval", "MAILROOM_DELAYED_CHECK_INTERVAL", "how often scheduled and retrying tasks are made ready", d(&c.DelayedCheckInterval, time.Second), false, false},
 		{"shutdown-timeout", "MAILROOM_SHUTDOWN_TIMEOUT", "how long running tasks may take to finish at shutdown", d(&c.ShutdownTimeout, 10*time.Second), false, false},
