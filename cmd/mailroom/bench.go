@@ -190,11 +190,13 @@ func printBenchTable(w io.Writer, results []benchResult) {
 		for _, m := range r.Metrics {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s %s\t\n", r.Scenario, m.Name, formatFigure(m.Value), m.Unit, m.Target, metString(m))
 		}
-		for _, n := range r.Notes {
-			fmt.Fprintf(tw, "%s\tnote: %s\t\t\t\t\n", r.Scenario, n)
-		}
 	}
 	tw.Flush()
+	for _, r := range results {
+		for _, n := range r.Notes {
+			fmt.Fprintf(w, "%s: %s\n", r.Scenario, n)
+		}
+	}
 }
 
 func printBenchMarkdown(w io.Writer, results []benchResult) {

@@ -520,7 +520,13 @@ func runThroughput(ctx context.Context, o benchOptions, threads, size int) (thro
 			return run, fmt.Errorf("labels of %q in Gmail differ from its matches", s.Label)
 		}
 	}
-	run.note = fmt.Sprintf("batches of %d: %d threads (%d messages) against 20 rules (no body conditions), %d batches, %d labels added, 2 workers (the table's concurrency), emulator in process without latency, GOMAXPROCS %d; Gmail calls by method %v",
-		size, j.Threads, b.fake.Gmail.MessageCount(b.email), j.Batches, j.MessagesLabeled, runtime.GOMAXPROCS(0), b.fake.CallCounts())
+	run.note = fmt.Sprintf("batches of %d: %d threads (%d messages) against 20 rules (no body conditions), %d batches, %d labels added, %d workers (the table's concurrency), emulator in process without latency, GOMAXPROCS %d; Gmail calls by method %v",
+		size, j.Threads, b.fake.Gmail.MessageCount(b.email), j.Batches, j.MessagesLabeled, reclassifyWorkers(), runtime.GOMAXPROCS(0), b.fake.CallCounts())
 	return run, nil
+}
+
+// reclassifyWorkers is the rules-reclassify queue's worker count in the table.
+func reclassifyWorkers() int {
+	row, _ := queue.NewTable(queue.TableConfig{}).Lookup(queue.TypeRulesReclassifyBatch)
+	return row.Concurrency
 }
