@@ -299,7 +299,12 @@ func (q *Queue) process(tt TaskType) asynq.HandlerFunc {
 		err := q.run(ctx, tt, t)
 		elapsed := time.Since(start)
 		q.metrics.duration.WithLabelValues(tt.Name).Observe(elapsed.Seconds())
-		q.metrics.observe(tt.Queue, start, elapsed, err == nil || IsStale(err))
+		_, limited := RetryAfter(err)
+		handedBack := errors.Is(err, context.Canceled) && ctx.Err() != nil
+		if !limited && !handedBack {
+			// The charts count what the table counts: a deferral is neither.
+			q.metrics.observe(tt.Queue, start, elapsed, err == nil || IsStale(err))
+		}
 		rl := q.relays[tt.Queue]
 
 		switch {
@@ -310,11 +315,12 @@ func (q *Queue) process(tt TaskType) asynq.HandlerFunc {
 			}
 			rl.done(id)
 			return nil
-		case errors.Is(err, context.Canceled) && ctx.Err() != nil:
+		case handedBack:
 			// Shutdown: hand it back without counting a failure.
 			return RateLimited(err, time.Second)
 		}
-		if wait, limited := RetryAfter(err); limited {
+		if limited {
+			wait, _ := RetryAfter(err)
 			q.metrics.rateLimited.WithLabelValues(tt.Name).Inc()
 			q.log.Debug("task rate limited", "task_id", id, "type", tt.Name, "wait", wait)
 			return err
