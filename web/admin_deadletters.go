@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/url"
 	"sort"
-	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -147,12 +146,7 @@ func (s *server) adminTestAlert(c *gin.Context) {
 		Fail(c, Unavailable("Alerts are not wired in this server."))
 		return
 	}
-	ctx, cancel := s.ctx(c, 15*time.Second)
-	defer cancel()
-	if err := s.deps.Alerts.Test(ctx); err != nil {
-		SetFlash(c, "error", "The test alert was not delivered: "+err.Error())
-	} else {
-		SetFlash(c, "ok", "A test alert was posted to the webhook.")
-	}
+	kind, text := sendTestAlert(c.Request.Context(), s.deps.Alerts)
+	SetFlash(c, kind, text)
 	Redirect(c, "/admin/deadletters")
 }

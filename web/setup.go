@@ -367,7 +367,7 @@ func (x *setupExt) testAlert(c *gin.Context) {
 }
 
 // sendTestAlert posts the Alerter's test message within 15 s and returns
-// the flash that reports it.
+// the flash that reports it (the setup and dead-letters pages' buttons).
 func sendTestAlert(ctx context.Context, a *queue.Alerter) (kind, text string) {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()

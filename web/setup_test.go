@@ -115,9 +115,16 @@ func setupRows(t *testing.T, body string) map[string][2]string {
 // redirects to, with its flash.
 func postAndFollow(t *testing.T, h http.Handler, s session, path string) string {
 	t.Helper()
+	return postAndFollowTo(t, h, s, path, "/admin/setup")
+}
+
+// postAndFollowTo is postAndFollow for a button that comes back to the page
+// back.
+func postAndFollowTo(t *testing.T, h http.Handler, s session, path, back string) string {
+	t.Helper()
 	w := request(t, h, http.MethodPost, path, url.Values{"csrf": {s.csrf}}, s.headers())
-	if w.Code != http.StatusSeeOther || w.Header().Get("Location") != "/admin/setup" {
-		t.Fatalf("POST %s: %d to %q, want 303 to /admin/setup: %s", path, w.Code, w.Header().Get("Location"), w.Body.String())
+	if w.Code != http.StatusSeeOther || w.Header().Get("Location") != back {
+		t.Fatalf("POST %s: %d to %q, want 303 to %s: %s", path, w.Code, w.Header().Get("Location"), back, w.Body.String())
 	}
 	cookie := sessionCookie + "=" + s.cookie
 	for _, c := range w.Result().Cookies() {
@@ -125,9 +132,9 @@ func postAndFollow(t *testing.T, h http.Handler, s session, path string) string 
 			cookie += "; " + c.Name + "=" + c.Value
 		}
 	}
-	w = request(t, h, http.MethodGet, "/admin/setup", nil, map[string]string{"Cookie": cookie})
+	w = request(t, h, http.MethodGet, back, nil, map[string]string{"Cookie": cookie})
 	if w.Code != http.StatusOK {
-		t.Fatalf("GET /admin/setup after POST %s: %d", path, w.Code)
+		t.Fatalf("GET %s after POST %s: %d", back, path, w.Code)
 	}
 	return html.UnescapeString(w.Body.String())
 }
@@ -428,19 +435,23 @@ func TestSetupTestAlert(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name   string
+		path   string // the setup page's button, or the dead-letters page's
+		back   string
 		status int
 		kind   string
 		want   string
 	}{
-		{"delivered", http.StatusNoContent, "ok", "A test alert was posted to the webhook."},
-		{"refused", http.StatusNotFound, "error", "The test alert was not delivered: webhook answered 404"},
+		{"delivered", "/admin/setup/alert", "/admin/setup", http.StatusNoContent, "ok", "A test alert was posted to the webhook."},
+		{"refused", "/admin/setup/alert", "/admin/setup", http.StatusNotFound, "error", "The test alert was not delivered: webhook answered 404"},
+		{"dead letters delivered", "/admin/alerts/test", "/admin/deadletters", http.StatusNoContent, "ok", "A test alert was posted to the webhook."},
+		{"dead letters refused", "/admin/alerts/test", "/admin/deadletters", http.StatusNotFound, "error", "The test alert was not delivered: webhook answered 404"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			hook := newWebhook(t, tc.status)
 			e := setupEnv(t, SetupOptions{PublicURL: "https://m.example.com", AlertWebhookURL: hook.URL},
 				queue.NewAlerter(queue.AlertConfig{WebhookURL: hook.URL, Client: hook.Client()}))
-			body := postAndFollow(t, e.h, login(t, e.h), "/admin/setup/alert")
+			body := postAndFollowTo(t, e.h, login(t, e.h), tc.path, tc.back)
 			if n := hook.posts.Load(); n != 1 {
 				t.Errorf("webhook got %d posts, want 1", n)
 			}

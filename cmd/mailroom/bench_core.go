@@ -33,23 +33,8 @@ func benchCore(ctx context.Context, o benchOptions) (benchResult, error) {
 	}
 	r.Notes = append(r.Notes, fmt.Sprintf("%d no-op tasks, concurrency 10, %s; medians of 3 runs", n, o.GC))
 
-	type target struct {
-		name, url string
-	}
-	targets := []target{{"embedded", ""}}
-	redisURL := o.RedisURL
-	if redisURL == "" {
-		url, stop, err := startBenchRedis(ctx)
-		if err != nil {
-			r.Notes = append(r.Notes, "redis-server not measured: "+err.Error())
-		} else {
-			defer stop()
-			redisURL = url
-		}
-	}
-	if redisURL != "" {
-		targets = append(targets, target{"redis", redisURL})
-	}
+	targets, stop := benchTargets(ctx, o, &r)
+	defer stop()
 	for _, tg := range targets {
 		var durable, raw []float64
 		for i := range 3 {
@@ -270,6 +255,28 @@ func runMemoryChild(ctx context.Context, n int, w *bufio.Writer) error {
 		}
 	}
 	return errors.New("no VmHWM in /proc/self/status")
+}
+
+// benchTarget is a broker a benchmark runs on: the embedded one (url
+// empty) or a Redis.
+type benchTarget struct {
+	name, url string
+}
+
+// benchTargets returns the brokers to measure: the embedded one, and the
+// Redis at --redis-url or else a redis-server started here, which stop
+// ends. When there is no Redis a note in r says why.
+func benchTargets(ctx context.Context, o benchOptions, r *benchResult) (targets []benchTarget, stop func()) {
+	targets, stop = []benchTarget{{"embedded", ""}}, func() {}
+	url := o.RedisURL
+	if url == "" {
+		var err error
+		if url, stop, err = startBenchRedis(ctx); err != nil {
+			r.Notes = append(r.Notes, "redis-server not measured: "+err.Error())
+			return targets, func() {}
+		}
+	}
+	return append(targets, benchTarget{"redis", url}), stop
 }
 
 // startBenchRedis starts redis-server on a free loopback port.

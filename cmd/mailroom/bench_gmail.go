@@ -401,20 +401,8 @@ func benchGmailThroughput(ctx context.Context, o benchOptions) (benchResult, err
 	}
 	r.Notes = append(r.Notes, fmt.Sprintf("%d history records (10%% adds, 1%% deletes, reads, unreads, trash moves, labels) on a %d-message mailbox, one push; default workers; %s", records, mailbox, o.GC))
 
-	targets := []struct{ name, url string }{{"embedded", ""}}
-	redisURL := o.RedisURL
-	if redisURL == "" {
-		url, stop, err := startBenchRedis(ctx)
-		if err != nil {
-			r.Notes = append(r.Notes, "redis-server not measured: "+err.Error())
-		} else {
-			defer stop()
-			redisURL = url
-		}
-	}
-	if redisURL != "" {
-		targets = append(targets, struct{ name, url string }{"redis", redisURL})
-	}
+	targets, stop := benchTargets(ctx, o, &r)
+	defer stop()
 	for _, tg := range targets {
 		o.progress("   %s: %d history records", tg.name, records)
 		g, err := newGmailBench(ctx, gmailBenchOptions{redisURL: tg.url, messages: mailbox, unread: mailbox / 4})

@@ -18,13 +18,14 @@ import (
 // config is every setting of the appliance. Each field is a flag with a
 // MAILROOM_* environment twin; the flag wins when both are given.
 type config struct {
-	DataDir       string
-	HTTPAddr      string
-	PublicURL     string
-	RedisURL      string
-	AdminPassword string
-	APIToken      string
-	SecretKey     string
+	DataDir        string
+	HTTPAddr       string
+	PublicURL      string
+	TrustedProxies listValue
+	RedisURL       string
+	AdminPassword  string
+	APIToken       string
+	SecretKey      string
 
 	GoogleClientID     string
 	GoogleClientSecret string
@@ -91,10 +92,12 @@ func (c *config) settings() []setting {
 	f := func(p *float64, def float64) flag.Value { *p = def; return (*floatValue)(p) }
 	b := func(p *bool, def bool) flag.Value { *p = def; return (*boolValue)(p) }
 	sz := func(p *byteSize, def int64) flag.Value { *p = byteSize(def); return p }
+	l := func(p *listValue) flag.Value { *p = nil; return p }
 	return []setting{
 		{"data-dir", "MAILROOM_DATA_DIR", "folder for the bbolt file and the secret key file", s(&c.DataDir, "./data"), false, false},
 		{"http-addr", "MAILROOM_HTTP_ADDR", "listener for the admin page, the API and the push endpoint", s(&c.HTTPAddr, "127.0.0.1:8080"), false, false},
 		{"public-url", "MAILROOM_PUBLIC_URL", "base URL users and Google reach mailroom at (default http:// + the listener)", s(&c.PublicURL, ""), false, false},
+		{"trusted-proxies", "MAILROOM_TRUSTED_PROXIES", "comma-separated IPs or CIDRs of reverse proxies whose X-Forwarded-For names the client (the login limit counts per client address); empty: none", l(&c.TrustedProxies), false, false},
 		{"redis-url", "MAILROOM_REDIS_URL", "external Redis (redis://[:password@]host:port/db); empty: the embedded store", s(&c.RedisURL, ""), true, false},
 		{"admin-password", "MAILROOM_ADMIN_PASSWORD", "admin login password; unset on first start: generated and printed once", s(&c.AdminPassword, ""), true, false},
 		{"api-token", "MAILROOM_API_TOKEN", "static bearer token accepted by /api/v1", s(&c.APIToken, ""), true, false},
@@ -220,6 +223,13 @@ func (c *config) validate() error {
 			return bad(u.flag, "want an absolute http(s) URL")
 		}
 	}
+	for _, p := range c.TrustedProxies {
+		if net.ParseIP(p) == nil {
+			if _, _, err := net.ParseCIDR(p); err != nil {
+				return bad("trusted-proxies", fmt.Sprintf("%q is neither an IP address nor a CIDR; want a comma-separated list such as 127.0.0.1,10.0.0.0/8", p))
+			}
+		}
+	}
 	if c.RedisURL != "" {
 		p, err := url.Parse(c.RedisURL)
 		if err != nil || (p.Scheme != "redis" && p.Scheme != "rediss") || p.Host == "" {
@@ -327,10 +337,33 @@ func (c *config) publicURL() string {
 	return "http://" + c.HTTPAddr
 }
 
+// redirectURL is the OAuth redirect URL: the configured one, or the public
+// URL's callback.
+func (c *config) redirectURL() string {
+	if c.GoogleRedirectURL != "" {
+		return c.GoogleRedirectURL
+	}
+	return c.publicURL() + "/oauth/google/callback"
+}
+
 type stringValue string
 
 func (v *stringValue) Set(s string) error { *v = stringValue(s); return nil }
 func (v *stringValue) String() string     { return string(*v) }
+
+// listValue is a comma-separated list; blank items are left out.
+type listValue []string
+
+func (v *listValue) Set(s string) error {
+	*v = nil
+	for item := range strings.SplitSeq(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			*v = append(*v, item)
+		}
+	}
+	return nil
+}
+func (v *listValue) String() string { return strings.Join(*v, ",") }
 
 type durationValue time.Duration
 

@@ -38,6 +38,7 @@ func TestConfigErrorsNameTheFlag(t *testing.T) {
 		{"MAILROOM_BROKER_ADDR", "0.0.0.0:6379", "--broker-addr"},
 		{"MAILROOM_RETRY_MULTIPLIER", "0.5", "--retry-multiplier"},
 		{"MAILROOM_LOG_LEVEL", "loud", "--log-level"},
+		{"MAILROOM_TRUSTED_PROXIES", "10.0.0.1,proxy.local", "--trusted-proxies"},
 	}
 	for _, c := range cases {
 		env := map[string]string{c.env: c.value}

@@ -284,3 +284,41 @@ func (ta *testApp) metrics() map[string]float64 {
 	}
 	return out
 }
+
+// TestRulesApplyAfterFullSync: an account connected after its user made a
+// rule gets the rule's labels on the mail its full sync brings in (which
+// never passes message-added): the full sync schedules a reclassify, which
+// runs after the debounce and does not count as a save.
+func TestRulesApplyAfterFullSync(t *testing.T) {
+	t.Parallel()
+	fake := googlefake.StartForTest(t, googlefake.Options{PushAudience: pushAudience})
+	ta := startApp(t, withGoogle(fake, func(cfg *config) {
+		cfg.ReclassifyDebounce, cfg.ReclassifyMaxWait, cfg.ReclassifyTick = 100*time.Millisecond, time.Second, 50*time.Millisecond
+	}))
+	userID := ta.createUser("owner@example.com")
+	spec := rules.Spec{Label: "Dev", Match: "all", Conditions: []rules.Condition{{Field: "from", Op: "contains", Value: "@github.com"}}}
+	ta.json(http.MethodPost, "/api/v1/users/"+userID+"/rules", spec, http.StatusCreated, nil)
+	waitUntil(t, 20*time.Second, "the save's reclassify (no account yet)", func() bool {
+		st := ta.reclassify(userID)
+		return len(st.Jobs) == 1 && st.Jobs[0].FinishedAt != nil
+	})
+
+	fake.AddAccount(gmailAddr)
+	storyThreads(t, fake, gmailAddr, 30)
+	acc := ta.connectAccount(fake, userID, gmailAddr)
+	ta.waitMirror(fake, acc.ID, gmailAddr, 30*time.Second)
+	want := matching(t, fake, gmailAddr, spec)
+	slices.Sort(want)
+	waitUntil(t, 20*time.Second, "the rule's labels on the synced mail", func() bool {
+		got := labelled(fake, gmailAddr, "Dev")
+		slices.Sort(got)
+		return len(want) > 0 && slices.Equal(want, got)
+	})
+	st := ta.reclassify(userID)
+	if len(st.Jobs) != 2 || st.Jobs[0].ThreadsLabeled == 0 {
+		t.Fatalf("reclassify %+v: want a second job, after the full sync, that labelled threads", st)
+	}
+	if m := ta.metrics(); m[`mailroom_rule_saves_total{outcome="accepted"}`] != 1 {
+		t.Errorf("accepted saves %v, want 1: the full sync's reclassify is not a save", m[`mailroom_rule_saves_total{outcome="accepted"}`])
+	}
+}

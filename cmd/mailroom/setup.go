@@ -16,15 +16,11 @@ const setupCheckTimeout = 5 * time.Second
 // --demo it sees the emulator's Google settings.
 func (a *app) setupExtension() web.Extension {
 	cfg := a.cfg
-	redirect := cfg.GoogleRedirectURL
-	if redirect == "" {
-		redirect = cfg.publicURL() + "/oauth/google/callback"
-	}
 	// Its own client, so the check is bounded by its own short timeout;
 	// queue/google derives the token endpoint (Google's unless
 	// MAILROOM_GOOGLE_TOKEN_URL is set) and the scopes.
 	gc := google.New(google.Config{
-		TokenURL: cfg.GoogleTokenURL, ClientID: cfg.GoogleClientID, ClientSecret: cfg.GoogleClientSecret, RedirectURL: redirect,
+		TokenURL: cfg.GoogleTokenURL, ClientID: cfg.GoogleClientID, ClientSecret: cfg.GoogleClientSecret, RedirectURL: cfg.redirectURL(),
 		HTTPClient: &http.Client{Timeout: setupCheckTimeout}, RefreshTimeout: setupCheckTimeout,
 	})
 	return web.Setup(web.SetupOptions{
@@ -33,7 +29,7 @@ func (a *app) setupExtension() web.Extension {
 		PublicURLSet:          cfg.PublicURL != "",
 		GoogleClientID:        cfg.GoogleClientID,
 		GoogleClientSecretSet: cfg.GoogleClientSecret != "",
-		RedirectURL:           redirect,
+		RedirectURL:           cfg.redirectURL(),
 		RedirectURLSet:        cfg.GoogleRedirectURL != "",
 		PubSubTopic:           cfg.PubSubTopic,
 		PollInterval:          cfg.GmailPollInterval,

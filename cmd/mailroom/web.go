@@ -21,17 +21,18 @@ func (a *app) buildWeb() error {
 	a.generatedPassword = generated
 	exts := append(append([]web.Extension{opsExtension{a}}, a.extensions...), a.setupExtension())
 	h, err := web.New(web.Deps{
-		Logger:        a.log,
-		DB:            a.db,
-		Queue:         a.queue,
-		Gatherer:      a.registry,
-		Ready:         a.ready,
-		APIToken:      a.cfg.APIToken,
-		AdminPassword: a.cfg.AdminPassword,
-		PublicURL:     a.cfg.publicURL(),
-		Demo:          a.cfg.Demo,
-		Alerts:        a.alerts,
-		Extensions:    exts,
+		Logger:         a.log,
+		DB:             a.db,
+		Queue:          a.queue,
+		Gatherer:       a.registry,
+		Ready:          a.ready,
+		APIToken:       a.cfg.APIToken,
+		AdminPassword:  a.cfg.AdminPassword,
+		PublicURL:      a.cfg.publicURL(),
+		TrustedProxies: a.cfg.TrustedProxies,
+		Demo:           a.cfg.Demo,
+		Alerts:         a.alerts,
+		Extensions:     exts,
 	})
 	if err != nil {
 		return err

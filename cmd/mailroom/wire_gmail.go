@@ -16,13 +16,9 @@ import (
 // and its web extension.
 func (a *app) wireGmail(ctx context.Context) error {
 	cfg := a.cfg
-	redirect := cfg.GoogleRedirectURL
-	if redirect == "" {
-		redirect = cfg.publicURL() + "/oauth/google/callback"
-	}
 	gc := google.New(google.Config{
 		APIURL: cfg.GoogleAPIURL, TokenURL: cfg.GoogleTokenURL,
-		ClientID: cfg.GoogleClientID, ClientSecret: cfg.GoogleClientSecret, RedirectURL: redirect,
+		ClientID: cfg.GoogleClientID, ClientSecret: cfg.GoogleClientSecret, RedirectURL: cfg.redirectURL(),
 		HTTPClient: &http.Client{Timeout: 30 * time.Second},
 	})
 	var verifier gmail.TokenVerifier

@@ -47,8 +47,9 @@ type InvalidError struct {
 func (e *InvalidError) Error() string { return fmt.Sprintf("gmail: %s: %s", e.Field, e.Message) }
 func (e *InvalidError) Unwrap() error { return ErrInvalid }
 
-// RuleApplier is how the pipeline hands new mail to the label rules. The
-// rules pipeline implements it; until then NoRules does nothing.
+// RuleApplier is how the pipeline hands new mail to the label rules: one
+// message at a time as it arrives, a whole account after a full sync. The
+// rules pipeline implements it; without it NoRules does nothing.
 type RuleApplier interface {
 	// NeedsBody reports whether a rule of the account's user reads message
 	// bodies; message-added then fetches the full message.
@@ -59,6 +60,11 @@ type RuleApplier interface {
 	// that runs again), so its effects must be idempotent (label set
 	// operations). An error makes the message-added task retry.
 	ApplyNew(ctx context.Context, accountID string, msg store.Message, body string) error
+	// ReclassifyAccount schedules the user's rules over the account's
+	// mail, in tx: the transaction that records a full sync of the account
+	// complete (the mail a full sync brings in never passes ApplyNew). A
+	// full sync that runs again calls it again, so it must be idempotent.
+	ReclassifyAccount(tx *store.Tx, userID, accountID string) error
 }
 
 // NoRules is the RuleApplier of an appliance without label rules.
@@ -69,6 +75,9 @@ func (NoRules) NeedsBody(context.Context, string) (bool, error) { return false, 
 
 // ApplyNew implements RuleApplier.
 func (NoRules) ApplyNew(context.Context, string, store.Message, string) error { return nil }
+
+// ReclassifyAccount implements RuleApplier.
+func (NoRules) ReclassifyAccount(*store.Tx, string, string) error { return nil }
 
 // Enqueuer records tasks in the caller's transaction (*queue.Queue).
 type Enqueuer interface {

@@ -275,7 +275,8 @@ func (p *Pipeline) record(accountID string, events []typedEvent, mark uint64) er
 // messages no longer listed become tombstones; the watermark goes to the
 // profile's history id, taken before the listing, so that history from it
 // replays whatever changed during the sync (harmless: every change carries
-// its history id).
+// its history id). The transaction that records it complete also schedules
+// the user's label rules over the account (RuleApplier.ReclassifyAccount).
 func (p *Pipeline) fullSync(ctx context.Context, gm *google.Gmail, acc store.Account, run *store.SyncRun) error {
 	requested := acc.FullSyncRequested
 	if err := p.refreshLabels(ctx, gm, acc.ID); err != nil {
@@ -340,7 +341,12 @@ func (p *Pipeline) fullSync(ctx context.Context, gm *google.Gmail, acc store.Acc
 		}
 		a.HistoryID = max(a.HistoryID, profileHID)
 		a.FullSyncCompleted = max(a.FullSyncCompleted, requested)
-		return tx.AccountPut(a)
+		if err := tx.AccountPut(a); err != nil {
+			return err
+		}
+		// The mail just mirrored never passed message-added: the user's
+		// rules reach it through a reclassify.
+		return p.rules.ReclassifyAccount(tx, a.UserID, a.ID)
 	})
 	if errors.Is(err, store.ErrNotFound) {
 		return queue.Permanent(fmt.Errorf("%w: %s", ErrAccountGone, acc.ID))

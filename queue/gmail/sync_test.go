@@ -2,9 +2,12 @@ package gmail_test
 
 import (
 	"context"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
 
 	"mailroom/queue/gmail"
@@ -85,4 +88,62 @@ func TestPollSyncsWithoutPush(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.waitConverged(acc.ID, ann, 20*time.Second)
+}
+
+// reclassifyRecorder is a RuleApplier that records the reclassifies a full
+// sync asks for, and what its transaction held then.
+type reclassifyRecorder struct {
+	gmail.NoRules
+	mu    sync.Mutex
+	calls []reclassifyCall
+}
+
+type reclassifyCall struct {
+	userID, accountID string
+	completed         bool // the full sync was recorded complete
+	messages          int
+}
+
+func (r *reclassifyRecorder) ReclassifyAccount(tx *store.Tx, userID, accountID string) error {
+	acc, err := tx.AccountGet(accountID)
+	if err != nil {
+		return err
+	}
+	n := 0
+	if err := tx.EachMessage(accountID, func(store.Message) error { n++; return nil }); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls = append(r.calls, reclassifyCall{userID, accountID, acc.FullSyncCompleted >= acc.FullSyncRequested && acc.FullSyncRequested > 0, n})
+	return nil
+}
+
+func (r *reclassifyRecorder) recorded() []reclassifyCall {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.calls)
+}
+
+// A full sync hands the account to the rules in the transaction that
+// records it complete, with every message stored: the mail it brings in
+// never passes message-added.
+func TestFullSyncSchedulesTheRules(t *testing.T) {
+	t.Parallel()
+	rec := &reclassifyRecorder{}
+	e := newEnv(t, envOptions{rules: rec})
+	acc := e.connect(ann, 30)
+	e.waitConverged(acc.ID, ann, 20*time.Second)
+	want := reclassifyCall{userID: e.user.ID, accountID: acc.ID, completed: true, messages: 30}
+	waitUntil(t, 10*time.Second, "the reclassify of the synced account", func() bool { return len(rec.recorded()) > 0 })
+	if diff := cmp.Diff([]reclassifyCall{want}, rec.recorded(), cmp.AllowUnexported(reclassifyCall{})); diff != "" {
+		t.Fatalf("reclassifies asked for (-want +got):\n%s", diff)
+	}
+	// A history sync does not ask again.
+	mutate(t, e.fake, ann, 5)
+	e.notify(ann)
+	e.waitConverged(acc.ID, ann, 20*time.Second)
+	if n := len(rec.recorded()); n != 1 {
+		t.Errorf("%d reclassifies after a history sync, want still 1", n)
+	}
 }

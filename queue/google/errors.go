@@ -27,6 +27,10 @@ var (
 	// ErrHistoryTooOld: history.list refused the start id (404); a full
 	// sync is needed.
 	ErrHistoryTooOld = errors.New("history start id too old")
+	// ErrInvalidLabel: a call named a label id the mailbox does not have
+	// (400 "Invalid label"), such as one deleted in Gmail since its id was
+	// cached. Look the label up again.
+	ErrInvalidLabel = errors.New("label id unknown to Gmail")
 )
 
 // defaultRateWait is the wait of a rate limit without Retry-After.
@@ -40,6 +44,7 @@ const defaultRateWait = 5 * time.Second
 //   - invalid_grant from the token endpoint and 401: permanent, wrapping
 //     ErrRevoked;
 //   - 404: permanent, wrapping ErrNotFound;
+//   - 400 "Invalid label": permanent, wrapping ErrInvalidLabel;
 //   - other 4xx: permanent.
 //
 // Context cancellation is returned as it is.
@@ -87,11 +92,19 @@ func Classify(err error) error {
 			return queue.Permanent(fmt.Errorf("%w: %w", ErrRevoked, err))
 		case ge.Code == http.StatusNotFound:
 			return queue.Permanent(fmt.Errorf("%w: %w", ErrNotFound, err))
+		case ge.Code == http.StatusBadRequest && invalidLabel(ge.Message):
+			return queue.Permanent(fmt.Errorf("%w: %w", ErrInvalidLabel, err))
 		default:
 			return queue.Permanent(err)
 		}
 	}
 	return err // network errors and the rest: retryable
+}
+
+// invalidLabel reports whether a 400's message is Gmail's answer to an
+// unknown label id ("Invalid label: Label_7"); "Invalid label name" is not.
+func invalidLabel(msg string) bool {
+	return msg == "Invalid label" || strings.HasPrefix(msg, "Invalid label:")
 }
 
 func rateLimitReason(ge *googleapi.Error) bool {

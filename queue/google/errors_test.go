@@ -46,6 +46,7 @@ func TestClassify(t *testing.T) {
 		{"401", gerr(401, "authError", nil), permanent, ErrRevoked, 0},
 		{"404", gerr(404, "notFound", nil), permanent, ErrNotFound, 0},
 		{"400", gerr(400, "invalidArgument", nil), permanent, nil, 0},
+		{"400 invalid label", fmt.Errorf("call: %w", &googleapi.Error{Code: 400, Message: "Invalid label: Label_7"}), permanent, ErrInvalidLabel, 0},
 		{"invalid_grant", oerr(400, "invalid_grant"), permanent, ErrRevoked, 0},
 		{"token endpoint 503", oerr(503, ""), retryable, nil, 0},
 		{"token endpoint 429", oerr(429, ""), limited, nil, defaultRateWait},
@@ -68,6 +69,9 @@ func TestClassify(t *testing.T) {
 		if !errors.Is(got, tc.err) {
 			t.Errorf("%s: the cause is lost: %v", tc.name, got)
 		}
+	}
+	if name := Classify(&googleapi.Error{Code: 400, Message: "Invalid label name"}); errors.Is(name, ErrInvalidLabel) {
+		t.Errorf("a bad label name is not an unknown label id: %v", name)
 	}
 	if Classify(nil) != nil {
 		t.Error("Classify(nil) is not nil")

@@ -2,8 +2,10 @@ package rules
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
+	"mailroom/queue/google"
 	"mailroom/store"
 )
 
@@ -54,7 +56,24 @@ func (p *Pipeline) NeedsBody(_ context.Context, accountID string) (bool, error) 
 // missing, and they and the actions (mark read, archive) go in one
 // messages.modify; each label added is recorded with the rule and version
 // that added it. Running it again for the same message changes nothing.
+// A label id Gmail refuses (deleted there since it was cached) is looked
+// up again, and the label made anew, once.
 func (p *Pipeline) ApplyNew(ctx context.Context, accountID string, m store.Message, body string) error {
+	err := p.applyNew(ctx, accountID, m, body)
+	if !errors.Is(err, google.ErrInvalidLabel) {
+		return err
+	}
+	gm, err := p.gmail(ctx, accountID)
+	if err != nil {
+		return err
+	}
+	if _, err := p.refreshLabels(ctx, gm, accountID); err != nil {
+		return err
+	}
+	return p.applyNew(ctx, accountID, m, body)
+}
+
+func (p *Pipeline) applyNew(ctx context.Context, accountID string, m store.Message, body string) error {
 	var (
 		rules []*compiledRule
 		prov  map[string]store.Provenance

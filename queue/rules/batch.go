@@ -108,6 +108,9 @@ type batch struct {
 	gm   Gmail
 
 	calls, units int
+	// applied are the label changes of an earlier attempt that reached
+	// Gmail and are recorded (see relabel); the job's counters count them.
+	applied []provChange
 }
 
 type batchMessage struct {
@@ -128,6 +131,11 @@ type provChange struct {
 	p     *store.Provenance
 	// add/remove: the Gmail change it depends on; neither: none.
 	add, remove bool
+}
+
+// reached reports whether the Gmail change c depends on did not fail.
+func (c provChange) reached(failed map[string]bool) bool {
+	return !(c.add && failed["+"+c.label] || c.remove && failed["-"+c.label])
 }
 
 func (b *batch) load() error {
@@ -214,28 +222,71 @@ func (b *batch) run(ctx context.Context) error {
 			}
 		}
 	}
-	ids, calls, err := b.p.labelIDs(ctx, gm, b.pl.AccountID, names, create)
-	b.calls += calls
+	// known: after a refresh, the label ids Gmail has.
+	var known map[string]bool
+	for retried := false; ; retried = true {
+		ids, calls, err := b.p.labelIDs(ctx, gm, b.pl.AccountID, names, create)
+		b.calls += calls
+		if err != nil {
+			return err
+		}
+		changes, adds, removes := b.plan(ids, known)
+		if err := b.spend(ctx, unitsBatchModify*(modifyCalls(adds)+modifyCalls(removes))); err != nil {
+			return err
+		}
+		tApply := time.Now()
+		failed, err := b.apply(ctx, adds, removes)
+		if !retried && errors.Is(err, google.ErrInvalidLabel) {
+			// A label id cached here was deleted in Gmail.
+			if known, err = b.relabel(ctx, changes, failed); err != nil {
+				return err
+			}
+			continue
+		}
+		tCommit := time.Now()
+		if cerr := b.commit(changes, failed, err == nil); cerr != nil {
+			return errors.Join(err, cerr)
+		}
+		if err != nil {
+			return err
+		}
+		b.p.log.Debug("reclassify batch done", "job_id", b.pl.JobID, "batch", b.pl.Index, "account_id", b.pl.AccountID,
+			"rules", len(b.live), "messages", len(b.msgs), "gmail_calls", b.calls, "elapsed", time.Since(start),
+			"plan", tApply.Sub(start), "gmail", tCommit.Sub(tApply), "commit", time.Since(tCommit))
+		return nil
+	}
+}
+
+// relabel prepares a second attempt after Gmail refused a label id (it was
+// deleted there since it was cached): it records the changes that did reach
+// Gmail, reads the account's labels again into the label map (so labelIDs
+// makes the label anew where a rule wants it) and the messages' provenance
+// again, and returns the label ids Gmail has (plan drops the records of a
+// label that is gone instead of removing it).
+func (b *batch) relabel(ctx context.Context, changes []provChange, failed map[string]bool) (map[string]bool, error) {
+	if err := b.commit(changes, failed, false); err != nil {
+		return nil, err
+	}
+	for _, c := range changes {
+		if (c.add || c.remove) && c.reached(failed) {
+			b.applied = append(b.applied, c)
+		}
+	}
+	b.calls++
+	known, err := b.p.refreshLabels(ctx, b.gm, b.pl.AccountID)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	changes, adds, removes := b.plan(ids)
-	if err := b.spend(ctx, unitsBatchModify*(modifyCalls(adds)+modifyCalls(removes))); err != nil {
-		return err
-	}
-	tApply := time.Now()
-	failed, err := b.apply(ctx, adds, removes)
-	tCommit := time.Now()
-	if cerr := b.commit(changes, failed, err == nil); cerr != nil {
-		return errors.Join(err, cerr)
-	}
-	if err != nil {
-		return err
-	}
-	b.p.log.Debug("reclassify batch done", "job_id", b.pl.JobID, "batch", b.pl.Index, "account_id", b.pl.AccountID,
-		"rules", len(b.live), "messages", len(b.msgs), "gmail_calls", b.calls, "elapsed", time.Since(start),
-		"plan", tApply.Sub(start), "gmail", tCommit.Sub(tApply), "commit", time.Since(tCommit))
-	return nil
+	err = b.p.db.View(func(tx *store.Tx) error {
+		for _, bm := range b.msgs {
+			var err error
+			if bm.prov, err = tx.LabelProvenance(b.pl.AccountID, bm.m.ID); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return known, err
 }
 
 // fetchBodies reads the text of every message of the batch from Gmail, a
@@ -296,8 +347,9 @@ func effectiveHas(m *store.Message, l string, p store.Provenance, hasP bool) boo
 }
 
 // plan decides each message's label changes. adds and removes map label
-// ids to message ids.
-func (b *batch) plan(ids map[string]string) (changes []provChange, adds, removes map[string][]string) {
+// ids to message ids. known, when not nil, holds every label id Gmail has:
+// the records of a label that is not there any more are dropped.
+func (b *batch) plan(ids map[string]string, known map[string]bool) (changes []provChange, adds, removes map[string][]string) {
 	adds, removes = map[string][]string{}, map[string][]string{}
 	liveByID := make(map[string]*compiledRule, len(b.live))
 	for _, r := range b.live {
@@ -343,6 +395,10 @@ func (b *batch) plan(ids map[string]string) (changes []provChange, adds, removes
 			}
 			r, ours := liveByID[p.RuleID]
 			switch {
+			case known != nil && !known[l]:
+				// The label was deleted in Gmail, and with it from every
+				// message: nothing to remove, nothing to remember.
+				changes = append(changes, provChange{msg: bm, label: l})
 			case p.Present && ours:
 				// Applied by a rule of this batch that no longer wants it
 				// here (it no longer matches, was deleted, or owns another
@@ -433,7 +489,7 @@ func (b *batch) commit(changes []provChange, failed map[string]bool, complete bo
 	err := b.p.db.Update(func(tx *store.Tx) error {
 		for _, c := range changes {
 			switch {
-			case c.add && failed["+"+c.label], c.remove && failed["-"+c.label]:
+			case !c.reached(failed):
 				continue
 			case c.p == nil:
 				if err := tx.LabelProvenanceDelete(b.pl.AccountID, c.msg.m.ID, c.label); err != nil {
@@ -448,7 +504,7 @@ func (b *batch) commit(changes []provChange, failed map[string]bool, complete bo
 		if !complete {
 			return nil
 		}
-		for _, c := range changes {
+		for _, c := range slices.Concat(b.applied, changes) {
 			switch {
 			case c.add:
 				labeled[c.msg.thread] = true

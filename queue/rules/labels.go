@@ -44,16 +44,9 @@ func (p *Pipeline) labelIDs(ctx context.Context, gm Gmail, accountID string, nam
 		// The name may exist in Gmail (made by hand, or a moment ago by a
 		// concurrent batch) but not in the mirror: read the labels again.
 		calls++
-		p.metrics.gmailCalls.WithLabelValues("labels.list").Inc()
-		labels, lerr := gm.Labels(ctx)
+		fresh, lerr := p.gmailLabels(ctx, gm)
 		if lerr != nil {
 			return nil, calls, lerr
-		}
-		fresh := map[string]string{}
-		for _, l := range labels {
-			if l.Type != "system" {
-				fresh[l.ID] = l.Name
-			}
 		}
 		maps.Copy(added, fresh)
 		find(fresh)
@@ -76,4 +69,44 @@ func (p *Pipeline) labelIDs(ctx context.Context, gm Gmail, accountID string, nam
 		}
 	}
 	return ids, calls, nil
+}
+
+// gmailLabels reads the account's labels from Gmail (labels.list), id →
+// name, system labels included, as the gmail pipeline keeps the map.
+func (p *Pipeline) gmailLabels(ctx context.Context, gm Gmail) (map[string]string, error) {
+	p.metrics.gmailCalls.WithLabelValues("labels.list").Inc()
+	labels, err := gm.Labels(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]string, len(labels))
+	for _, l := range labels {
+		out[l.ID] = l.Name
+	}
+	return out, nil
+}
+
+// refreshLabels replaces the account's label map with the labels Gmail
+// has now, and returns their ids. Call it when Gmail refused a cached label
+// id (google.ErrInvalidLabel: the label was deleted there): the ids it
+// forgets are looked up by name again, and made anew, by labelIDs.
+func (p *Pipeline) refreshLabels(ctx context.Context, gm Gmail, accountID string) (map[string]bool, error) {
+	fresh, err := p.gmailLabels(ctx, gm)
+	if err != nil {
+		return nil, err
+	}
+	err = p.db.Update(func(tx *store.Tx) error {
+		if _, err := tx.AccountGet(accountID); err != nil {
+			return err
+		}
+		return tx.LabelsReplace(accountID, fresh)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("rules: refresh the labels of account %s: %w", accountID, err)
+	}
+	known := make(map[string]bool, len(fresh))
+	for id := range fresh {
+		known[id] = true
+	}
+	return known, nil
 }

@@ -372,6 +372,27 @@ func (p *Pipeline) save(ctx context.Context, userID, ruleID string, spec *Spec, 
 	return out, nil
 }
 
+// ReclassifyAccount schedules a reclassify of every live rule of the user
+// in tx, as saving each would (merged into the user's pending reclassify,
+// fired after the debounce), but without counting toward the save limit.
+// The gmail pipeline calls it in the transaction that records a full sync
+// of accountID complete: the mail a full sync brings in never passes
+// ApplyNew. The job covers every account of the user. Calling it again
+// merges the same rules, so it only moves the fire time.
+func (p *Pipeline) ReclassifyAccount(tx *store.Tx, userID, accountID string) error {
+	rs, err := tx.Rules(userID)
+	if err != nil {
+		return fmt.Errorf("rules: reclassify after a full sync of account %s: %w", accountID, err)
+	}
+	now := p.cfg.Now()
+	for _, r := range rs {
+		if _, err := tx.ReclassifyMerge(userID, r.ID, now, p.cfg.Debounce, p.cfg.MaxWait); err != nil {
+			return fmt.Errorf("rules: reclassify after a full sync of account %s: %w", accountID, err)
+		}
+	}
+	return nil
+}
+
 // Rules lists a user's live rules, oldest first. ErrNotFound when the user
 // does not exist.
 func (p *Pipeline) Rules(userID string) ([]Rule, error) {

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
 	"mailroom/store"
 	"mailroom/store/storetest"
 )
@@ -257,4 +259,42 @@ func TestPublisherTicks(t *testing.T) {
 	})
 	pub.Stop()
 	pub.Stop() // twice is fine
+}
+
+// A full sync hands its account over: every live rule of the user joins the
+// pending reclassify, the same again when it runs again, and neither the
+// save limit (used up here) nor the saves metric counts it.
+func TestReclassifyAccountMergesEveryRule(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig()
+	cfg.SaveLimit = 2
+	f := newFixture(t, cfg, false)
+	ctx := context.Background()
+	var ids []string
+	for _, l := range []string{"A", "B"} {
+		s, err := f.p.Create(ctx, f.user, spec(l, cond("from", "contains", l)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, s.Rule.ID)
+	}
+	f.publish() // takes the saves' pending reclassify
+	for range 2 {
+		f.update(func(tx *store.Tx) error { return f.p.ReclassifyAccount(tx, f.user, f.account) })
+	}
+	st, err := f.p.Status(f.user, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(ids)
+	if st.Pending == nil || !slices.Equal(st.Pending.RuleIDs, ids) {
+		t.Fatalf("pending %+v, want rules %v", st.Pending, ids)
+	}
+	var accepted dto.Metric
+	if err := f.p.metrics.saves.WithLabelValues("accepted").Write(&accepted); err != nil {
+		t.Fatal(err)
+	}
+	if got := accepted.GetCounter().GetValue(); got != 2 {
+		t.Errorf("%v accepted saves, want 2: the full sync's reclassify is not a save", got)
+	}
 }

@@ -351,6 +351,47 @@ func (sh *Sheets) open(c *call) (*spreadsheet, error) {
 	return book, nil
 }
 
+// openRange is open for a call on one range: it also parses the call's
+// range parameter. The caller unlocks the book; on an error it is unlocked.
+func (sh *Sheets) openRange(c *call) (*spreadsheet, gridRange, error) {
+	book, err := sh.open(c)
+	if err != nil {
+		return nil, gridRange{}, err
+	}
+	g, err := book.parseRange(c.params["range"])
+	if err != nil {
+		book.mu.Unlock()
+		return nil, gridRange{}, err
+	}
+	return book, g, nil
+}
+
+// valuesWrite is a values.update or values.append call, read: its body, its
+// spreadsheet (locked: the caller unlocks it), its range and the cells.
+type valuesWrite struct {
+	vr    sheetsapi.ValueRange
+	book  *spreadsheet
+	g     gridRange
+	cells [][]*Cell
+}
+
+// openWrite reads a values.update or values.append call (see valuesWrite).
+func (sh *Sheets) openWrite(c *call) (*valuesWrite, error) {
+	w := &valuesWrite{}
+	if err := c.decodeBody(&w.vr); err != nil {
+		return nil, err
+	}
+	var err error
+	if w.book, w.g, err = sh.openRange(c); err != nil {
+		return nil, err
+	}
+	if w.cells, err = toCells(&w.vr, c.query.Get("valueInputOption")); err != nil {
+		w.book.mu.Unlock()
+		return nil, err
+	}
+	return w, nil
+}
+
 func (sh *Sheets) getSpreadsheet(c *call) (any, error) {
 	book, err := sh.open(c)
 	if err != nil {
@@ -581,15 +622,11 @@ func (s *sheet) set(r, c int, v Cell) {
 }
 
 func (sh *Sheets) getValues(c *call) (any, error) {
-	book, err := sh.open(c)
+	book, g, err := sh.openRange(c)
 	if err != nil {
 		return nil, err
 	}
 	defer book.mu.Unlock()
-	g, err := book.parseRange(c.params["range"])
-	if err != nil {
-		return nil, err
-	}
 	major := c.query.Get("majorDimension")
 	if major == "" {
 		major = "ROWS"
@@ -712,23 +749,12 @@ func write(book *spreadsheet, s *sheet, r0, c0 int, cells [][]*Cell) *sheetsapi.
 }
 
 func (sh *Sheets) appendValues(c *call) (any, error) {
-	var vr sheetsapi.ValueRange
-	if err := c.decodeBody(&vr); err != nil {
-		return nil, err
-	}
-	book, err := sh.open(c)
+	w, err := sh.openWrite(c)
 	if err != nil {
 		return nil, err
 	}
-	defer book.mu.Unlock()
-	g, err := book.parseRange(c.params["range"])
-	if err != nil {
-		return nil, err
-	}
-	cells, err := toCells(&vr, c.query.Get("valueInputOption"))
-	if err != nil {
-		return nil, err
-	}
+	defer w.book.mu.Unlock()
+	book, g, cells := w.book, w.g, w.cells
 	insert := c.query.Get("insertDataOption")
 	if insert != "" && insert != "OVERWRITE" && insert != "INSERT_ROWS" {
 		return nil, errInvalid("Invalid insertDataOption: " + insert)
@@ -766,7 +792,7 @@ func (sh *Sheets) appendValues(c *call) (any, error) {
 	}
 	resp.Updates = write(book, s, at, b.c0, cells)
 	if boolParam(c, "includeValuesInResponse") {
-		resp.Updates.UpdatedData = &sheetsapi.ValueRange{Range: resp.Updates.UpdatedRange, MajorDimension: "ROWS", Values: vr.Values}
+		resp.Updates.UpdatedData = &sheetsapi.ValueRange{Range: resp.Updates.UpdatedRange, MajorDimension: "ROWS", Values: w.vr.Values}
 	}
 	sh.countRows(len(cells))
 	return resp, nil
@@ -786,31 +812,19 @@ func checkFits(g gridRange, cells [][]*Cell) error {
 }
 
 func (sh *Sheets) updateValues(c *call) (any, error) {
-	var vr sheetsapi.ValueRange
-	if err := c.decodeBody(&vr); err != nil {
-		return nil, err
-	}
-	book, err := sh.open(c)
+	w, err := sh.openWrite(c)
 	if err != nil {
 		return nil, err
 	}
-	defer book.mu.Unlock()
-	g, err := book.parseRange(c.params["range"])
-	if err != nil {
-		return nil, err
-	}
-	cells, err := toCells(&vr, c.query.Get("valueInputOption"))
-	if err != nil {
-		return nil, err
-	}
-	if err := checkFits(g, cells); err != nil {
+	defer w.book.mu.Unlock()
+	if err := checkFits(w.g, w.cells); err != nil {
 		return nil, err
 	}
 	if err := sh.admit(c.account); err != nil {
 		return nil, err
 	}
-	resp := write(book, g.sheet, g.r0, g.c0, cells)
-	sh.countRows(len(cells))
+	resp := write(w.book, w.g.sheet, w.g.r0, w.g.c0, w.cells)
+	sh.countRows(len(w.cells))
 	return resp, nil
 }
 
@@ -870,15 +884,11 @@ func (sh *Sheets) batchUpdateValues(c *call) (any, error) {
 }
 
 func (sh *Sheets) clearValues(c *call) (any, error) {
-	book, err := sh.open(c)
+	book, g, err := sh.openRange(c)
 	if err != nil {
 		return nil, err
 	}
 	defer book.mu.Unlock()
-	g, err := book.parseRange(c.params["range"])
-	if err != nil {
-		return nil, err
-	}
 	if err := sh.admit(c.account); err != nil {
 		return nil, err
 	}
