@@ -8,6 +8,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
+	"runtime"
+	"runtime/debug"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -224,4 +227,22 @@ func formatFigure(v float64) string {
 	default:
 		return fmt.Sprintf("%.2f", v)
 	}
+}
+
+// allowForEmulator raises the soft memory limit by the heap in use now,
+// after a scenario has filled the in-process Google emulator: those
+// mailboxes live at Google in production, so the limit should bound
+// mailroom's own memory, not the emulator's. It returns the raise (bytes)
+// and a func that restores the limit.
+func allowForEmulator() (int64, func()) {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	prev := debug.SetMemoryLimit(-1)
+	if prev == math.MaxInt64 {
+		return 0, func() {}
+	}
+	raise := int64(ms.HeapAlloc)
+	debug.SetMemoryLimit(prev + raise)
+	return raise, func() { debug.SetMemoryLimit(prev) }
 }

@@ -475,6 +475,8 @@ func runThroughput(ctx context.Context, o benchOptions, threads, size int) (thro
 		return run, err
 	}
 	defer b.close()
+	raise, restore := allowForEmulator()
+	defer restore()
 	var specs []rules.Spec
 	for i := range 20 {
 		s := rules.Spec{Label: fmt.Sprintf("Rule %02d", i), Match: rules.MatchAll}
@@ -520,8 +522,8 @@ func runThroughput(ctx context.Context, o benchOptions, threads, size int) (thro
 			return run, fmt.Errorf("labels of %q in Gmail differ from its matches", s.Label)
 		}
 	}
-	run.note = fmt.Sprintf("batches of %d: %d threads (%d messages) against 20 rules (no body conditions), %d batches, %d labels added, %d workers (the table's concurrency), emulator in process without latency, GOMAXPROCS %d; Gmail calls by method %v",
-		size, j.Threads, b.fake.Gmail.MessageCount(b.email), j.Batches, j.MessagesLabeled, reclassifyWorkers(), runtime.GOMAXPROCS(0), b.fake.CallCounts())
+	run.note = fmt.Sprintf("batches of %d: %d threads (%d messages) against 20 rules (no body conditions), %d batches, %d labels added, %d workers (the table's concurrency), emulator in process without latency (the memory limit raised by the %d MiB its mailbox holds), GOMAXPROCS %d; Gmail calls by method %v",
+		size, j.Threads, b.fake.Gmail.MessageCount(b.email), j.Batches, j.MessagesLabeled, reclassifyWorkers(), raise>>20, runtime.GOMAXPROCS(0), b.fake.CallCounts())
 	return run, nil
 }
 
