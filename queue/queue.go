@@ -177,9 +177,14 @@ func (q *Queue) Ready() bool { return q.started.Load() }
 // deletions and closes the broker clients.
 func (q *Queue) Stop() {
 	q.started.Store(false)
+	// Every server gets the same ShutdownTimeout at once, not one after
+	// another.
+	var wg sync.WaitGroup
 	for _, s := range q.servers {
-		s.Shutdown()
+		wg.Add(1)
+		go func() { defer wg.Done(); s.Shutdown() }()
 	}
+	wg.Wait()
 	q.servers = nil
 	if q.cancel != nil {
 		q.cancel()
