@@ -1,57 +1,18 @@
 package web
 
 import (
-	"context"
 	"fmt"
 	"net/http/httptest"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/chromedp/cdproto/log"
-	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
 	"mailroom/queue"
 	"mailroom/store"
+	"mailroom/web/webtest"
 )
-
-// chromiumPath finds a headless-capable Chromium, or skips the test loudly
-// (fails with CI=true: CI must run the browser tests).
-func chromiumPath(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv("MAILROOM_CHROMIUM"); p != "" {
-		return p
-	}
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "/usr/bin/chromium"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	const msg = "web: Chromium NOT FOUND (looked for chromium, chromium-browser, google-chrome; set MAILROOM_CHROMIUM): the browser tests did NOT run"
-	if os.Getenv("CI") == "true" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
-	return ""
-}
-
-// screenshotDir is MAILROOM_SCREENSHOT_DIR, or a temp dir.
-func screenshotDir(t *testing.T) string {
-	t.Helper()
-	dir := os.Getenv("MAILROOM_SCREENSHOT_DIR")
-	if dir == "" {
-		return t.TempDir()
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
 
 // TestBrowserAdminFlow signs in with headless Chromium, sees the queues,
 // opens a dead letter made by the real queue machinery, redrives it and
@@ -60,8 +21,6 @@ func TestBrowserAdminFlow(t *testing.T) {
 	if testing.Short() {
 		t.Skip("browser test skipped in -short mode")
 	}
-	chrome := chromiumPath(t)
-	shots := screenshotDir(t)
 	e := newEnv(t, envOptions{startQueue: true, deps: func(d *Deps) { d.Demo = true }})
 
 	// Some work for the charts, and one task that fails for good.
@@ -88,67 +47,9 @@ func TestBrowserAdminFlow(t *testing.T) {
 	srv := httptest.NewServer(e.h)
 	t.Cleanup(srv.Close)
 
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(chrome),
-		chromedp.Headless,
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.NoFirstRun,
-		chromedp.NoDefaultBrowserCheck,
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1360, 1000),
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
-	defer cancelAlloc()
-	bctx, cancelBrowser := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
-	defer cancelBrowser()
-
-	// Start the browser (bound to ctx, which bounds the whole test), then
-	// listen: script errors, CSP refusals and failed loads fail the test.
-	if err := chromedp.Do(bctx); err != nil {
-		t.Fatalf("start Chromium: %v", err)
-	}
-	var mu sync.Mutex
-	var problems []string
-	err := chromedp.Listen(bctx, func(ev any) {
-		mu.Lock()
-		defer mu.Unlock()
-		switch ev := ev.(type) {
-		case *runtime.EventExceptionThrown:
-			d := ev.ExceptionDetails
-			msg := d.Text
-			if d.Exception != nil {
-				msg += " " + d.Exception.Description
-			}
-			problems = append(problems, "exception: "+msg)
-		case *log.EventEntryAdded:
-			// CSP refusals, failed loads and the like; a missing
-			// /favicon.ico is the browser's own guess, not our link.
-			if ev.Entry.Level == log.EntryLevelError && !strings.HasSuffix(ev.Entry.URL, "/favicon.ico") {
-				problems = append(problems, fmt.Sprintf("console error: %s (%s)", ev.Entry.Text, ev.Entry.URL))
-			}
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	shot := func(name string) chromedp.Action[chromedp.Void] {
-		return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
-			buf, err := chromedp.FullScreenshot(100)(ctx, tg)
-			if err != nil {
-				return err
-			}
-			return os.WriteFile(filepath.Join(shots, name), buf, 0o644)
-		})
-	}
+	br := webtest.Start(t, 1360, 1000, 60*time.Second)
+	bctx := br.Ctx
+	shot := func(name string) chromedp.Action[chromedp.Void] { return br.Shot(name, true) }
 	do := func(step string, actions ...chromedp.Action[chromedp.Void]) {
 		t.Helper()
 		if err := chromedp.Do(bctx, actions...); err != nil {
@@ -227,10 +128,6 @@ func TestBrowserAdminFlow(t *testing.T) {
 		t.Errorf("new token = %q", token)
 	}
 
-	mu.Lock()
-	defer mu.Unlock()
-	for _, p := range problems {
-		t.Errorf("browser: %s", p)
-	}
-	t.Logf("screenshots in %s", shots)
+	br.CheckProblems()
+	t.Logf("screenshots in %s", br.Dir)
 }

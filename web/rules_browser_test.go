@@ -1,22 +1,17 @@
 package web
 
 import (
-	"context"
 	"fmt"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/chromedp/cdproto/log"
-	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
 	"mailroom/queue/rules"
 	"mailroom/store"
+	"mailroom/web/webtest"
 )
 
 // seedRulesPage gives the user an account with 300 threads in the mirror
@@ -64,52 +59,14 @@ func TestBrowserRulesEditor(t *testing.T) {
 	if testing.Short() {
 		t.Skip("browser test skipped in -short mode")
 	}
-	chrome := chromiumPath(t)
-	shots := screenshotDir(t)
 	e, _, uid := rulesEnv(t, rules.Config{})
 	seedRulesPage(t, e.db, uid)
 	srv := httptest.NewServer(e.h)
 	t.Cleanup(srv.Close)
 
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(chrome), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
-		chromedp.NoDefaultBrowserCheck, chromedp.Flag("disable-dev-shm-usage", true), chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1360, 1100),
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
-	defer cancelAlloc()
-	bctx, cancelBrowser := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
-	defer cancelBrowser()
-	if err := chromedp.Do(bctx); err != nil {
-		t.Fatalf("start Chromium: %v", err)
-	}
-	var mu sync.Mutex
-	var problems []string
-	if err := chromedp.Listen(bctx, func(ev any) {
-		mu.Lock()
-		defer mu.Unlock()
-		switch ev := ev.(type) {
-		case *runtime.EventExceptionThrown:
-			problems = append(problems, "exception: "+ev.ExceptionDetails.Text)
-		case *log.EventEntryAdded:
-			if ev.Entry.Level == log.EntryLevelError && !strings.HasSuffix(ev.Entry.URL, "/favicon.ico") {
-				problems = append(problems, fmt.Sprintf("console error: %s (%s)", ev.Entry.Text, ev.Entry.URL))
-			}
-		}
-	}); err != nil {
-		t.Fatal(err)
-	}
-	shot := func(name string) chromedp.Action[chromedp.Void] {
-		return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
-			buf, err := chromedp.FullScreenshot(100)(ctx, tg)
-			if err != nil {
-				return err
-			}
-			return os.WriteFile(filepath.Join(shots, name), buf, 0o644)
-		})
-	}
+	br := webtest.Start(t, 1360, 1100, 60*time.Second)
+	bctx := br.Ctx
+	shot := func(name string) chromedp.Action[chromedp.Void] { return br.Shot(name, true) }
 	do := func(step string, actions ...chromedp.Action[chromedp.Void]) {
 		t.Helper()
 		if err := chromedp.Do(bctx, actions...); err != nil {
@@ -164,10 +121,6 @@ func TestBrowserRulesEditor(t *testing.T) {
 	}
 	do("see the page", shot("rules-02-saved.png"))
 
-	mu.Lock()
-	defer mu.Unlock()
-	for _, p := range problems {
-		t.Errorf("browser: %s", p)
-	}
-	t.Logf("screenshots in %s", shots)
+	br.CheckProblems()
+	t.Logf("screenshots in %s", br.Dir)
 }

@@ -4,56 +4,17 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/chromedp/cdproto/log"
-	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
 	"mailroom/queue"
+	"mailroom/web/webtest"
 )
-
-// demoChromium finds a headless-capable Chromium, or skips the test loudly
-// (fails with CI=true: CI must run the browser tests). It is the same rule
-// as the web package's browser tests.
-func demoChromium(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv("MAILROOM_CHROMIUM"); p != "" {
-		return p
-	}
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "/usr/bin/chromium"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	const msg = "mailroom: Chromium NOT FOUND (looked for chromium, chromium-browser, google-chrome; set MAILROOM_CHROMIUM): the demo browser test did NOT run"
-	if os.Getenv("CI") == "true" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
-	return ""
-}
-
-// demoScreenshotDir is MAILROOM_SCREENSHOT_DIR, or a temp dir.
-func demoScreenshotDir(t *testing.T) string {
-	t.Helper()
-	dir := os.Getenv("MAILROOM_SCREENSHOT_DIR")
-	if dir == "" {
-		return t.TempDir()
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
 
 // TestDemoBrowser walks the demo as a newcomer would, in headless
 // Chromium: sign in with the generated ("printed") password, see the
@@ -66,8 +27,7 @@ func TestDemoBrowser(t *testing.T) {
 	if testing.Short() {
 		t.Skip("browser test skipped in -short mode")
 	}
-	chrome := demoChromium(t)
-	shots := demoScreenshotDir(t)
+	webtest.ChromiumPath(t) // skip (or fail under CI) before starting the demo
 	start := time.Now()
 	const reclassifyLabel = "Receipts"
 
@@ -101,66 +61,11 @@ func TestDemoBrowser(t *testing.T) {
 	ruleID := snap.rules[reclassifyLabel]
 	t.Logf("demo seeded after %s", demoSince(start))
 
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(chrome),
-		chromedp.Headless,
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.NoFirstRun,
-		chromedp.NoDefaultBrowserCheck,
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.Flag("hide-scrollbars", true),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1360, 900),
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
-	defer cancelAlloc()
-	bctx, cancelBrowser := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
-	defer cancelBrowser()
-	if err := chromedp.Do(bctx); err != nil {
-		t.Fatalf("start Chromium: %v", err)
-	}
-	var mu sync.Mutex
-	var problems []string
-	if err := chromedp.Listen(bctx, func(ev any) {
-		mu.Lock()
-		defer mu.Unlock()
-		switch ev := ev.(type) {
-		case *runtime.EventExceptionThrown:
-			d := ev.ExceptionDetails
-			msg := d.Text
-			if d.Exception != nil {
-				msg += " " + d.Exception.Description
-			}
-			problems = append(problems, "exception: "+msg)
-		case *log.EventEntryAdded:
-			// CSP refusals, failed loads and the like; a missing
-			// /favicon.ico is the browser's own guess, not our link.
-			if ev.Entry.Level == log.EntryLevelError && !strings.HasSuffix(ev.Entry.URL, "/favicon.ico") {
-				problems = append(problems, fmt.Sprintf("console error: %s (%s)", ev.Entry.Text, ev.Entry.URL))
-			}
-		}
-	}); err != nil {
-		t.Fatal(err)
-	}
-
+	br := webtest.Start(t, 1360, 900, 60*time.Second)
+	bctx := br.Ctx
 	// The viewport, not the whole page: what a person sees, and a small
 	// enough PNG to commit.
-	shot := func(name string) chromedp.Action[chromedp.Void] {
-		return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
-			buf, err := chromedp.CaptureScreenshot()(ctx, tg)
-			if err != nil {
-				return err
-			}
-			return os.WriteFile(filepath.Join(shots, name), buf, 0o644)
-		})
-	}
+	shot := func(name string) chromedp.Action[chromedp.Void] { return br.Shot(name, false) }
 	do := func(step string, actions ...chromedp.Action[chromedp.Void]) {
 		t.Helper()
 		if err := chromedp.Do(bctx, actions...); err != nil {
@@ -380,21 +285,11 @@ func TestDemoBrowser(t *testing.T) {
 		chromedp.Navigate(ta.URL+"/admin"),
 		chromedp.WaitReady(css(`[data-refresh][data-refreshes]`)),
 		shot("11-overview.png"),
-		chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
-			buf, err := chromedp.FullScreenshot(100)(ctx, tg)
-			if err != nil {
-				return err
-			}
-			return os.WriteFile(filepath.Join(shots, "12-overview-full.png"), buf, 0o644)
-		}),
+		br.Shot("12-overview-full.png", true),
 	)
 
-	mu.Lock()
-	defer mu.Unlock()
-	for _, p := range problems {
-		t.Errorf("browser: %s", p)
-	}
-	t.Logf("walked the demo in %s; screenshots in %s", demoSince(start), shots)
+	br.CheckProblems()
+	t.Logf("walked the demo in %s; screenshots in %s", demoSince(start), br.Dir)
 }
 
 // demoPoison waits for the demo's always-failing message and its dead
