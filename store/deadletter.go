@@ -1,9 +1,12 @@
 package store
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"time"
+
+	bolt "go.etcd.io/bbolt"
 )
 
 // DeadLetter is a task that failed for good, kept until redriven or
@@ -20,10 +23,18 @@ type DeadLetter struct {
 	LastFailedAt  time.Time       `json:"lastFailedAt"`
 }
 
-// DeadLetterPut stores d.
+// DeadLetterPut stores d (replacing a dead letter of the same id).
 func (tx *Tx) DeadLetterPut(d DeadLetter) error {
 	seq, err := Seq(d.ID)
 	if err != nil {
+		return err
+	}
+	if old, err := tx.DeadLetterGet(d.ID); err == nil {
+		if err := addCount(tx.tx.Bucket(bucketDeadCounts), old.Type, -1); err != nil {
+			return err
+		}
+	}
+	if err := addCount(tx.tx.Bucket(bucketDeadCounts), d.Type, 1); err != nil {
 		return err
 	}
 	return putJSON(tx.tx.Bucket(bucketDeadLetters), u64(seq), d)
@@ -45,11 +56,14 @@ func (tx *Tx) DeadLetterDelete(id string) error {
 	if err != nil {
 		return ErrNotFound
 	}
-	b := tx.tx.Bucket(bucketDeadLetters)
-	if b.Get(u64(seq)) == nil {
-		return ErrNotFound
+	d, err := tx.DeadLetterGet(id)
+	if err != nil {
+		return err
 	}
-	return b.Delete(u64(seq))
+	if err := addCount(tx.tx.Bucket(bucketDeadCounts), d.Type, -1); err != nil {
+		return err
+	}
+	return tx.tx.Bucket(bucketDeadLetters).Delete(u64(seq))
 }
 
 // DeadLetters lists dead letters newest first, optionally of one type,
@@ -85,18 +99,28 @@ func (tx *Tx) DeadLetters(typ, cursor string, limit int) ([]DeadLetter, string, 
 	return out, "", nil
 }
 
-// DeadLetterCounts returns the number of dead letters per task type.
+// DeadLetterCounts returns the number of dead letters per task type, from
+// counters kept with every put and delete (no scan of the archive).
 func (tx *Tx) DeadLetterCounts() (map[string]int, error) {
 	counts := map[string]int{}
-	err := tx.tx.Bucket(bucketDeadLetters).ForEach(func(_, v []byte) error {
-		var d struct {
-			Type string `json:"type"`
+	err := tx.tx.Bucket(bucketDeadCounts).ForEach(func(k, v []byte) error {
+		if len(v) == 8 {
+			counts[string(k)] = int(binary.BigEndian.Uint64(v))
 		}
-		if err := json.Unmarshal(v, &d); err != nil {
-			return err
-		}
-		counts[d.Type]++
 		return nil
 	})
 	return counts, err
+}
+
+// addCount adds delta to the counter under key, removing it at zero.
+func addCount(b *bolt.Bucket, key string, delta int64) error {
+	var n int64
+	if v := b.Get([]byte(key)); len(v) == 8 {
+		n = int64(binary.BigEndian.Uint64(v))
+	}
+	n += delta
+	if n <= 0 {
+		return b.Delete([]byte(key))
+	}
+	return b.Put([]byte(key), u64(uint64(n)))
 }

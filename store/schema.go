@@ -1,6 +1,7 @@
 package store
 
 import (
+	"encoding/json"
 	"fmt"
 
 	bolt "go.etcd.io/bbolt"
@@ -8,13 +9,14 @@ import (
 
 var (
 	bucketMeta        = []byte("meta")
-	bucketOutbox      = []byte("outbox")       // queue name -> sub-bucket: seq -> OutboxRecord
-	bucketOutboxKeys  = []byte("outbox_keys")  // dedup key -> record id
-	bucketDeadLetters = []byte("dead_letters") // id -> DeadLetter
-	bucketUsers       = []byte("users")        // id -> User
-	bucketUserEmails  = []byte("user_emails")  // email -> id
-	bucketTokens      = []byte("api_tokens")   // sha256(token) -> APIToken
-	bucketSessions    = []byte("sessions")     // sha256(session) -> Session
+	bucketOutbox      = []byte("outbox")             // queue name -> sub-bucket: seq -> OutboxRecord
+	bucketOutboxKeys  = []byte("outbox_keys")        // dedup key -> record id
+	bucketDeadLetters = []byte("dead_letters")       // id -> DeadLetter
+	bucketUsers       = []byte("users")              // id -> User
+	bucketUserEmails  = []byte("user_emails")        // email -> id
+	bucketTokens      = []byte("api_tokens")         // sha256(token) -> APIToken
+	bucketSessions    = []byte("sessions")           // sha256(session) -> Session
+	bucketDeadCounts  = []byte("dead_letter_counts") // task type -> count (uint64)
 )
 
 var keySchemaVersion = []byte("schema_version")
@@ -39,6 +41,21 @@ var migrations = []migration{
 		return createBuckets(tx, bucketForms, bucketFormSheets, bucketSubmissions, bucketFormBuffers, bucketSheetWrites)
 	}},
 	{"label rules and reclassify", createRulesBuckets},
+	{"dead-letter counts per type", func(tx *bolt.Tx) error {
+		counts, err := tx.CreateBucketIfNotExists(bucketDeadCounts)
+		if err != nil {
+			return err
+		}
+		return tx.Bucket(bucketDeadLetters).ForEach(func(_, v []byte) error {
+			var d struct {
+				Type string `json:"type"`
+			}
+			if err := json.Unmarshal(v, &d); err != nil {
+				return err
+			}
+			return addCount(counts, d.Type, 1)
+		})
+	}},
 }
 
 // SchemaVersion is the version this build migrates to.

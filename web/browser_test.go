@@ -50,12 +50,7 @@ func TestBrowserAdminFlow(t *testing.T) {
 	br := webtest.Start(t, 1360, 1000, 60*time.Second)
 	bctx := br.Ctx
 	shot := func(name string) chromedp.Action[chromedp.Void] { return br.Shot(name, true) }
-	do := func(step string, actions ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(bctx, actions...); err != nil {
-			t.Fatalf("%s: %v", step, err)
-		}
-	}
+	do := br.Do
 	read := func(step string, a chromedp.Action[string]) string {
 		t.Helper()
 		v, err := chromedp.Run(bctx, a)

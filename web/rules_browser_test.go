@@ -65,22 +65,9 @@ func TestBrowserRulesEditor(t *testing.T) {
 	t.Cleanup(srv.Close)
 
 	br := webtest.Start(t, 1360, 1100, 60*time.Second)
-	bctx := br.Ctx
 	shot := func(name string) chromedp.Action[chromedp.Void] { return br.Shot(name, true) }
-	do := func(step string, actions ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(bctx, actions...); err != nil {
-			t.Fatalf("%s: %v", step, err)
-		}
-	}
-	text := func(sel string) string {
-		t.Helper()
-		v, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS(sel)))
-		if err != nil {
-			t.Fatalf("read %s: %v", sel, err)
-		}
-		return v
-	}
+	do := br.Do
+	text := br.Text
 	waitText := func(sel, want string) {
 		t.Helper()
 		waitFor(t, fmt.Sprintf("%s to say %q", sel, want), 10*time.Second, func() bool { return strings.Contains(text(sel), want) })

@@ -66,20 +66,8 @@ func TestDemoBrowser(t *testing.T) {
 	// The viewport, not the whole page: what a person sees, and a small
 	// enough PNG to commit.
 	shot := func(name string) chromedp.Action[chromedp.Void] { return br.Shot(name, false) }
-	do := func(step string, actions ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(bctx, actions...); err != nil {
-			t.Fatalf("%s: %v", step, err)
-		}
-	}
-	text := func(sel string) string {
-		t.Helper()
-		v, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS(sel)))
-		if err != nil {
-			t.Fatalf("read %s: %v", sel, err)
-		}
-		return strings.TrimSpace(v)
-	}
+	do := br.Do
+	text := func(sel string) string { return strings.TrimSpace(br.Text(sel)) }
 	// eval evaluates a script, bounded, tolerating a page that reloads
 	// under it (the live pages reload themselves).
 	eval := func(expr string) (string, error) {

@@ -159,3 +159,14 @@ func (b *Browser) Do(step string, actions ...chromedp.Action[chromedp.Void]) {
 		b.t.Fatalf("%s: %v", step, err)
 	}
 }
+
+// Text reads the text of the first element matching the CSS selector and
+// fails the test when it cannot.
+func (b *Browser) Text(sel string) string {
+	b.t.Helper()
+	v, err := chromedp.Run(b.Ctx, chromedp.Text(chromedp.CSS(sel)))
+	if err != nil {
+		b.t.Fatalf("read %s: %v", sel, err)
+	}
+	return v
+}
