@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -29,10 +31,6 @@ type benchOptions struct {
 	// GC describes the garbage collector settings of the run (serve's
 	// defaults unless MAILROOM_GOGC / MAILROOM_MEMORY_LIMIT say otherwise).
 	GC string
-	// onReclassify, when set, is called as the measured part of the rules
-	// throughput scenario starts; the func it returns when it ends
-	// (profiling).
-	onReclassify func() func()
 }
 
 func (o benchOptions) progress(format string, args ...any) {
@@ -104,6 +102,7 @@ func benchCommand(ctx context.Context, args []string, getenv func(string) string
 	quick := fs.Bool("quick", false, "smaller runs (smoke test; figures not comparable with targets)")
 	markdown := fs.Bool("markdown", false, "print a Markdown table")
 	memoryChild := fs.Int("memory-child", 0, "internal: run the memory burst in this process")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run (all chosen scenarios) to this file")
 	// Flags may come before or after the scenario names.
 	var names []string
 	for {
@@ -150,6 +149,13 @@ func benchCommand(ctx context.Context, args []string, getenv func(string) string
 		}
 	}
 	opts := benchOptions{RedisURL: *redisURL, Progress: stderr, Quick: *quick, GC: gc}
+	if *cpuProfile != "" {
+		stop, err := startCPUProfile(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	var results []benchResult
 	for _, s := range chosen {
 		opts.progress("== %s: %s", s.Name, s.Title)
@@ -245,4 +251,21 @@ func allowForEmulator() (int64, func()) {
 	raise := int64(ms.HeapAlloc)
 	debug.SetMemoryLimit(prev + raise)
 	return raise, func() { debug.SetMemoryLimit(prev) }
+}
+
+// startCPUProfile profiles the process into path until the func it returns
+// is called.
+func startCPUProfile(path string) (func(), error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("bench: cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("bench: cpu profile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"runtime"
@@ -113,8 +114,9 @@ func (b *rulesBench) close() {
 	}
 }
 
-// newRulesBench builds the environment; threads fill the mailbox.
-func newRulesBench(ctx context.Context, cfg rules.Config, threads int) (b *rulesBench, err error) {
+// newRulesBench builds the environment; threads fill the mailbox. The
+// queue runs with qcfg's poll and retry intervals.
+func newRulesBench(ctx context.Context, cfg rules.Config, qcfg queue.Config, threads int) (b *rulesBench, err error) {
 	b = &rulesBench{email: "bench@example.com"}
 	defer func() {
 		if err != nil {
@@ -202,8 +204,7 @@ func newRulesBench(ctx context.Context, cfg rules.Config, threads int) (b *rules
 			return nil, err
 		}
 	}
-	b.q, err = queue.New(queue.Config{PollInterval: 5 * time.Millisecond, DelayedCheckInterval: 100 * time.Millisecond,
-		RetryInitial: 100 * time.Millisecond, RetryMax: time.Second}, b.db, b.broker.RedisConnOpt(), table)
+	b.q, err = queue.New(qcfg, b.db, b.broker.RedisConnOpt(), table)
 	if err != nil {
 		return nil, err
 	}
@@ -323,7 +324,10 @@ func runStory(ctx context.Context, o benchOptions, naive bool, threads int, scal
 		Debounce: 60 * time.Second / scale, MaxWait: 10 * time.Minute / scale, Tick: 10 * time.Second / scale,
 		Naive: naive, GmailUnitsPerMinute: -1, Logger: nil,
 	}
-	b, err := newRulesBench(ctx, cfg, threads)
+	// Intervals compressed with the story's time.
+	qcfg := queue.Config{PollInterval: 5 * time.Millisecond, DelayedCheckInterval: 100 * time.Millisecond,
+		RetryInitial: 100 * time.Millisecond, RetryMax: time.Second}
+	b, err := newRulesBench(ctx, cfg, qcfg, threads)
 	if err != nil {
 		return run, err
 	}
@@ -472,7 +476,14 @@ type throughputRun struct {
 
 func runThroughput(ctx context.Context, o benchOptions, threads, size int) (throughputRun, error) {
 	var run throughputRun
-	b, err := newRulesBench(ctx, rules.Config{SaveLimit: 100, GmailUnitsPerMinute: -1, Debounce: time.Hour, MaxWait: time.Hour, Tick: time.Hour, BatchSize: size}, threads)
+	// The queue polls and retries as serve's defaults say.
+	defaults, err := parseConfig("bench", nil, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		return run, err
+	}
+	qcfg := queue.Config{PollInterval: defaults.TaskPollInterval, DelayedCheckInterval: defaults.DelayedCheckInterval,
+		RetryInitial: defaults.RetryInitial, RetryMax: defaults.RetryMax}
+	b, err := newRulesBench(ctx, rules.Config{SaveLimit: 100, GmailUnitsPerMinute: -1, Debounce: time.Hour, MaxWait: time.Hour, Tick: time.Hour, BatchSize: size}, qcfg, threads)
 	if err != nil {
 		return run, err
 	}
@@ -499,9 +510,6 @@ func runThroughput(ctx context.Context, o benchOptions, threads, size int) (thro
 		specs = append(specs, s)
 	}
 	o.progress("   %d threads in batches of %d: reclassify", threads, size)
-	if o.onReclassify != nil {
-		defer o.onReclassify()()
-	}
 	start := time.Now()
 	st, err := b.pub.RunOnce(ctx, start.Add(2*time.Hour))
 	if err != nil || st.Published != 1 {
@@ -524,8 +532,8 @@ func runThroughput(ctx context.Context, o benchOptions, threads, size int) (thro
 			return run, fmt.Errorf("labels of %q in Gmail differ from its matches", s.Label)
 		}
 	}
-	run.note = fmt.Sprintf("batches of %d: %d threads (%d messages) against 20 rules (no body conditions), %d batches, %d labels added, %d workers (the table's concurrency), emulator in process without latency (the memory limit raised by the %d MiB its mailbox holds), GOMAXPROCS %d; Gmail calls by method %v",
-		size, j.Threads, b.fake.Gmail.MessageCount(b.email), j.Batches, j.MessagesLabeled, reclassifyWorkers(), raise>>20, runtime.GOMAXPROCS(0), b.fake.CallCounts())
+	run.note = fmt.Sprintf("batches of %d: %d threads (%d messages) against 20 rules (no body conditions), %d batches, %d labels added, %d workers (the table's concurrency), queue polling every %s (serve's default), emulator in process without latency (the memory limit raised by the %d MiB its mailbox holds), GOMAXPROCS %d; Gmail calls by method %v",
+		size, j.Threads, b.fake.Gmail.MessageCount(b.email), j.Batches, j.MessagesLabeled, reclassifyWorkers(), qcfg.PollInterval, raise>>20, runtime.GOMAXPROCS(0), b.fake.CallCounts())
 	return run, nil
 }
 
