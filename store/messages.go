@@ -362,22 +362,24 @@ func (tx *Tx) ThreadIDs(accountID, after string, limit int) (ids []string, next 
 	return ids, "", nil
 }
 
-// ThreadMessages returns the visible messages of one thread, in id order.
-func (tx *Tx) ThreadMessages(accountID, threadID string) ([]Message, error) {
+// ThreadMessages returns the visible messages of the threads, thread by
+// thread in the order given, each thread's in id order.
+func (tx *Tx) ThreadMessages(accountID string, threadIDs ...string) ([]Message, error) {
 	data, err := tx.accountData(accountID, false)
 	if data == nil || err != nil {
 		return nil, err
 	}
-	msgs, threads := data.Bucket(subMessages), data.Bucket(subThreads)
-	prefix := []byte(threadID + "\x00")
+	msgs, c := data.Bucket(subMessages), data.Bucket(subThreads).Cursor()
 	var out []Message
-	c := threads.Cursor()
-	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
-		var m Message
-		if err := getJSON(msgs, k[len(prefix):], &m); err != nil {
-			return nil, fmt.Errorf("store: message %s of thread %s: %w", k[len(prefix):], threadID, err)
+	for _, threadID := range threadIDs {
+		prefix := []byte(threadID + "\x00")
+		for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+			var m Message
+			if err := getJSON(msgs, k[len(prefix):], &m); err != nil {
+				return nil, fmt.Errorf("store: message %s of thread %s: %w", k[len(prefix):], threadID, err)
+			}
+			out = append(out, m)
 		}
-		out = append(out, m)
 	}
 	return out, nil
 }

@@ -118,11 +118,10 @@ type batch struct {
 }
 
 type batchMessage struct {
-	thread string
-	m      store.Message
-	body   string
-	gone   bool // deleted in Gmail since the mirror saw it
-	prov   map[string]store.Provenance
+	m    store.Message
+	body string
+	gone bool // deleted in Gmail since the mirror saw it
+	prov map[string]store.Provenance
 	// wants are the live rules that match, by label key.
 	wants map[string]*compiledRule
 }
@@ -148,18 +147,16 @@ func (b *batch) load() error {
 		if b.live, err = b.p.liveRulesTx(tx, b.pl); err != nil || len(b.live) == 0 {
 			return err
 		}
-		for _, th := range b.pl.ThreadIDs {
-			msgs, err := tx.ThreadMessages(b.pl.AccountID, th)
+		msgs, err := tx.ThreadMessages(b.pl.AccountID, b.pl.ThreadIDs...)
+		if err != nil {
+			return err
+		}
+		for _, m := range msgs {
+			prov, err := tx.LabelProvenance(b.pl.AccountID, m.ID)
 			if err != nil {
 				return err
 			}
-			for _, m := range msgs {
-				prov, err := tx.LabelProvenance(b.pl.AccountID, m.ID)
-				if err != nil {
-					return err
-				}
-				b.msgs = append(b.msgs, &batchMessage{thread: th, m: m, prov: prov})
-			}
+			b.msgs = append(b.msgs, &batchMessage{m: m, prov: prov})
 		}
 		return nil
 	})
@@ -511,10 +508,10 @@ func (b *batch) commit(changes []provChange, failed map[string]bool, complete bo
 		for _, c := range slices.Concat(b.applied, changes) {
 			switch {
 			case c.add:
-				labeled[c.msg.thread] = true
+				labeled[c.msg.m.ThreadID] = true
 				nAdd++
 			case c.remove:
-				unlabeled[c.msg.thread] = true
+				unlabeled[c.msg.m.ThreadID] = true
 				nRemove++
 			}
 		}
