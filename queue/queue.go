@@ -389,6 +389,11 @@ func (q *Queue) recordFailure(tt TaskType, t *Task, cause error) (dead bool, fai
 		if err := tx.OutboxDelete(tt.Queue, t.ID); err != nil {
 			return err
 		}
+		if tt.OnDead != nil {
+			if err := tt.OnDead(tx, t); err != nil {
+				return fmt.Errorf("dead-letter hook of %s: %w", tt.Name, err)
+			}
+		}
 		return tx.DeadLetterPut(store.DeadLetter{
 			ID: rec.ID, Type: rec.Type, Queue: rec.Queue, Payload: rec.Payload, Key: rec.Key,
 			Error: rec.LastError, Attempts: rec.Failures,

@@ -27,7 +27,7 @@ type harness struct {
 	q  *queue.Queue
 }
 
-func newHarness(t *testing.T, b *broker.Broker, cfg queue.Config, fn queue.Handler) *harness {
+func newHarness(t *testing.T, b *broker.Broker, cfg queue.Config, fn queue.Handler, setup ...func(*queue.Table)) *harness {
 	t.Helper()
 	db := storetest.Open(t)
 	table := queue.NewTable(queue.TableConfig{MaxRetries: 3, ConcurrencyMessageAdded: 3, ConcurrencyState: 5, Debug: true})
@@ -39,6 +39,9 @@ func newHarness(t *testing.T, b *broker.Broker, cfg queue.Config, fn queue.Handl
 		if err := table.Handle(tt.Name, h); err != nil {
 			t.Fatal(err)
 		}
+	}
+	for _, fn := range setup {
+		fn(table)
 	}
 	if cfg.RetryInitial == 0 {
 		cfg.RetryInitial, cfg.RetryMax = 50*time.Millisecond, 200*time.Millisecond
@@ -269,6 +272,49 @@ func TestRedriveRunsTheTaskAgain(t *testing.T) {
 	}
 	if _, err := h.q.RedriveType("no:such"); err == nil {
 		t.Fatal("RedriveType of an unknown type: want an error")
+	}
+}
+
+// A type's dead-letter hook writes in the transaction that moves the task
+// to the dead letters; when it fails, the move does not happen and the task
+// is retried.
+func TestDeadHookRunsInTheMove(t *testing.T) {
+	b := brokertest.Embedded(t)
+	var runs atomic.Int64
+	var hookFails atomic.Bool
+	hookFails.Store(true)
+	h := newHarness(t, b, queue.Config{}, func(context.Context, *queue.Task) error {
+		runs.Add(1)
+		return queue.Permanent(errors.New("boom"))
+	}, func(table *queue.Table) {
+		hook := func(tx *store.Tx, task *queue.Task) error {
+			if hookFails.CompareAndSwap(true, false) {
+				return errors.New("hook refused")
+			}
+			_, err := tx.UserCreate("dead-"+task.ID+"@example.com", "")
+			return err
+		}
+		if err := table.OnDead(queue.TypeDebugRecord, hook); err != nil {
+			t.Fatal(err)
+		}
+		if err := table.OnDead(queue.TypeDebugRecord, hook); err == nil {
+			t.Error("a second dead-letter hook of one type was accepted")
+		}
+		if err := table.OnDead("no:such", hook); err == nil {
+			t.Error("a dead-letter hook of an unknown type was accepted")
+		}
+	})
+	ids := h.enqueue(t, 1, struct{}{})
+	waitUntil(t, 10*time.Second, "the dead letter", func() bool { return len(deadLetters(t, h.db)) == 1 })
+	if n := runs.Load(); n != 2 {
+		t.Errorf("handler ran %d times, want 2 (the first move was refused by the hook)", n)
+	}
+	var users []store.User
+	if err := h.db.View(func(tx *store.Tx) (err error) { users, err = tx.Users(); return err }); err != nil {
+		t.Fatal(err)
+	}
+	if len(users) != 1 || users[0].Email != "dead-"+ids[0]+"@example.com" {
+		t.Errorf("users %+v: want the one the hook wrote", users)
 	}
 }
 

@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"mailroom/store"
 )
 
 // The task types of the contract. A type name is never a prefix of another:
@@ -53,7 +55,15 @@ type TaskType struct {
 	// Timeout bounds one run.
 	Timeout time.Duration
 	Handler Handler
+	// OnDead, when set, runs in the transaction that moves a task of this
+	// type to the dead letters, so that what its owner counts about it
+	// (a reclassify job's failed batches) changes with it.
+	OnDead DeadHook
 }
+
+// DeadHook records what a task's owner keeps about the task's move to the
+// dead letters. An error aborts the move (the task is retried).
+type DeadHook func(tx *store.Tx, t *Task) error
 
 // TableConfig holds the settings the table's rows take from configuration.
 type TableConfig struct {
@@ -98,16 +108,37 @@ func NewTable(cfg TableConfig) *Table {
 
 // Handle attaches a handler to a type of the table.
 func (t *Table) Handle(name string, h Handler) error {
+	row, err := t.row(name)
+	if err != nil {
+		return err
+	}
+	if row.Handler != nil {
+		return fmt.Errorf("queue: type %s already has a handler", name)
+	}
+	row.Handler = h
+	return nil
+}
+
+// OnDead sets the dead-letter hook of a type.
+func (t *Table) OnDead(name string, h DeadHook) error {
+	row, err := t.row(name)
+	if err != nil {
+		return err
+	}
+	if row.OnDead != nil {
+		return fmt.Errorf("queue: type %s already has a dead-letter hook", name)
+	}
+	row.OnDead = h
+	return nil
+}
+
+func (t *Table) row(name string) (*TaskType, error) {
 	for i := range t.rows {
 		if t.rows[i].Name == name {
-			if t.rows[i].Handler != nil {
-				return fmt.Errorf("queue: type %s already has a handler", name)
-			}
-			t.rows[i].Handler = h
-			return nil
+			return &t.rows[i], nil
 		}
 	}
-	return fmt.Errorf("queue: no task type %q in the table", name)
+	return nil, fmt.Errorf("queue: no task type %q in the table", name)
 }
 
 // Types returns a copy of the rows.

@@ -313,6 +313,7 @@ const (
 	BatchWaiting = "waiting" // in the outbox (or running)
 	BatchDone    = "done"    // ran
 	BatchStale   = "stale"   // dropped: every rule it carried got a newer job first
+	BatchFailed  = "failed"  // in the dead letters (a redrive runs it again)
 )
 
 // ReclassifyJob is one published reclassify of a user's rules over all
@@ -326,6 +327,9 @@ type ReclassifyJob struct {
 	Batches             int `json:"batches"`
 	BatchesDone         int `json:"batchesDone"`
 	BatchesSkippedStale int `json:"batchesSkippedStale"`
+	// BatchesFailed counts batches in the dead letters; a redriven batch
+	// that then runs counts as done instead.
+	BatchesFailed int `json:"batchesFailed,omitempty"`
 	// RulesSkipped counts, over the batches that ran, the rules a batch
 	// skipped because a newer job carries them (the per-rule stale skip).
 	RulesSkipped int `json:"rulesSkipped"`
@@ -342,8 +346,10 @@ type ReclassifyJob struct {
 	FinishedAt time.Time `json:"finishedAt,omitzero"`
 }
 
-// Waiting is the number of batches neither done nor dropped.
-func (j *ReclassifyJob) Waiting() int { return j.Batches - j.BatchesDone - j.BatchesSkippedStale }
+// Waiting is the number of batches neither done, dropped nor failed.
+func (j *ReclassifyJob) Waiting() int {
+	return j.Batches - j.BatchesDone - j.BatchesSkippedStale - j.BatchesFailed
+}
 
 // ReclassifyBatch is one batch task of a job.
 type ReclassifyBatch struct {

@@ -189,6 +189,7 @@ type reclassifyJobJSON struct {
 	Batches             int        `json:"batches"`
 	BatchesDone         int        `json:"batchesDone"`
 	BatchesSkippedStale int        `json:"batchesSkippedStale"`
+	BatchesFailed       int        `json:"batchesFailed"`
 	RulesSkipped        int        `json:"rulesSkipped"`
 	ThreadsLabeled      int        `json:"threadsLabeled"`
 	ThreadsUnlabeled    int        `json:"threadsUnlabeled"`
@@ -212,7 +213,7 @@ func toReclassifyJSON(st rules.Status) reclassifyJSON {
 	for _, j := range st.Jobs {
 		jj := reclassifyJobJSON{
 			JobID: j.ID, RuleIDs: j.RuleIDs, State: j.State, Threads: j.Threads, Batches: j.Batches,
-			BatchesDone: j.BatchesDone, BatchesSkippedStale: j.BatchesSkippedStale, RulesSkipped: j.RulesSkipped,
+			BatchesDone: j.BatchesDone, BatchesSkippedStale: j.BatchesSkippedStale, BatchesFailed: j.BatchesFailed, RulesSkipped: j.RulesSkipped,
 			ThreadsLabeled: j.ThreadsLabeled, ThreadsUnlabeled: j.ThreadsUnlabeled,
 			MessagesLabeled: j.MessagesLabeled, MessagesUnlabeled: j.MessagesUnlabeled, GmailCalls: j.GmailCalls,
 			StartedAt: j.StartedAt,

@@ -445,7 +445,7 @@ func jobsChart(jobs []rules.Job) template.HTML {
 	h := chartRowH * float64(len(jobs))
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg class="jobs-chart" viewBox="0 0 %g %g" width="%g" height="%g" role="img" aria-label="recent jobs: %d batches done, %d skipped as stale">`, chartW, h, chartW, h, done, skipped)
-	fmt.Fprintf(&b, `<title>Batches per job, newest on top: done (green), skipped as stale (grey), waiting (light)</title>`)
+	fmt.Fprintf(&b, `<title>Batches per job, newest on top: done (green), skipped as stale (grey), failed (red), waiting (light)</title>`)
 	for i, j := range jobs {
 		y := float64(i)*chartRowH + (chartRowH-chartBarH)/2
 		x := chartLabel
@@ -453,7 +453,7 @@ func jobsChart(jobs []rules.Job) template.HTML {
 			n     int
 			class string
 			what  string
-		}{{j.BatchesDone, "bar-done", "done"}, {j.BatchesSkippedStale, "bar-stale", "skipped as stale"}, {j.Waiting(), "bar-wait", "waiting"}} {
+		}{{j.BatchesDone, "bar-done", "done"}, {j.BatchesSkippedStale, "bar-stale", "skipped as stale"}, {j.BatchesFailed, "bar-fail", "failed"}, {j.Waiting(), "bar-wait", "waiting"}} {
 			if part.n <= 0 {
 				continue
 			}

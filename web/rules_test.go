@@ -24,7 +24,7 @@ func rulesSample(at time.Time) rulesView {
 	ed.Error = "Too many rule saves."
 	pending := &store.ReclassifyPending{UserID: "u1", RuleIDs: []string{"r1", "gone123"}, FirstSave: at, LastSave: at, FiresAt: at.Add(time.Minute)}
 	jobs := []rules.Job{
-		{ReclassifyJob: store.ReclassifyJob{ID: "0000000000000002", RuleIDs: []string{"r1"}, Batches: 60, BatchesDone: 20, StartedAt: at}, State: rules.JobRunning},
+		{ReclassifyJob: store.ReclassifyJob{ID: "0000000000000002", RuleIDs: []string{"r1"}, Batches: 60, BatchesDone: 20, BatchesFailed: 1, StartedAt: at}, State: rules.JobRunning},
 		{ReclassifyJob: store.ReclassifyJob{ID: "0000000000000001", RuleIDs: []string{"r1"}, Batches: 60, BatchesDone: 10, BatchesSkippedStale: 50, StartedAt: at, FinishedAt: at}, State: rules.JobSuperseded},
 		{ReclassifyJob: store.ReclassifyJob{ID: "0000000000000000", StartedAt: at, FinishedAt: at}, State: rules.JobDone},
 	}
@@ -194,5 +194,27 @@ func TestRulesAdminPage(t *testing.T) {
 	}
 	if w := request(t, e.h, http.MethodGet, "/admin/rules/nobody", nil, s.headers()); w.Code != 404 {
 		t.Fatalf("unknown user page: %d", w.Code)
+	}
+}
+
+// A job's failed batches (in the dead letters) show in the API, the chart
+// and the page.
+func TestJobFailedBatchesShown(t *testing.T) {
+	t.Parallel()
+	v := rulesSample(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	var jobs []rules.Job
+	for _, r := range v.Jobs {
+		jobs = append(jobs, r.Job)
+	}
+	js := toReclassifyJSON(rules.Status{Jobs: jobs})
+	if js.Jobs[0].BatchesFailed != 1 {
+		t.Errorf("API batchesFailed %d, want 1", js.Jobs[0].BatchesFailed)
+	}
+	if chart := string(v.Chart); !strings.Contains(chart, `class="bar-fail"`) || !strings.Contains(chart, "1 failed") {
+		t.Errorf("chart lacks the failed batch: %s", chart)
+	}
+	body := renderPage(t, "rules", v)
+	if !strings.Contains(body, `data-field="batchesFailed">1</b> failed`) {
+		t.Errorf("page lacks the failed batch count")
 	}
 }

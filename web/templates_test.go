@@ -119,3 +119,22 @@ func TestParsePagesErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// renderPage draws one page, logged in, and returns its HTML.
+func renderPage(t *testing.T, name string, data any) string {
+	t.Helper()
+	srv, err := newServer(Deps{DB: storetest.Open(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := httptest.NewRecorder()
+	c, _ := gin.CreateTestContext(w)
+	c.Request = httptest.NewRequest(http.MethodGet, "/admin/x", nil)
+	c.Set(serverKey, srv)
+	c.Set(sessionKey, store.Session{CSRF: "csrf-token"})
+	srv.render(c, http.StatusOK, name, data)
+	if w.Code != http.StatusOK {
+		t.Fatalf("%s: status %d: %s", name, w.Code, w.Body.String())
+	}
+	return w.Body.String()
+}

@@ -32,6 +32,9 @@ func (a *app) wireRules(ctx context.Context) error {
 	if err := a.table.Handle(queue.TypeRulesReclassifyBatch, p.HandleBatch); err != nil {
 		return err
 	}
+	if err := a.table.OnDead(queue.TypeRulesReclassifyBatch, p.BatchDead); err != nil {
+		return err
+	}
 	gm.SetRuleApplier(p)
 	a.rules = p
 	// The queue is built after the pipelines: appQueue reaches it lazily.

@@ -18,8 +18,9 @@ import (
 // HandleBatch is the handler of rules:reclassify-batch. It re-evaluates
 // every message of its threads against the batch's rules whose latest job
 // is still this batch's job (per rule: the others were superseded and a
-// newer job covers them); when there is none it does no Gmail or store
-// work at all. For each message and label it adds the label where a rule
+// newer job covers them); when there is none it does no Gmail work and
+// writes nothing (but for a batch redriven from the dead letters, which
+// then counts as skipped). For each message and label it adds the label where a rule
 // matches, removes it where it no longer matches and a rule had applied it,
 // and never removes a label a person applied. Changes go to Gmail in
 // messages.batchModify calls grouped by label change, within the account's
@@ -32,7 +33,7 @@ func (p *Pipeline) HandleBatch(ctx context.Context, t *queue.Task) error {
 	}
 	// The cheap check first: a few reads of latest job ids, no decoding.
 	if !p.anyLive(pl) {
-		return p.staleOr(nil)
+		return p.staleOr(p.settleFailed(pl))
 	}
 	release, err := p.gate.acquire(ctx, pl.AccountID, pl.JobID)
 	if err != nil {
@@ -523,12 +524,17 @@ func (b *batch) commit(changes []provChange, failed map[string]bool, complete bo
 		if err != nil {
 			return err
 		}
+		refinish := false
 		switch bt.State {
 		case store.BatchDone:
 			return b.task.Ack(tx) // a second delivery of a finished batch
 		case store.BatchStale:
 			// Dropped by a newer job's publish while it ran: it did run.
 			job.BatchesSkippedStale--
+		case store.BatchFailed:
+			// Redriven from the dead letters: the job finishes anew.
+			job.BatchesFailed--
+			refinish = true
 		}
 		bt.State = store.BatchDone
 		if err := tx.ReclassifyBatchPut(bt); err != nil {
@@ -541,7 +547,7 @@ func (b *batch) commit(changes []provChange, failed map[string]bool, complete bo
 		job.MessagesLabeled += nAdd
 		job.MessagesUnlabeled += nRemove
 		job.GmailCalls += b.calls
-		if job.Waiting() == 0 && job.FinishedAt.IsZero() {
+		if job.Waiting() == 0 && (job.FinishedAt.IsZero() || refinish) {
 			job.FinishedAt = b.p.cfg.Now().UTC()
 		}
 		if err := tx.ReclassifyJobPut(job); err != nil {

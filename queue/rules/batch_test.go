@@ -361,3 +361,57 @@ func TestSaveLimitCountsOnlyAcceptedSaves(t *testing.T) {
 		t.Fatalf("4th accepted save: got %v, want a refusal", err)
 	}
 }
+
+// A batch that fails for good goes to the dead letters and counts as failed,
+// so its job finishes instead of showing it running; redriven, it runs and
+// counts as done, and the labels end right.
+func TestDeadLetteredBatchFinishesJobAndRedriveCompletesIt(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, testConfig(), true)
+	ctx := context.Background()
+	f.addThreads(120, fromEvenOdd) // three batches of 50 threads
+	f.mirror()
+	s := spec("Bots", cond("from", "contains", "@github.com"))
+	if _, err := f.p.Create(ctx, f.user, s); err != nil {
+		t.Fatal(err)
+	}
+	// Gmail refuses every batchModify naming the first message: its batch
+	// fails permanently.
+	first := f.fake.Gmail.Messages(f.email)[0].ID
+	fault, err := f.fake.InjectFault(googlefake.Fault{Method: googlefake.MethodMessagesBatchModify, MessageID: first, Code: 403, Reason: "forbidden", Message: "refused for the test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := f.waitDone(f.publish().ID)
+	if j.Batches != 3 || j.BatchesDone != 2 || j.BatchesFailed != 1 || j.Waiting() != 0 {
+		t.Fatalf("job after the failure: %d batches, %d done, %d failed, %d waiting; want 3, 2, 1, 0", j.Batches, j.BatchesDone, j.BatchesFailed, j.Waiting())
+	}
+	st, err := f.p.Status(f.user, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Jobs[0].State != JobDone {
+		t.Errorf("job state %q, want %q", st.Jobs[0].State, JobDone)
+	}
+	var dead []store.DeadLetter
+	f.update(func(tx *store.Tx) (err error) {
+		dead, _, err = tx.DeadLetters(queue.TypeRulesReclassifyBatch, "", 10)
+		return err
+	})
+	if len(dead) != 1 {
+		t.Fatalf("%d dead letters, want 1", len(dead))
+	}
+
+	fault.Remove()
+	if _, missing, err := f.q.Redrive([]string{dead[0].ID}); err != nil || len(missing) > 0 {
+		t.Fatalf("redrive: missing %v, %v", missing, err)
+	}
+	waitUntil(t, 20*time.Second, "the redriven batch to run", func() bool {
+		j = f.job(j.ID)
+		return j.BatchesDone == 3
+	})
+	if j.BatchesFailed != 0 || j.Waiting() != 0 || j.FinishedAt.IsZero() {
+		t.Errorf("job after the redrive: %d failed, %d waiting, finished %v", j.BatchesFailed, j.Waiting(), j.FinishedAt)
+	}
+	f.checkLabels("Bots", f.want(s))
+}

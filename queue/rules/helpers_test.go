@@ -64,6 +64,9 @@ func newFixture(t testing.TB, cfg Config, start bool) *fixture {
 			t.Fatal(err)
 		}
 	}
+	if err := table.OnDead(queue.TypeRulesReclassifyBatch, f.p.BatchDead); err != nil {
+		t.Fatal(err)
+	}
 	f.q, err = queue.New(queue.Config{
 		RetryInitial: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond,
 		PollInterval: 10 * time.Millisecond, DelayedCheckInterval: 100 * time.Millisecond, ShutdownTimeout: 5 * time.Second,
