@@ -96,6 +96,9 @@ type Queue struct {
 	started   atomic.Bool
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
+	// stopping is closed when Stop begins (see Stopping).
+	stopping  chan struct{}
+	closeStop sync.Once
 }
 
 // New builds the machinery for table over the broker conn. The table's
@@ -133,6 +136,7 @@ func (q *Queue) Table() *Table { return q.table }
 func (q *Queue) Start(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	q.cancel = cancel
+	q.stopping, q.closeStop = make(chan struct{}), sync.Once{}
 	q.client = asynq.NewClientFromRedisClient(q.conn.MakeRedisClient().(redisClient))
 	q.inspector = asynq.NewInspectorFromRedisClient(q.conn.MakeRedisClient().(redisClient))
 	q.wg.Add(1)
@@ -177,6 +181,11 @@ func (q *Queue) Ready() bool { return q.started.Load() }
 // deletions and closes the broker clients.
 func (q *Queue) Stop() {
 	q.started.Store(false)
+	// Handlers that only wait (for quota, for their turn) give their tasks
+	// back now; work in progress gets the shutdown timeout to finish.
+	if q.stopping != nil {
+		q.closeStop.Do(func() { close(q.stopping) })
+	}
 	// Every server gets the same ShutdownTimeout at once, not one after
 	// another.
 	var wg sync.WaitGroup
@@ -301,7 +310,7 @@ func (q *Queue) process(tt TaskType) asynq.HandlerFunc {
 		retried, _ := asynq.GetRetryCount(ctx)
 		t := &Task{ID: id, Type: tt.Name, Queue: tt.Queue, Payload: at.Payload(), Attempt: retried + 1}
 		start := time.Now()
-		err := q.run(ctx, tt, t)
+		err := q.run(withStopping(ctx, q.stopping), tt, t)
 		elapsed := time.Since(start)
 		q.metrics.duration.WithLabelValues(tt.Name).Observe(elapsed.Seconds())
 		_, limited := RetryAfter(err)

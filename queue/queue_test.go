@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -315,6 +316,50 @@ func TestDeadHookRunsInTheMove(t *testing.T) {
 	}
 	if len(users) != 1 || users[0].Email != "dead-"+ids[0]+"@example.com" {
 		t.Errorf("users %+v: want the one the hook wrote", users)
+	}
+}
+
+// At Stop, a handler that only waits (queue.Wait) gives its task back at
+// once: Stop does not wait out the shutdown timeout, and the task keeps its
+// outbox record with no failure counted, to run at the next start.
+func TestStopHandsBackWaitingTasks(t *testing.T) {
+	b := brokertest.Embedded(t)
+	waiting := make(chan struct{}, 1)
+	var result atomic.Value
+	h := newHarness(t, b, queue.Config{ShutdownTimeout: time.Minute}, func(ctx context.Context, _ *queue.Task) error {
+		waiting <- struct{}{}
+		err := queue.Wait(ctx, time.Hour)
+		result.Store(fmt.Sprint(err))
+		return err
+	})
+	ids := h.enqueue(t, 1, struct{}{})
+	select {
+	case <-waiting:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the handler never ran")
+	}
+	stopped := make(chan struct{})
+	go func() { h.q.Stop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(20 * time.Second):
+		t.Fatal("Stop waited for the waiting handler (shutdown timeout one minute)")
+	}
+	if got, _ := result.Load().(string); !strings.Contains(got, queue.ErrStopping.Error()) {
+		t.Errorf("Wait returned %q, want the hand-back error", got)
+	}
+	err := h.db.View(func(tx *store.Tx) error {
+		rec, err := tx.OutboxGet("debug", ids[0])
+		if err == nil && rec.Failures != 0 {
+			err = fmt.Errorf("%d failures counted", rec.Failures)
+		}
+		return err
+	})
+	if err != nil {
+		t.Errorf("the handed-back task's outbox record: %v", err)
+	}
+	if d := deadLetters(t, h.db); len(d) != 0 {
+		t.Errorf("%d dead letters, want none", len(d))
 	}
 }
 

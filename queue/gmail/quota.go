@@ -64,15 +64,11 @@ func (q *quota) spend(ctx context.Context, accountID string, units int) error {
 		r.Cancel()
 		return queue.RateLimited(fmt.Errorf("gmail: account %s is over its Gmail quota", accountID), d)
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
+	if err := queue.Wait(ctx, d); err != nil {
 		r.Cancel()
-		return ctx.Err()
-	case <-t.C:
-		return nil
+		return err
 	}
+	return nil
 }
 
 func (q *quota) forget(accountID string) {

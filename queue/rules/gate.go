@@ -3,6 +3,9 @@ package rules
 import (
 	"context"
 	"sync"
+	"time"
+
+	"mailroom/queue"
 )
 
 // gate orders the batches that touch one account: batches of one job run
@@ -71,16 +74,24 @@ func (g *gate) acquire(ctx context.Context, account, job string) (release func()
 		g.mu.Unlock()
 		select {
 		case <-ctx.Done():
-			g.mu.Lock()
-			g.unwait(a, job)
-			a.broadcast()
-			g.forget(account, a)
-			g.mu.Unlock()
+			g.leave(account, a, job)
 			return nil, ctx.Err()
+		case <-queue.Stopping(ctx):
+			g.leave(account, a, job)
+			return nil, queue.HandBack(time.Second)
 		case <-changed:
 		}
 		g.mu.Lock()
 	}
+}
+
+// leave takes a waiter of job out of the account's gate.
+func (g *gate) leave(account string, a *accountGate, job string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.unwait(a, job)
+	a.broadcast()
+	g.forget(account, a)
 }
 
 func (g *gate) unwait(a *accountGate, job string) {
