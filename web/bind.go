@@ -1,6 +1,7 @@
 package web
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -29,7 +30,17 @@ func BindJSONLimit(c *gin.Context, v any, limit int64) error {
 	if c.Request.Body == nil {
 		return decodeJSON(strings.NewReader(""), v, limit)
 	}
-	return decodeJSON(http.MaxBytesReader(c.Writer, c.Request.Body, limit), v, limit)
+	if c.Request.ContentLength > limit {
+		// Declared too large: refuse before reading, whatever it holds.
+		return tooLarge(limit)
+	}
+	// Read it all first, so that an oversized body is 413 whatever it
+	// holds, even when it is not JSON and its length was not declared.
+	body, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, limit))
+	if err != nil {
+		return jsonError(err, limit)
+	}
+	return decodeJSON(bytes.NewReader(body), v, limit)
 }
 
 // decodeJSON is BindJSON's decoding, apart from HTTP (fuzzed).
