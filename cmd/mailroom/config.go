@@ -47,6 +47,7 @@ type config struct {
 	RuleSaveWindow     time.Duration
 
 	SheetsFlushDelay      time.Duration
+	SheetsRetention       time.Duration
 	SheetsFlushThreshold  int
 	SheetsWritesPerMinute int
 	SheetsQuotaWindow     time.Duration // the "minute" of SheetsWritesPerMinute (tests compress it)
@@ -122,6 +123,7 @@ func (c *config) settings() []setting {
 		{"sheets-flush-delay", "MAILROOM_SHEETS_FLUSH_DELAY", "a sheet's buffer is flushed at most this long after its first unsent row", d(&c.SheetsFlushDelay, 10*time.Second), false, false},
 		{"sheets-flush-threshold", "MAILROOM_SHEETS_FLUSH_THRESHOLD", "a buffer this full is flushed at once; the most rows one write carries", n(&c.SheetsFlushThreshold, 500), false, false},
 		{"sheets-writes-per-minute", "MAILROOM_SHEETS_WRITES_PER_MINUTE", "Sheets write calls per minute per Google account", n(&c.SheetsWritesPerMinute, 60), false, false},
+		{"sheets-retention", "MAILROOM_SHEETS_RETENTION", "a submission whose row is in its sheet is deleted this long after it came; 0 keeps them", d(&c.SheetsRetention, 30*24*time.Hour), false, false},
 		{"sheets-quota-window", "MAILROOM_SHEETS_QUOTA_WINDOW", "the window of --sheets-writes-per-minute (tests compress the minute)", d(&c.SheetsQuotaWindow, time.Minute), false, true},
 		{"retry-initial", "MAILROOM_RETRY_INITIAL", "first retry delay of a failed task", d(&c.RetryInitial, 30*time.Second), false, false},
 		{"retry-multiplier", "MAILROOM_RETRY_MULTIPLIER", "growth of the retry delay per failure", f(&c.RetryMultiplier, 2), false, false},
@@ -265,6 +267,9 @@ func (c *config) validate() error {
 		if p.d <= 0 {
 			return bad(p.flag, "must be a positive duration such as 10s or 5m")
 		}
+	}
+	if c.SheetsRetention < 0 {
+		return bad("sheets-retention", "must be 0 (keep for ever) or a positive duration such as 720h")
 	}
 	if c.ReclassifyMaxWait < c.ReclassifyDebounce {
 		return bad("reclassify-max-wait", "must not be shorter than --reclassify-debounce")

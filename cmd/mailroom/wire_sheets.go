@@ -20,6 +20,7 @@ func (a *app) wireSheets(ctx context.Context) error {
 		Threshold:       a.cfg.SheetsFlushThreshold,
 		WritesPerMinute: a.cfg.SheetsWritesPerMinute,
 		QuotaWindow:     a.cfg.SheetsQuotaWindow,
+		Retention:       a.cfg.SheetsRetention,
 		Logger:          a.log,
 		Registerer:      a.registry,
 	}, sheets.Deps{DB: a.db, Queue: appQueue{a}, Broker: a.broker.Client(), Clients: gmailSheets{a}})
@@ -30,6 +31,9 @@ func (a *app) wireSheets(ctx context.Context) error {
 		return err
 	}
 	a.sheets = p
+	if pruner := p.Pruner(); pruner != nil {
+		a.loops = append(a.loops, pruner)
+	}
 	a.extensions = append(a.extensions, web.Forms(p))
 	return nil
 }

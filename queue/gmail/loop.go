@@ -3,60 +3,20 @@ package gmail
 import (
 	"context"
 	"errors"
-	"sync"
 	"time"
 
 	"mailroom/queue"
 	"mailroom/store"
 )
 
-// Maintainer is the pipeline's background loop: it records a poll sync for
-// each account not synced for PollInterval (a lost push delays a change but
-// never loses it) and a watch renewal for each account not renewed for
-// WatchRenew. It has the app's loop lifecycle (Start, Stop).
-type Maintainer struct {
-	p    *Pipeline
-	tick time.Duration
-
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-}
-
-// Maintainer returns the pipeline's background loop.
-func (p *Pipeline) Maintainer() *Maintainer {
+// Maintainer returns the pipeline's background loop: it records a poll
+// sync for each account not synced for PollInterval (a lost push delays a
+// change but never loses it) and a watch renewal for each account not
+// renewed for WatchRenew.
+func (p *Pipeline) Maintainer() *queue.Every {
 	tick := min(p.cfg.PollInterval, p.cfg.WatchRenew) / 10
 	tick = min(max(tick, 10*time.Millisecond), time.Minute)
-	return &Maintainer{p: p, tick: tick}
-}
-
-// Start runs the loop until Stop.
-func (m *Maintainer) Start(ctx context.Context) error {
-	ctx, m.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
-		t := time.NewTicker(m.tick)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			if err := m.p.maintain(); err != nil {
-				m.p.log.Error("gmail maintenance", "err", err)
-			}
-		}
-	}()
-	return nil
-}
-
-// Stop ends the loop and waits for it.
-func (m *Maintainer) Stop() {
-	if m.cancel != nil {
-		m.cancel()
-	}
-	m.wg.Wait()
+	return queue.NewEvery("gmail maintenance", tick, p.log, func(context.Context) error { return p.maintain() })
 }
 
 // maintain records the polls and watch renewals that are due.

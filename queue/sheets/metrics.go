@@ -11,6 +11,7 @@ type metrics struct {
 	written     prometheus.Counter
 	calls       prometheus.Counter
 	quotaWaits  prometheus.Counter
+	pruned      prometheus.Counter
 	submissions *prometheus.CounterVec
 	latency     prometheus.Histogram
 	callTime    prometheus.Histogram
@@ -27,6 +28,9 @@ func newMetrics(reg prometheus.Registerer, buffered func() float64) (*metrics, e
 		}),
 		quotaWaits: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "mailroom_sheets_quota_waits_total", Help: "Flushes deferred because the account's write quota was used up (or Google answered 429).",
+		}),
+		pruned: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "mailroom_sheets_submissions_pruned_total", Help: "Written submissions deleted from bbolt after MAILROOM_SHEETS_RETENTION.",
 		}),
 		submissions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "mailroom_sheets_submissions_total", Help: "Form submissions by outcome.",
@@ -48,7 +52,7 @@ func newMetrics(reg prometheus.Registerer, buffered func() float64) (*metrics, e
 	gauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "mailroom_sheets_rows_buffered", Help: "Submissions waiting to be written, over all forms (read from bbolt).",
 	}, buffered)
-	for _, c := range []prometheus.Collector{m.written, m.calls, m.quotaWaits, m.submissions, m.latency, m.callTime, gauge} {
+	for _, c := range []prometheus.Collector{m.written, m.calls, m.quotaWaits, m.pruned, m.submissions, m.latency, m.callTime, gauge} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -92,6 +92,10 @@ type Config struct {
 	// QuotaWindow is the "minute" of WritesPerMinute. Default one minute;
 	// tests compress it.
 	QuotaWindow time.Duration
+	// Retention: a submission whose row is in its sheet is deleted this
+	// long after it was submitted; zero keeps them for ever
+	// (MAILROOM_SHEETS_RETENTION).
+	Retention time.Duration
 	// CallTimeout bounds one Sheets call. Default 30s; a write call is
 	// also bounded by 9/10 of QuotaWindow (see Quota).
 	CallTimeout time.Duration

@@ -1,0 +1,73 @@
+package store
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// SubmissionsPrune deletes submissions whose rows are in their sheets and
+// that were submitted before before. It examines submissions in the order
+// they were accepted, starting after the key from (nil: the first), at most
+// max of them, and stops early at the first one submitted at or after
+// before (the ones after it are about as young). It returns how many it
+// deleted and the key to go on from, nil when it has looked at every
+// submission old enough. A submission still in its form's buffer (waiting,
+// or in a write not yet known to have landed) is kept.
+func (tx *Tx) SubmissionsPrune(from []byte, before time.Time, max int) (pruned int, next []byte, err error) {
+	subs := tx.tx.Bucket(bucketSubmissions)
+	// firstWaiting caches, per form, the key of its oldest buffered
+	// submission (buffers hold submission keys in acceptance order); nil
+	// when nothing waits.
+	firstWaiting := map[string][]byte{}
+	waitingFrom := func(formID string) []byte {
+		if k, ok := firstWaiting[formID]; ok {
+			return k
+		}
+		var k []byte
+		if buf := tx.tx.Bucket(bucketFormBuffers).Bucket([]byte(formID)); buf != nil {
+			if _, v := buf.Cursor().First(); v != nil {
+				k = bytes.Clone(v)
+			}
+		}
+		firstWaiting[formID] = k
+		return k
+	}
+	var doomed [][]byte
+	c := subs.Cursor()
+	k, v := c.First()
+	if from != nil {
+		if k, v = c.Seek(from); k != nil && bytes.Equal(k, from) {
+			k, v = c.Next()
+		}
+	}
+	seen := 0
+	for ; k != nil; k, v = c.Next() {
+		if seen == max {
+			next = bytes.Clone(k)
+			break
+		}
+		seen++
+		var s struct {
+			FormID      string    `json:"formId"`
+			SubmittedAt time.Time `json:"submittedAt"`
+		}
+		if err := json.Unmarshal(v, &s); err != nil {
+			return 0, nil, fmt.Errorf("store: decode submission %x: %w", k, err)
+		}
+		if !s.SubmittedAt.Before(before) {
+			break
+		}
+		if w := waitingFrom(s.FormID); w != nil && bytes.Compare(k, w) >= 0 {
+			continue // not written yet
+		}
+		doomed = append(doomed, bytes.Clone(k))
+	}
+	for _, k := range doomed {
+		if err := subs.Delete(k); err != nil {
+			return 0, nil, fmt.Errorf("store: delete submission %x: %w", k, err)
+		}
+	}
+	return len(doomed), next, nil
+}
