@@ -3,6 +3,8 @@ package web
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"math"
 	"net/http"
 	"time"
 
@@ -25,19 +27,27 @@ func (e *formsExt) Routes(r Routers) {
 	r.API.POST("/forms", e.apiCreate)
 	r.API.GET("/forms", e.apiList)
 	r.API.GET("/forms/:id", e.apiGet)
+	r.API.DELETE("/forms/:id", e.apiDelete)
 	r.API.POST("/forms/:id/submissions", e.apiSubmit)
 
 	r.Admin.GET("/forms", e.formsPage)
+	r.Admin.POST("/forms/:id/delete", e.adminDelete)
 }
 
 // MapError turns the pipeline's errors into the contract's answers.
 func (e *formsExt) MapError(err error) *Error {
-	var invalid *sheets.InputError
+	var (
+		invalid *sheets.InputError
+		waiting *sheets.WaitingError
+	)
 	switch {
 	case errors.As(err, &invalid):
 		return &Error{Status: http.StatusBadRequest, Code: invalid.Code, Message: invalid.Message, Field: invalid.Field}
 	case errors.Is(err, sheets.ErrFormNotFound):
 		return &Error{Status: http.StatusNotFound, Code: "not_found", Message: "There is no such form.", Err: err}
+	case errors.As(err, &waiting):
+		return &Error{Status: http.StatusConflict, Code: "rows_waiting", Err: err,
+			Message: fmt.Sprintf("%d rows of this form still wait to be written to the sheet; delete it once they are written (GET shows buffered), or add ?discardWaiting=true to drop them.", waiting.Rows)}
 	case errors.Is(err, sheets.ErrSheetTaken):
 		return &Error{Status: http.StatusConflict, Code: "conflict", Field: "sheet", Message: "Another form already writes this sheet; give each form its own sheet.", Err: err}
 	case errors.Is(err, sheets.ErrGoogleUnavailable):
@@ -80,6 +90,24 @@ func (e *formsExt) apiGet(c *gin.Context) {
 		return
 	}
 	JSON(c, http.StatusOK, f)
+}
+
+// apiDelete is DELETE /api/v1/forms/{id}[?discardWaiting=true]: 204.
+func (e *formsExt) apiDelete(c *gin.Context) {
+	discard, err := boolParam(c, "discardWaiting")
+	if err != nil {
+		Fail(c, err)
+		return
+	}
+	dropAtMost := 0
+	if discard != nil && *discard {
+		dropAtMost = math.MaxInt
+	}
+	if _, err := e.p.DeleteForm(c.Param("id"), dropAtMost); err != nil {
+		Fail(c, err)
+		return
+	}
+	c.Status(http.StatusNoContent)
 }
 
 // submissionRequest is the body of POST /api/v1/forms/{id}/submissions.

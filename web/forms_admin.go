@@ -1,9 +1,11 @@
 package web
 
 import (
+	"errors"
 	"fmt"
 	"html/template"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -11,6 +13,27 @@ import (
 
 	"mailroom/queue/sheets"
 )
+
+// adminDelete deletes a form from the Forms page. It drops at most the
+// waiting rows the page showed when the admin confirmed (dropWaiting);
+// more rows waiting now make it refuse.
+func (e *formsExt) adminDelete(c *gin.Context) {
+	seen, _ := strconv.Atoi(c.PostForm("dropWaiting"))
+	dropped, err := e.p.DeleteForm(c.Param("id"), max(seen, 0))
+	var waiting *sheets.WaitingError
+	switch {
+	case errors.As(err, &waiting):
+		SetFlash(c, "error", fmt.Sprintf("The form was not deleted: %d rows wait to be written now; look again and confirm.", waiting.Rows))
+	case err != nil:
+		Fail(c, err)
+		return
+	case dropped > 0:
+		SetFlash(c, "ok", fmt.Sprintf("Form %s deleted; %d waiting rows dropped. The rows already in the sheet stay.", c.Param("id"), dropped))
+	default:
+		SetFlash(c, "ok", fmt.Sprintf("Form %s deleted. The rows already in the sheet stay.", c.Param("id")))
+	}
+	Redirect(c, "/admin/forms")
+}
 
 // formRow is one form on the admin Forms page.
 type formRow struct {

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -256,5 +257,105 @@ func TestSheetsBadInput(t *testing.T) {
 	cells, _ := fake.Sheets.Cells(book, "Responses")
 	if len(cells) != 1 || cells[0][1].Formula || cells[0][1].Value != "=1+1" || cells[0][2].Value != "42" || cells[0][3].Value != s.ID {
 		t.Fatalf("row %+v", cells)
+	}
+}
+
+// TestSheetsDeleteForm: a form with rows waiting is not deleted (409) unless
+// told to drop them; deleted, it is gone (404, its submissions refused), its
+// rows stay in the sheet and the sheet takes a new form.
+func TestSheetsDeleteForm(t *testing.T) {
+	t.Parallel()
+	fake := googlefake.StartForTest(t, googlefake.Options{})
+	ta, userID, accountID, book := sheetsApp(t, fake, func(cfg *config) { cfg.SheetsFlushDelay = time.Hour })
+	newForm := func(columns ...string) sheetsForm {
+		var f sheetsForm
+		ta.json(http.MethodPost, "/api/v1/forms", map[string]any{
+			"userId": userID, "accountId": accountID, "spreadsheetId": book, "sheet": "Responses", "columns": columns,
+		}, http.StatusCreated, &f)
+		return f
+	}
+	f := newForm("name")
+	sub := "/api/v1/forms/" + f.ID + "/submissions"
+	ta.json(http.MethodPost, sub, map[string]any{"answers": map[string]any{"name": "waits"}}, http.StatusAccepted, nil)
+
+	status, raw := ta.do(http.MethodDelete, "/api/v1/forms/"+f.ID, nil)
+	var e apiErrorBody
+	_ = json.Unmarshal(raw, &e)
+	if status != http.StatusConflict || e.Error.Code != "rows_waiting" || !strings.Contains(e.Error.Message, "1 rows") {
+		t.Fatalf("delete with a row waiting: %d %s; want 409 rows_waiting", status, raw)
+	}
+	if status, raw := ta.do(http.MethodDelete, "/api/v1/forms/"+f.ID+"?discardWaiting=maybe", nil); status != http.StatusBadRequest {
+		t.Fatalf("discardWaiting=maybe: %d %s; want 400", status, raw)
+	}
+	if got := ta.form(f.ID); got.Buffered != 1 {
+		t.Fatalf("a refused delete changed the form: %+v", got)
+	}
+	if status, raw := ta.do(http.MethodDelete, "/api/v1/forms/"+f.ID+"?discardWaiting=true", nil); status != http.StatusNoContent {
+		t.Fatalf("delete dropping the waiting row: %d %s; want 204", status, raw)
+	}
+	for _, c := range []struct {
+		method, path string
+		body         any
+	}{
+		{http.MethodGet, "/api/v1/forms/" + f.ID, nil},
+		{http.MethodPost, sub, map[string]any{"answers": map[string]any{"name": "late"}}},
+		{http.MethodDelete, "/api/v1/forms/" + f.ID, nil},
+	} {
+		if status, raw := ta.do(c.method, c.path, c.body); status != http.StatusNotFound {
+			t.Errorf("%s %s after the delete: %d %s; want 404", c.method, c.path, status, raw)
+		}
+	}
+	// The sheet is free: a new form with other columns writes it.
+	g := newForm("email", "name")
+	ta.json(http.MethodPost, "/api/v1/forms/"+g.ID+"/submissions", map[string]any{"answers": map[string]any{"email": "a@example.com"}}, http.StatusAccepted, nil)
+	var list struct{ Forms []sheetsForm }
+	ta.json(http.MethodGet, "/api/v1/forms", nil, http.StatusOK, &list)
+	if len(list.Forms) != 1 || list.Forms[0].ID != g.ID {
+		t.Fatalf("forms after the delete: %+v", list.Forms)
+	}
+
+	// From the admin page: the delete drops at most the waiting rows the
+	// page showed; one more since makes it refuse.
+	c := ta.adminClient()
+	deleteFromPage := func() string {
+		t.Helper()
+		_, page := getPage(t, c, ta.URL+"/admin/forms")
+		m := csrfRE.FindStringSubmatch(page)
+		seen := regexp.MustCompile(`action="/admin/forms/` + g.ID + `/delete"[^>]*>.*?name="dropWaiting" value="(\d+)"`).FindStringSubmatch(page)
+		if m == nil || seen == nil {
+			t.Fatalf("no delete form for %s on the Forms page:\n%s", g.ID, page)
+		}
+		ta.json(http.MethodPost, "/api/v1/forms/"+g.ID+"/submissions", map[string]any{"answers": map[string]any{"name": "meanwhile"}}, http.StatusAccepted, nil)
+		resp, err := c.PostForm(ta.URL+"/admin/forms/"+g.ID+"/delete", url.Values{"csrf": {m[1]}, "dropWaiting": {seen[1]}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		return string(raw)
+	}
+	if page := deleteFromPage(); !strings.Contains(page, "was not deleted") {
+		t.Fatalf("a delete with more rows waiting than the page showed went through:\n%s", page)
+	}
+	if got := ta.form(g.ID); got.Buffered != 2 {
+		t.Fatalf("after the refused delete: %+v", got)
+	}
+	// Confirmed again from a fresh page (2 waiting), but a third row comes.
+	if page := deleteFromPage(); !strings.Contains(page, "was not deleted") {
+		t.Fatalf("second refused delete:\n%s", page)
+	}
+	_, page := getPage(t, c, ta.URL+"/admin/forms")
+	m := csrfRE.FindStringSubmatch(page)
+	resp, err := c.PostForm(ta.URL+"/admin/forms/"+g.ID+"/delete", url.Values{"csrf": {m[1]}, "dropWaiting": {"3"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(raw), "3 waiting rows dropped") {
+		t.Fatalf("delete from the page:\n%s", raw)
+	}
+	if status, _ := ta.do(http.MethodGet, "/api/v1/forms/"+g.ID, nil); status != http.StatusNotFound {
+		t.Fatalf("the form deleted from the page answers %d", status)
 	}
 }

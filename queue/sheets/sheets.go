@@ -40,6 +40,9 @@ var (
 	ErrFormNotFound = errors.New("no such form")
 	// ErrSheetTaken: another form already writes that sheet (409).
 	ErrSheetTaken = errors.New("another form already writes this sheet")
+	// ErrRowsWaiting: a form to delete still has rows to write (409); see
+	// WaitingError.
+	ErrRowsWaiting = errors.New("rows still wait to be written")
 	// ErrGoogleUnavailable: Google did not answer usefully (503).
 	ErrGoogleUnavailable = errors.New("Google Sheets did not answer")
 	// ErrQuota: the account's write quota is used up for now.
@@ -473,6 +476,39 @@ func (p *Pipeline) Forms(userID string) ([]FormView, error) {
 	return out, err
 }
 
+// WaitingError is the refusal to delete a form whose rows still wait; it
+// wraps ErrRowsWaiting.
+type WaitingError struct{ Rows int }
+
+func (e *WaitingError) Error() string {
+	return fmt.Sprintf("%d rows of the form still wait to be written", e.Rows)
+}
+
+func (e *WaitingError) Unwrap() error { return ErrRowsWaiting }
+
+// DeleteForm deletes a form, the submissions it keeps and its bookkeeping,
+// and frees its sheet for another form; the rows already in the sheet stay
+// there. When more than dropAtMost rows wait to be written it refuses with
+// a *WaitingError; otherwise the waiting rows are dropped, and dropped says
+// how many. A flush of the form still queued ends as stale.
+func (p *Pipeline) DeleteForm(id string, dropAtMost int) (dropped int, err error) {
+	err = p.db.Update(func(tx *store.Tx) error {
+		dropped, err = tx.FormDelete(id, dropAtMost)
+		return err
+	})
+	p.forms.Delete(id)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return 0, fmt.Errorf("sheets: form %q: %w", id, ErrFormNotFound)
+	case errors.Is(err, store.ErrConflict):
+		return 0, &WaitingError{Rows: dropped}
+	case err != nil:
+		return 0, fmt.Errorf("sheets: delete form %s: %w", id, err)
+	}
+	p.log.Info("form deleted", "form_id", id, "rows_dropped", dropped)
+	return dropped, nil
+}
+
 // ---- submissions ----
 
 // flushPayload is a sheets:flush task's payload.
@@ -513,6 +549,11 @@ func (p *Pipeline) Submit(ctx context.Context, formID string, answers map[string
 		sub = s
 		return p.scheduleFlush(tx, q, f.ID, w, now)
 	})
+	if errors.Is(err, store.ErrNotFound) {
+		// Deleted since it was read.
+		p.forms.Delete(formID)
+		return store.Submission{}, fmt.Errorf("sheets: form %q: %w", formID, ErrFormNotFound)
+	}
 	if err != nil {
 		return store.Submission{}, fmt.Errorf("sheets: store submission of form %s: %w", formID, err)
 	}

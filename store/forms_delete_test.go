@@ -93,3 +93,60 @@ func TestSubmissionsPrune(t *testing.T) {
 		}
 	}
 }
+
+// Deleting a form refuses while rows wait (unless told to drop them), then
+// takes the form, its bookkeeping, buffer and submissions, and frees its
+// sheet; another form's submissions stay.
+func TestFormDelete(t *testing.T) {
+	t.Parallel()
+	db := storetest.Open(t)
+	var a, b store.Form
+	var subA, subB store.Submission
+	err := db.Update(func(tx *store.Tx) (err error) {
+		if a, err = tx.FormCreate(store.Form{SpreadsheetID: "S", Sheet: "A", Columns: []string{"x"}}); err != nil {
+			return err
+		}
+		if b, err = tx.FormCreate(store.Form{SpreadsheetID: "S", Sheet: "B", Columns: []string{"x"}}); err != nil {
+			return err
+		}
+		if subA, _, err = tx.SubmissionAdd(store.Submission{FormID: a.ID, Values: []string{"a"}}); err != nil {
+			return err
+		}
+		subB, _, err = tx.SubmissionAdd(store.Submission{FormID: b.ID, Values: []string{"b"}})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	del := func(id string, dropAtMost int) (int, error) {
+		var n int
+		err := db.Update(func(tx *store.Tx) (err error) { n, err = tx.FormDelete(id, dropAtMost); return err })
+		return n, err
+	}
+	if n, err := del(a.ID, 0); !errors.Is(err, store.ErrConflict) || n != 1 {
+		t.Fatalf("delete with a waiting row: %d, %v; want 1, ErrConflict", n, err)
+	}
+	if n, err := del(a.ID, 1); err != nil || n != 1 {
+		t.Fatalf("delete dropping the waiting row: %d, %v; want 1, nil", n, err)
+	}
+	if _, err := del(a.ID, 1); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("second delete: %v, want ErrNotFound", err)
+	}
+	err = db.Update(func(tx *store.Tx) error {
+		if _, err := tx.SubmissionGet(subA.ID); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("the deleted form's submission: %v, want ErrNotFound", err)
+		}
+		if _, err := tx.SubmissionGet(subB.ID); err != nil {
+			t.Errorf("the other form's submission: %v", err)
+		}
+		if _, err := tx.SheetWrites(a.ID); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("the deleted form's bookkeeping: %v, want ErrNotFound", err)
+		}
+		// The sheet is free again.
+		_, err := tx.FormCreate(store.Form{SpreadsheetID: "s", Sheet: "a", Columns: []string{"y"}})
+		return err
+	})
+	if err != nil {
+		t.Fatalf("a new form on the freed sheet: %v", err)
+	}
+}

@@ -71,3 +71,56 @@ func (tx *Tx) SubmissionsPrune(from []byte, before time.Time, max int) (pruned i
 	}
 	return len(doomed), next, nil
 }
+
+// FormDelete deletes a form with its bookkeeping, its buffer and every
+// submission of it, and frees its sheet for another form. More than
+// dropAtMost rows waiting to be written make it fail with ErrConflict;
+// waiting reports how many there were. (Submissions are keyed by
+// acceptance, not by form, so this reads them all: deleting a form is rare.)
+func (tx *Tx) FormDelete(id string, dropAtMost int) (waiting int, err error) {
+	f, err := tx.FormGet(id)
+	if err != nil {
+		return 0, err
+	}
+	w, err := tx.SheetWrites(id)
+	if err != nil {
+		return 0, err
+	}
+	if w.Buffered > dropAtMost {
+		return w.Buffered, fmt.Errorf("store: form %s has %d rows waiting: %w", id, w.Buffered, ErrConflict)
+	}
+	subs := tx.tx.Bucket(bucketSubmissions)
+	var doomed [][]byte
+	err = subs.ForEach(func(k, v []byte) error {
+		var s struct {
+			FormID string `json:"formId"`
+		}
+		if err := json.Unmarshal(v, &s); err != nil {
+			return fmt.Errorf("store: decode submission %x: %w", k, err)
+		}
+		if s.FormID == id {
+			doomed = append(doomed, bytes.Clone(k))
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	for _, k := range doomed {
+		if err := subs.Delete(k); err != nil {
+			return 0, err
+		}
+	}
+	if err := tx.tx.Bucket(bucketFormBuffers).DeleteBucket([]byte(id)); err != nil {
+		return 0, fmt.Errorf("store: delete buffer of form %s: %w", id, err)
+	}
+	for _, del := range []struct {
+		bucket []byte
+		key    []byte
+	}{{bucketForms, []byte(id)}, {bucketSheetWrites, []byte(id)}, {bucketFormSheets, formSheetKey(f.SpreadsheetID, f.Sheet)}} {
+		if err := tx.tx.Bucket(del.bucket).Delete(del.key); err != nil {
+			return 0, err
+		}
+	}
+	return w.Buffered, nil
+}
