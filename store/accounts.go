@@ -26,6 +26,10 @@ var (
 	subThreads  = []byte("threads")  // thread id \x00 message id -> nil
 	subLabels   = []byte("labels")   // label id -> name
 	subRuns     = []byte("runs")     // seq -> SyncRun
+	// subFullSync notes the messages the full sync in progress fetched, so
+	// that an interrupted one goes on where it stopped (created on demand,
+	// dropped when the full sync completes).
+	subFullSync = []byte("full_sync") // message id -> nil
 	keyCounts   = []byte("counts")   // MessageCounts
 )
 
@@ -65,6 +69,12 @@ type Account struct {
 	// is ahead, so a request made during a full sync is not lost.
 	FullSyncRequested uint64 `json:"fullSyncRequested,omitempty"`
 	FullSyncCompleted uint64 `json:"fullSyncCompleted,omitempty"`
+	// FullSyncStart is the full sync in progress, once one started: which
+	// request it serves and the mailbox's history id when it began. A run
+	// that resumes it keeps that history id (history from it replays what
+	// changed meanwhile) and skips the messages it already fetched
+	// (FullSyncFetched).
+	FullSyncStart *FullSyncStart `json:"fullSyncStart,omitempty"`
 
 	WatchExpiration time.Time `json:"watchExpiration,omitzero"`
 	WatchRenewedAt  time.Time `json:"watchRenewedAt,omitzero"`
@@ -183,7 +193,7 @@ func (tx *Tx) AccountDelete(id string) error {
 	if ab := data.Bucket([]byte(id)); ab != nil {
 		// Sub-buckets first: deleting only the parent after writing to a
 		// child in the same transaction leaks a page in bbolt 1.5.0.
-		for _, n := range [][]byte{subMessages, subThreads, subLabels, subRuns} {
+		for _, n := range [][]byte{subMessages, subThreads, subLabels, subRuns, subFullSync} {
 			if ab.Bucket(n) != nil {
 				if err := ab.DeleteBucket(n); err != nil {
 					return fmt.Errorf("store: delete data of account %s: %w", id, err)
@@ -275,6 +285,9 @@ type SyncRun struct {
 	Records       int    `json:"records"`  // history records read
 	Events        int    `json:"events"`   // event tasks recorded
 	Messages      int    `json:"messages"` // messages fetched (full sync)
+	// Resumed counts messages an interrupted full sync had fetched, which
+	// this run did not fetch again.
+	Resumed int    `json:"resumed,omitempty"`
 	Error         string `json:"error,omitempty"`
 }
 
@@ -323,4 +336,57 @@ func (tx *Tx) SyncRuns(accountID string, limit int) ([]SyncRun, error) {
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+// FullSyncStart is where a full sync of an account began.
+type FullSyncStart struct {
+	Requested uint64    `json:"requested"`
+	HistoryID uint64    `json:"historyId"`
+	At        time.Time `json:"at"`
+}
+
+// FullSyncNoteFetched notes that the full sync in progress fetched ids.
+func (tx *Tx) FullSyncNoteFetched(accountID string, ids []string) error {
+	data, err := tx.accountData(accountID, true)
+	if err != nil {
+		return err
+	}
+	b, err := data.CreateBucketIfNotExists(subFullSync)
+	if err != nil {
+		return fmt.Errorf("store: full sync notes of account %s: %w", accountID, err)
+	}
+	for _, id := range ids {
+		if err := b.Put([]byte(id), nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// FullSyncFetched returns which of ids the full sync in progress fetched.
+func (tx *Tx) FullSyncFetched(accountID string, ids []string) (map[string]bool, error) {
+	b, err := tx.accountSub(accountID, subFullSync, false)
+	if b == nil || err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	for _, id := range ids {
+		if b.Get([]byte(id)) != nil {
+			out[id] = true
+		}
+	}
+	return out, nil
+}
+
+// FullSyncForget drops the notes of the full sync in progress (it
+// completed, or a new one starts afresh).
+func (tx *Tx) FullSyncForget(accountID string) error {
+	data, err := tx.accountData(accountID, false)
+	if data == nil || err != nil {
+		return err
+	}
+	if data.Bucket(subFullSync) == nil {
+		return nil
+	}
+	return data.DeleteBucket(subFullSync)
 }

@@ -277,6 +277,11 @@ func (p *Pipeline) record(accountID string, events []typedEvent, mark uint64) er
 // replays whatever changed during the sync (harmless: every change carries
 // its history id). The transaction that records it complete also schedules
 // the user's label rules over the account (RuleApplier.ReclassifyAccount).
+//
+// An interrupted full sync (a restart, an error) goes on where it stopped:
+// the run that resumes it keeps the first run's history id and fetches
+// only the messages no run of it stored yet (it still lists them all, for
+// the tombstones). A new request (resync) starts afresh.
 func (p *Pipeline) fullSync(ctx context.Context, gm *google.Gmail, acc store.Account, run *store.SyncRun) error {
 	requested := acc.FullSyncRequested
 	if err := p.refreshLabels(ctx, gm, acc.ID); err != nil {
@@ -292,6 +297,11 @@ func (p *Pipeline) fullSync(ctx context.Context, gm *google.Gmail, acc store.Acc
 	if !sameAddress(email, acc.Email) {
 		return queue.Permanent(fmt.Errorf("gmail: the token of account %s is for %s, not %s", acc.ID, email, acc.Email))
 	}
+	start, err := p.beginFullSync(acc.ID, requested, profileHID)
+	if err != nil {
+		return err
+	}
+	profileHID = start.HistoryID
 	seen := map[string]bool{}
 	token := ""
 	for {
@@ -302,7 +312,11 @@ func (p *Pipeline) fullSync(ctx context.Context, gm *google.Gmail, acc store.Acc
 		if err != nil {
 			return err
 		}
-		msgs, err := p.fetchAll(ctx, gm, acc.ID, refs)
+		todo, err := p.notFetchedYet(acc.ID, refs)
+		if err != nil {
+			return err
+		}
+		msgs, err := p.fetchAll(ctx, gm, acc.ID, todo)
 		if err != nil {
 			return err
 		}
@@ -313,6 +327,7 @@ func (p *Pipeline) fullSync(ctx context.Context, gm *google.Gmail, acc store.Acc
 			seen[r.ID] = true
 		}
 		run.Messages += len(msgs)
+		run.Resumed += len(refs) - len(todo)
 		if next == "" {
 			break
 		}
@@ -341,6 +356,10 @@ func (p *Pipeline) fullSync(ctx context.Context, gm *google.Gmail, acc store.Acc
 		}
 		a.HistoryID = max(a.HistoryID, profileHID)
 		a.FullSyncCompleted = max(a.FullSyncCompleted, requested)
+		a.FullSyncStart = nil
+		if err := tx.FullSyncForget(acc.ID); err != nil {
+			return err
+		}
 		if err := tx.AccountPut(a); err != nil {
 			return err
 		}
@@ -424,9 +443,11 @@ func (p *Pipeline) fetch(ctx context.Context, gm *google.Gmail, accountID, id st
 	return m, err
 }
 
-// storeFetched merges fetched snapshots into the stored messages.
+// storeFetched merges fetched snapshots into the stored messages and
+// notes them as fetched by the full sync in progress, in one transaction.
 func (p *Pipeline) storeFetched(accountID string, msgs []google.Message) error {
 	err := p.db.Update(func(tx *store.Tx) error {
+		ids := make([]string, 0, len(msgs))
 		if _, err := tx.AccountGet(accountID); err != nil {
 			return err
 		}
@@ -440,13 +461,68 @@ func (p *Pipeline) storeFetched(accountID string, msgs []google.Message) error {
 					return err
 				}
 			}
+			ids = append(ids, f.ID)
 		}
-		return nil
+		return tx.FullSyncNoteFetched(accountID, ids)
 	})
 	if errors.Is(err, store.ErrNotFound) {
 		return queue.Permanent(fmt.Errorf("%w: %s", ErrAccountGone, accountID))
 	}
 	return err
+}
+
+// beginFullSync returns where the full sync serving request requested
+// began: recorded by an earlier, interrupted run, or now, at historyID.
+func (p *Pipeline) beginFullSync(accountID string, requested, historyID uint64) (store.FullSyncStart, error) {
+	var start store.FullSyncStart
+	err := p.db.Update(func(tx *store.Tx) error {
+		a, err := tx.AccountGet(accountID)
+		if err != nil {
+			return err
+		}
+		if s := a.FullSyncStart; s != nil && s.Requested == requested {
+			start = *s
+			return nil
+		}
+		if err := tx.FullSyncForget(accountID); err != nil {
+			return err
+		}
+		start = store.FullSyncStart{Requested: requested, HistoryID: historyID, At: p.now().UTC()}
+		a.FullSyncStart = &start
+		return tx.AccountPut(a)
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return start, queue.Permanent(fmt.Errorf("%w: %s", ErrAccountGone, accountID))
+	}
+	if err != nil {
+		return start, fmt.Errorf("gmail: begin full sync of account %s: %w", accountID, err)
+	}
+	if start.HistoryID != historyID {
+		p.log.Info("resuming an interrupted full sync", "account_id", accountID, "started_at", start.At, "history_id", start.HistoryID)
+	}
+	return start, nil
+}
+
+// notFetchedYet returns the refs the full sync in progress has not stored.
+func (p *Pipeline) notFetchedYet(accountID string, refs []google.MessageRef) ([]google.MessageRef, error) {
+	ids := make([]string, len(refs))
+	for i, r := range refs {
+		ids[i] = r.ID
+	}
+	var done map[string]bool
+	if err := p.db.View(func(tx *store.Tx) (err error) { done, err = tx.FullSyncFetched(accountID, ids); return err }); err != nil {
+		return nil, err
+	}
+	if len(done) == 0 {
+		return refs, nil
+	}
+	todo := make([]google.MessageRef, 0, len(refs)-len(done))
+	for _, r := range refs {
+		if !done[r.ID] {
+			todo = append(todo, r)
+		}
+	}
+	return todo, nil
 }
 
 // snapshot converts a fetched message to the store's model.

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"mailroom/queue/gmail"
+	"mailroom/queue/google"
 	"mailroom/queue/google/googlefake"
 	"mailroom/store"
 )
@@ -145,5 +146,52 @@ func TestFullSyncSchedulesTheRules(t *testing.T) {
 	e.waitConverged(acc.ID, ann, 20*time.Second)
 	if n := len(rec.recorded()); n != 1 {
 		t.Errorf("%d reclassifies after a history sync, want still 1", n)
+	}
+}
+
+// An interrupted full sync goes on where it stopped: the run that resumes it
+// fetches only the messages no earlier run stored, and the mirror ends
+// equal to the mailbox.
+func TestInterruptedFullSyncResumes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{})
+	refresh := e.fake.AddAccount(ann)
+	if _, err := e.fake.Gmail.Generate(ann, 1200, 7); err != nil {
+		t.Fatal(err)
+	}
+	// The oldest message is on the last of three list pages of 500: its
+	// download fails until the fault is removed, so the first run stores
+	// two pages and fails.
+	oldest := e.fake.Gmail.Messages(ann)[0].ID
+	fault, err := e.fake.InjectFault(googlefake.Fault{Method: googlefake.MethodMessagesGet, MessageID: oldest, Code: 500})
+	if err != nil {
+		t.Fatal(err)
+	}
+	acc, _, err := e.p.Connect(context.Background(), gmail.ConnectRequest{UserID: e.user.ID, Email: ann, Token: google.Token{RefreshToken: refresh}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	failedRun := func() bool {
+		d, err := e.p.Detail(acc.ID, 10)
+		return err == nil && len(d.Runs) > 0 && d.Runs[0].Error != ""
+	}
+	waitUntil(t, 20*time.Second, "the first full sync run to fail", failedRun)
+	firstGets := e.fake.Calls(googlefake.MethodMessagesGet)
+	fault.Remove()
+	e.waitConverged(acc.ID, ann, 20*time.Second)
+
+	d, err := e.p.Detail(acc.ID, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := d.Runs[0]
+	if last.Kind != "full" || last.Error != "" || last.Resumed < 1000 || last.Messages+last.Resumed != 1200 {
+		t.Fatalf("the resuming run: %+v; want a full sync that resumed at least the two stored pages (1,000)", last)
+	}
+	if again := e.fake.Calls(googlefake.MethodMessagesGet) - firstGets; again > 200+10 {
+		t.Fatalf("the resuming run downloaded %d messages, want about the last page's 200", again)
+	}
+	if a := e.account(acc.ID); a.FullSyncStart != nil || a.HistoryID != e.fake.Gmail.HistoryID(ann) {
+		t.Fatalf("after the full sync: start %+v, watermark %d, mailbox at %d", a.FullSyncStart, a.HistoryID, e.fake.Gmail.HistoryID(ann))
 	}
 }
