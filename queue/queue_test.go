@@ -323,7 +323,10 @@ func TestDeadHookRunsInTheMove(t *testing.T) {
 // once: Stop does not wait out the shutdown timeout, and the task keeps its
 // outbox record with no failure counted, to run at the next start.
 func TestStopHandsBackWaitingTasks(t *testing.T) {
-	b := brokertest.Embedded(t)
+	brokertest.Each(t, func(t *testing.T, b *broker.Broker) { testStopHandsBack(t, b) })
+}
+
+func testStopHandsBack(t *testing.T, b *broker.Broker) {
 	waiting := make(chan struct{}, 1)
 	var result atomic.Value
 	h := newHarness(t, b, queue.Config{ShutdownTimeout: time.Minute}, func(ctx context.Context, _ *queue.Task) error {
