@@ -30,7 +30,7 @@ var (
 	// that an interrupted one goes on where it stopped (created on demand,
 	// dropped when the full sync completes).
 	subFullSync = []byte("full_sync") // message id -> nil
-	keyCounts   = []byte("counts")   // MessageCounts
+	keyCounts   = []byte("counts")    // MessageCounts
 )
 
 // Account statuses, as the contract names them.
@@ -288,7 +288,7 @@ type SyncRun struct {
 	// Resumed counts messages an interrupted full sync had fetched, which
 	// this run did not fetch again.
 	Resumed int    `json:"resumed,omitempty"`
-	Error         string `json:"error,omitempty"`
+	Error   string `json:"error,omitempty"`
 }
 
 // syncRunsKept is how many runs per account are kept.
