@@ -282,13 +282,11 @@ type SyncRun struct {
 	// FromHistoryID and ToHistoryID are the watermark before and after.
 	FromHistoryID uint64 `json:"fromHistoryId,omitempty"`
 	ToHistoryID   uint64 `json:"toHistoryId,omitempty"`
-	Records       int    `json:"records"`  // history records read
-	Events        int    `json:"events"`   // event tasks recorded
-	Messages      int    `json:"messages"` // messages fetched (full sync)
-	// Resumed counts messages an interrupted full sync had fetched, which
-	// this run did not fetch again.
-	Resumed int    `json:"resumed,omitempty"`
-	Error   string `json:"error,omitempty"`
+	Records       int    `json:"records"`           // history records read
+	Events        int    `json:"events"`            // event tasks recorded
+	Messages      int    `json:"messages"`          // messages fetched (full sync)
+	Resumed       int    `json:"resumed,omitempty"` // fetched by an earlier, interrupted run (full sync)
+	Error         string `json:"error,omitempty"`
 }
 
 // syncRunsKept is how many runs per account are kept.
