@@ -8,10 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"os"
-	"runtime"
-	"runtime/debug"
 	"runtime/pprof"
 	"strings"
 	"text/tabwriter"
@@ -31,6 +28,9 @@ type benchOptions struct {
 	// GC describes the garbage collector settings of the run (serve's
 	// defaults unless MAILROOM_GOGC / MAILROOM_MEMORY_LIMIT say otherwise).
 	GC string
+	// Exe is the mailroom binary that runs a scenario's helper processes
+	// (empty: this one; tests name a built binary).
+	Exe string
 }
 
 func (o benchOptions) progress(format string, args ...any) {
@@ -103,6 +103,9 @@ func benchCommand(ctx context.Context, args []string, getenv func(string) string
 	markdown := fs.Bool("markdown", false, "print a Markdown table")
 	memoryChild := fs.Int("memory-child", 0, "internal: run the memory burst in this process")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run (all chosen scenarios) to this file")
+	googleChild := fs.Int("google-child", 0, "internal: be the Google emulator of a scenario, with this many threads")
+	googleDir := fs.String("google-dir", "", "internal: where the Google emulator process writes its mailbox")
+	googleEmail := fs.String("google-email", "", "internal: the Google emulator process's mailbox")
 	// Flags may come before or after the scenario names.
 	var names []string
 	for {
@@ -117,6 +120,10 @@ func benchCommand(ctx context.Context, args []string, getenv func(string) string
 		}
 		names = append(names, fs.Arg(0))
 		args = fs.Args()[1:]
+	}
+	if *googleChild > 0 {
+		// Google is not mailroom: Go's default GC settings.
+		return runGoogleChild(ctx, *googleChild, *googleDir, *googleEmail, os.Stdin, stdout)
 	}
 	// Run with the garbage collector settings serve runs with.
 	defaults, err := parseConfig("bench", nil, getenv, io.Discard)
@@ -233,24 +240,6 @@ func formatFigure(v float64) string {
 	default:
 		return fmt.Sprintf("%.2f", v)
 	}
-}
-
-// allowForEmulator raises the soft memory limit by the heap in use now,
-// after a scenario has filled the in-process Google emulator: those
-// mailboxes live at Google in production, so the limit should bound
-// mailroom's own memory, not the emulator's. It returns the raise (bytes)
-// and a func that restores the limit.
-func allowForEmulator() (int64, func()) {
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	prev := debug.SetMemoryLimit(-1)
-	if prev == math.MaxInt64 {
-		return 0, func() {}
-	}
-	raise := int64(ms.HeapAlloc)
-	debug.SetMemoryLimit(prev + raise)
-	return raise, func() { debug.SetMemoryLimit(prev) }
 }
 
 // startCPUProfile profiles the process into path until the func it returns

@@ -16,7 +16,7 @@ func TestBenchRulesQuick(t *testing.T) {
 		if s.Name != "rules-story" && s.Name != "rules-throughput" {
 			continue
 		}
-		r, err := s.Run(context.Background(), benchOptions{Quick: true})
+		r, err := s.Run(context.Background(), benchOptions{Quick: true, Exe: buildBinary(t)})
 		if err != nil {
 			t.Fatalf("%s: %v", s.Name, err)
 		}

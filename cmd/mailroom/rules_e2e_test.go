@@ -26,7 +26,8 @@ func storyThreads(t testing.TB, fake *googlefake.Server, email string, threads i
 
 func seedAccount(t testing.TB, ta *testApp, fake *googlefake.Server, userID, email string) string {
 	t.Helper()
-	id, err := seedMirror(ta.app.db, fake, userID, email)
+	g := benchGoogle{url: fake.URL(), tokenURL: fake.TokenURL(), refresh: fake.AddAccount(email), seeded: viewOf(fake, email)}
+	id, err := seedMirror(ta.app.db, g, userID, email)
 	if err != nil {
 		t.Fatal(err)
 	}
