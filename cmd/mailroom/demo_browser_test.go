@@ -220,6 +220,11 @@ func TestDemoBrowser(t *testing.T) {
 		chromedp.WaitVisible(css(`main h1`)),
 		shot("07-demo-mailbox.png"),
 	)
+	do("see the forms, each with its delete button",
+		chromedp.Navigate(ta.URL+"/admin/forms"),
+		chromedp.WaitVisible(css(`table.forms form[action$="/delete"] button`)),
+		shot("07b-forms.png"),
+	)
 
 	// 5. The always-failing message's dead letter: open it, redrive it.
 	poisonID, deadID := demoPoison(t, ta, d)
