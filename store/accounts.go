@@ -193,7 +193,7 @@ func (tx *Tx) AccountDelete(id string) error {
 	if ab := data.Bucket([]byte(id)); ab != nil {
 		// Sub-buckets first: deleting only the parent after writing to a
 		// child in the same transaction leaks a page in bbolt 1.5.0.
-		for _, n := range [][]byte{subMessages, subThreads, subLabels, subRuns, subFullSync} {
+		for _, n := range [][]byte{subMessages, subThreads, subLabels, subRuns, subFullSync, subTombstones} {
 			if ab.Bucket(n) != nil {
 				if err := ab.DeleteBucket(n); err != nil {
 					return fmt.Errorf("store: delete data of account %s: %w", id, err)

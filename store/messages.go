@@ -39,8 +39,9 @@ const (
 // Lifecycle: a record may exist before its content is known (a state event
 // ran before message-added fetched it): Fetched is false until a snapshot
 // was merged, and such placeholders are not listed. A deleted message stays
-// as a tombstone (Deleted) so that late events for it do nothing; tombstones
-// are not listed either. Visible reports whether a message is listed.
+// as a tombstone (Deleted, DeletedAt) so that late events for it do
+// nothing, until TombstonesPrune takes it a retention later; tombstones are
+// not listed either. Visible reports whether a message is listed.
 type Message struct {
 	ID       string    `json:"id"`
 	ThreadID string    `json:"threadId"`
@@ -59,8 +60,11 @@ type Message struct {
 	BaseHID    uint64            `json:"baseHid,omitempty"`
 	LabelHIDs  map[string]uint64 `json:"labelHids,omitempty"`
 	DeletedHID uint64            `json:"deletedHid,omitempty"`
-	Fetched    bool              `json:"fetched,omitempty"`
-	Deleted    bool              `json:"deleted,omitempty"`
+	// DeletedAt is when the record became a tombstone (set by MessagePut);
+	// tombstones are pruned a retention after it (TombstonesPrune).
+	DeletedAt time.Time `json:"deletedAt,omitzero"`
+	Fetched   bool      `json:"fetched,omitempty"`
+	Deleted   bool      `json:"deleted,omitempty"`
 }
 
 // Visible reports whether the message is listed: fetched and not deleted.
@@ -228,6 +232,11 @@ func (tx *Tx) MessagePut(accountID string, m Message) error {
 		old = new(Message)
 		if err := json.Unmarshal(raw, old); err != nil {
 			return fmt.Errorf("store: decode message %s: %w", m.ID, err)
+		}
+	}
+	if m.Deleted && (old == nil || !old.Deleted) {
+		if err := indexTombstone(data, &m); err != nil {
+			return err
 		}
 	}
 	if err := putJSON(b, []byte(m.ID), m); err != nil {

@@ -56,6 +56,7 @@ var migrations = []migration{
 			return addCount(counts, d.Type, 1)
 		})
 	}},
+	{"tombstone index", indexTombstones},
 }
 
 // SchemaVersion is the version this build migrates to.

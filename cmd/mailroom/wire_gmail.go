@@ -46,7 +46,7 @@ func (a *app) wireGmail(ctx context.Context) error {
 		return err
 	}
 	a.gmail = p
-	a.loops = append(a.loops, p.Maintainer())
+	a.loops = append(a.loops, p.Maintainer(), p.TombstonePruner())
 	a.extensions = append(a.extensions, web.Gmail(p, web.GmailOptions{
 		PublicURL: cfg.publicURL(), PushAudience: cfg.PushAudience, PushToken: cfg.PushToken != "",
 	}))

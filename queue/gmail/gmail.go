@@ -99,6 +99,10 @@ type Config struct {
 	PollInterval time.Duration
 	// WatchRenew: users.watch is renewed this often. Default 24h.
 	WatchRenew time.Duration
+	// TombstoneRetention: the record of a deleted message (kept so that
+	// late events for it do nothing) is pruned this long after the delete.
+	// Default 30 days (Gmail keeps history about a week).
+	TombstoneRetention time.Duration
 	// PushToken, when set, is accepted as ?token= on the push URL.
 	PushToken string
 	// HistoryPageSize is history.list's page size. Default 500.
@@ -145,6 +149,9 @@ func (c *Config) defaults() {
 	}
 	if c.WatchRenew <= 0 {
 		c.WatchRenew = 24 * time.Hour
+	}
+	if c.TombstoneRetention <= 0 {
+		c.TombstoneRetention = 30 * 24 * time.Hour
 	}
 	if c.HistoryPageSize <= 0 {
 		c.HistoryPageSize = 500

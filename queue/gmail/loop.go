@@ -3,6 +3,7 @@ package gmail
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"mailroom/queue"
@@ -85,4 +86,47 @@ func (p *Pipeline) pending(tx *store.Tx, typ, key string) bool {
 	}
 	_, err := tx.OutboxByKey(tt.Queue, key)
 	return err == nil
+}
+
+// tombstoneChunk is how many tombstones one pruning transaction deletes.
+const tombstoneChunk = 1000
+
+// TombstonePruner returns the loop that prunes the records of messages
+// deleted more than TombstoneRetention ago: every hour, or every
+// twenty-fourth of the retention when that is shorter.
+func (p *Pipeline) TombstonePruner() *queue.Every {
+	every := min(max(p.cfg.TombstoneRetention/24, time.Second), time.Hour)
+	return queue.NewEvery("gmail: prune tombstones", every, p.log, func(ctx context.Context) error {
+		_, err := p.PruneTombstones(ctx)
+		return err
+	})
+}
+
+// PruneTombstones deletes, for every account, the records of messages
+// deleted more than TombstoneRetention ago, a chunk per transaction, and
+// returns how many it deleted.
+func (p *Pipeline) PruneTombstones(ctx context.Context) (int, error) {
+	before := p.now().Add(-p.cfg.TombstoneRetention)
+	var accs []store.Account
+	if err := p.db.View(func(tx *store.Tx) (err error) { accs, err = tx.Accounts(); return err }); err != nil {
+		return 0, err
+	}
+	total := 0
+	for _, a := range accs {
+		for more := true; more && ctx.Err() == nil; {
+			var n int
+			err := p.db.Update(func(tx *store.Tx) (err error) {
+				n, more, err = tx.TombstonesPrune(a.ID, before, tombstoneChunk)
+				return err
+			})
+			if err != nil {
+				return total, fmt.Errorf("gmail: prune tombstones of account %s: %w", a.ID, err)
+			}
+			total += n
+		}
+	}
+	if total > 0 {
+		p.log.Info("pruned tombstones of deleted messages", "count", total, "deleted_before", before)
+	}
+	return total, ctx.Err()
 }

@@ -195,3 +195,42 @@ func TestInterruptedFullSyncResumes(t *testing.T) {
 		t.Fatalf("after the full sync: start %+v, watermark %d, mailbox at %d", a.FullSyncStart, a.HistoryID, e.fake.Gmail.HistoryID(ann))
 	}
 }
+
+// The records of deleted messages are pruned after the retention; the
+// mirror stays equal to the mailbox, and later changes still converge.
+func TestPruneTombstones(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{cfg: gmail.Config{TombstoneRetention: time.Millisecond}})
+	acc := e.connect(ann, 30)
+	e.waitConverged(acc.ID, ann, 20*time.Second)
+	msgs := e.fake.Gmail.Messages(ann)
+	for _, m := range msgs[:5] {
+		if err := e.fake.Gmail.Delete(ann, m.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.notify(ann)
+	e.waitConverged(acc.ID, ann, 20*time.Second)
+	time.Sleep(5 * time.Millisecond) // past the retention
+	n, err := e.p.PruneTombstones(context.Background())
+	if err != nil || n != 5 {
+		t.Fatalf("PruneTombstones = %d, %v; want the 5 deleted", n, err)
+	}
+	err = e.db.View(func(tx *store.Tx) error {
+		for _, m := range msgs[:5] {
+			if _, err := tx.MessageGet(acc.ID, m.ID); err == nil {
+				t.Errorf("the record of deleted message %s is still there", m.ID)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := e.p.PruneTombstones(context.Background()); err != nil || n != 0 {
+		t.Fatalf("second prune = %d, %v; want nothing left", n, err)
+	}
+	mutate(t, e.fake, ann, 21)
+	e.notify(ann)
+	e.waitConverged(acc.ID, ann, 20*time.Second)
+}
