@@ -524,18 +524,14 @@ func (b *batch) commit(changes []provChange, failed map[string]bool, complete bo
 		if err != nil {
 			return err
 		}
-		refinish := false
-		switch bt.State {
-		case store.BatchDone:
+		if bt.State == store.BatchDone {
 			return b.task.Ack(tx) // a second delivery of a finished batch
-		case store.BatchStale:
-			// Dropped by a newer job's publish while it ran: it did run.
-			job.BatchesSkippedStale--
-		case store.BatchFailed:
-			// Redriven from the dead letters: the job finishes anew.
-			job.BatchesFailed--
-			refinish = true
 		}
+		// A batch dropped as stale by a newer job's publish while it ran did
+		// run; a failed one was redriven from the dead letters, and its job
+		// finishes anew.
+		refinish := bt.State == store.BatchFailed
+		*batchCounter(&job, bt.State)--
 		bt.State = store.BatchDone
 		if err := tx.ReclassifyBatchPut(bt); err != nil {
 			return err
