@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"mailroom/internal/app"
+	"mailroom/internal/app/apptest"
+	"mailroom/internal/demo"
 	"mailroom/store"
 )
 
@@ -21,14 +24,14 @@ func TestBackupWhileDemoRuns(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the demo")
 	}
-	ta := startDemo(t, "")
+	ta := apptest.Start(t, func(c *app.Config) { c.Demo, c.DemoScale, c.SheetsFlushDelay = true, 0.02, 300*time.Millisecond }, demo.Option())
 	var forms struct {
 		Forms []struct {
 			ID string `json:"id"`
 		} `json:"forms"`
 	}
-	waitUntil(t, 30*time.Second, "the demo's forms", func() bool {
-		status, raw := ta.do(http.MethodGet, "/api/v1/forms", nil)
+	apptest.WaitUntil(t, 30*time.Second, "the demo's forms", func() bool {
+		status, raw := ta.Do(http.MethodGet, "/api/v1/forms", nil)
 		return status == http.StatusOK && json.Unmarshal(raw, &forms) == nil && len(forms.Forms) > 0
 	})
 	// Submit with the form's own columns.
@@ -38,12 +41,12 @@ func TestBackupWhileDemoRuns(t *testing.T) {
 	var form struct {
 		Columns []string `json:"columns"`
 	}
-	ta.json(http.MethodGet, "/api/v1/forms/"+forms.Forms[0].ID, nil, http.StatusOK, &form)
+	ta.JSON(http.MethodGet, "/api/v1/forms/"+forms.Forms[0].ID, nil, http.StatusOK, &form)
 	answers := map[string]any{}
 	for _, c := range form.Columns {
 		answers[c] = "backup probe"
 	}
-	ta.json(http.MethodPost, "/api/v1/forms/"+forms.Forms[0].ID+"/submissions", map[string]any{"answers": answers}, http.StatusAccepted, &sub)
+	ta.JSON(http.MethodPost, "/api/v1/forms/"+forms.Forms[0].ID+"/submissions", map[string]any{"answers": answers}, http.StatusAccepted, &sub)
 
 	// Through the API.
 	req, _ := http.NewRequest(http.MethodGet, ta.URL+"/api/v1/backup", nil)
@@ -71,7 +74,7 @@ func TestBackupWhileDemoRuns(t *testing.T) {
 	// Through the command, which finds the file locked and asks the server.
 	out := filepath.Join(dir, "cli.db")
 	var stdout bytes.Buffer
-	env := map[string]string{"MAILROOM_DATA_DIR": ta.cfg.DataDir, "MAILROOM_API_TOKEN": ta.Token}
+	env := map[string]string{"MAILROOM_DATA_DIR": ta.Config().DataDir, "MAILROOM_API_TOKEN": ta.Token}
 	err = backupCommand(context.Background(), []string{"--out", out, "--url", ta.URL}, func(k string) string { return env[k] }, &stdout, io.Discard)
 	if err != nil {
 		t.Fatalf("mailroom backup: %v", err)

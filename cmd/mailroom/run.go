@@ -8,6 +8,8 @@ import (
 	"io"
 	"runtime"
 	"runtime/debug"
+
+	"mailroom/internal/app"
 )
 
 // Set by the linker (make build).
@@ -49,7 +51,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	switch cmd, rest := args[0], args[1:]; cmd {
 	case "serve":
-		cfg, err := parseConfig("serve", rest, getenv, stderr)
+		cfg, err := app.ParseConfig("serve", rest, getenv, stderr)
 		if err != nil {
 			if errors.Is(err, flag.ErrHelp) {
 				return nil

@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"context"
@@ -22,18 +22,18 @@ import (
 	"mailroom/web"
 )
 
-// loop is a background service with a lifecycle (tickers, relays, the
-// traffic generator). The app starts loops in order and stops them in
-// reverse.
-type loop interface {
+// Loop is a background service with a lifecycle (tickers, relays, the
+// demo's traffic generator). The app starts loops in order and stops them
+// in reverse.
+type Loop interface {
 	Start(ctx context.Context) error
 	Stop()
 }
 
 // app is the whole appliance, built by newApp for serve and for the
 // end-to-end tests alike.
-type app struct {
-	cfg      *config
+type App struct {
+	cfg      *Config
 	log      *slog.Logger
 	registry *prometheus.Registry
 
@@ -46,7 +46,7 @@ type app struct {
 	handler    http.Handler
 	server     *http.Server
 	listener   net.Listener
-	loops      []loop
+	loops      []Loop
 	extensions []web.Extension // the pipelines' routes and pages
 	debug      *debugTasks
 	gmail      *gmail.Pipeline  // set by wireGmail
@@ -58,16 +58,17 @@ type app struct {
 
 	cancel context.CancelFunc
 	done   chan struct{}
-	closed []func() error // reverse-order closers of what newApp opened
+	closed []func() error // reverse-order closers of what New opened
 }
 
-// newApp opens the store and the broker and builds the task table, the
-// pipelines and the web handler. Nothing runs until start.
-func newApp(ctx context.Context, cfg *config, logger *slog.Logger) (_ *app, err error) {
-	a := &app{cfg: cfg, log: logger, registry: prometheus.NewRegistry(), done: make(chan struct{})}
+// New opens the store and the broker and builds the task table, the
+// pipelines and the web handler; each option (the demo world is one) runs
+// before the pipelines are built. Nothing runs until Start.
+func New(ctx context.Context, cfg *Config, logger *slog.Logger, opts ...Option) (_ *App, err error) {
+	a := &App{cfg: cfg, log: logger, registry: prometheus.NewRegistry(), done: make(chan struct{})}
 	defer func() {
 		if err != nil {
-			a.closeAll()
+			a.Close()
 		}
 	}()
 	a.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -90,14 +91,14 @@ func newApp(ctx context.Context, cfg *config, logger *slog.Logger) (_ *app, err 
 	}
 	a.closed = append(a.closed, a.broker.Close)
 
-	a.alerts = queue.NewAlerter(queue.AlertConfig{WebhookURL: cfg.AlertWebhookURL, PublicURL: cfg.publicURL(), Logger: logger})
+	a.alerts = queue.NewAlerter(queue.AlertConfig{WebhookURL: cfg.AlertWebhookURL, PublicURL: cfg.BaseURL(), Logger: logger})
 	a.table = queue.NewTable(queue.TableConfig{
 		MaxRetries:              cfg.MaxRetries,
 		ConcurrencyMessageAdded: cfg.ConcurrencyMessageAdded,
 		ConcurrencyState:        cfg.ConcurrencyState,
 		Debug:                   cfg.DebugTasks,
 	})
-	if err := a.buildPipelines(ctx); err != nil {
+	if err := a.buildPipelines(ctx, opts); err != nil {
 		return nil, err
 	}
 	a.queue, err = queue.New(queue.Config{
@@ -125,7 +126,7 @@ func newApp(ctx context.Context, cfg *config, logger *slog.Logger) (_ *app, err 
 }
 
 // ready reports whether store, broker and task servers are up.
-func (a *app) ready(ctx context.Context) error {
+func (a *App) ready(ctx context.Context) error {
 	if err := a.db.Ping(); err != nil {
 		return err
 	}
@@ -140,7 +141,7 @@ func (a *app) ready(ctx context.Context) error {
 
 // start hands the outbox to the broker, starts the task servers and the
 // loops, then serves HTTP on cfg.HTTPAddr.
-func (a *app) start(ctx context.Context) error {
+func (a *App) Start(ctx context.Context) error {
 	ctx, a.cancel = context.WithCancel(ctx)
 	if err := a.queue.Start(ctx); err != nil {
 		return err
@@ -181,9 +182,9 @@ func (a *app) start(ctx context.Context) error {
 }
 
 // addr is the address HTTP listens on (useful with port 0).
-func (a *app) addr() string { return a.listener.Addr().String() }
+func (a *App) Addr() string { return a.listener.Addr().String() }
 
-func (a *app) stopLoops() {
+func (a *App) stopLoops() {
 	for i := len(a.loops) - 1; i >= 0; i-- {
 		a.loops[i].Stop()
 	}
@@ -191,7 +192,7 @@ func (a *app) stopLoops() {
 
 // stop shuts down senders before receivers: HTTP, loops, task servers
 // (bounded by the shutdown timeout), then the broker and bbolt.
-func (a *app) stop(ctx context.Context) error {
+func (a *App) Stop(ctx context.Context) error {
 	var errs []error
 	if a.server != nil {
 		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -206,11 +207,13 @@ func (a *app) stop(ctx context.Context) error {
 	if a.cancel != nil {
 		a.cancel()
 	}
-	errs = append(errs, a.closeAll())
+	errs = append(errs, a.Close())
 	return errors.Join(errs...)
 }
 
-func (a *app) closeAll() error {
+// Close closes what New opened; Stop calls it, and so must whoever calls
+// New and then fails to Start.
+func (a *App) Close() error {
 	var errs []error
 	for i := len(a.closed) - 1; i >= 0; i-- {
 		if err := a.closed[i](); err != nil {
@@ -221,7 +224,8 @@ func (a *app) closeAll() error {
 	return errors.Join(errs...)
 }
 
-func newLogger(cfg *config, w io.Writer) *slog.Logger {
+// NewLogger is the process's logger at cfg's level and format.
+func NewLogger(cfg *Config, w io.Writer) *slog.Logger {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(cfg.LogLevel))
 	opts := &slog.HandlerOptions{Level: level}
@@ -231,29 +235,29 @@ func newLogger(cfg *config, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, opts))
 }
 
-// serve runs the appliance until ctx ends.
-func serve(ctx context.Context, cfg *config, stdout, stderr io.Writer) error {
-	logger := newLogger(cfg, stderr)
-	tuneGC(cfg.GOGC, int64(cfg.MemoryLimit))
-	a, err := newApp(ctx, cfg, logger)
-	if err != nil {
-		return err
-	}
-	if err := a.start(ctx); err != nil {
-		a.closeAll()
-		return err
-	}
-	logger.Info("mailroom is running", "version", version, "http", a.addr(), "data_dir", cfg.DataDir,
-		"broker", map[bool]string{true: "embedded", false: "external redis"}[a.broker.Embedded()], "demo", cfg.Demo)
-	fmt.Fprintf(stdout, "mailroom %s is running: open %s/admin\n", version, cfg.publicURL())
-	if a.generatedPassword != "" {
-		fmt.Fprintf(stdout, "  log in with the generated admin password: %s\n  (shown once; set MAILROOM_ADMIN_PASSWORD to choose your own)\n", a.generatedPassword)
-	}
-	<-ctx.Done()
-	logger.Info("shutting down (a second signal forces exit)")
-	if err := a.stop(context.Background()); err != nil {
-		return fmt.Errorf("shutdown: %w", err)
-	}
-	logger.Info("stopped cleanly")
-	return nil
-}
+// Config is the configuration the app runs with (options may have
+// changed it).
+func (a *App) Config() *Config { return a.cfg }
+
+// GeneratedPassword is the admin password made on this start, or "".
+func (a *App) GeneratedPassword() string { return a.generatedPassword }
+
+// EmbeddedBroker reports whether the broker is the in-process one.
+func (a *App) EmbeddedBroker() bool { return a.broker.Embedded() }
+
+// DB is the app's store.
+func (a *App) DB() *store.DB { return a.db }
+
+// Queue is the app's task machinery.
+func (a *App) Queue() *queue.Queue { return a.queue }
+
+// Gmail, Rules and Sheets are the app's pipelines.
+func (a *App) Gmail() *gmail.Pipeline   { return a.gmail }
+func (a *App) Rules() *rules.Pipeline   { return a.rules }
+func (a *App) Sheets() *sheets.Pipeline { return a.sheets }
+
+// Broker is the app's broker.
+func (a *App) Broker() *broker.Broker { return a.broker }
+
+// Loops are the app's loops, in start order.
+func (a *App) Loops() []Loop { return append([]Loop(nil), a.loops...) }

@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"errors"
@@ -17,7 +17,7 @@ import (
 
 // config is every setting of the appliance. Each field is a flag with a
 // MAILROOM_* environment twin; the flag wins when both are given.
-type config struct {
+type Config struct {
 	DataDir        string
 	HTTPAddr       string
 	PublicURL      string
@@ -86,7 +86,7 @@ type setting struct {
 	hidden           bool
 }
 
-func (c *config) settings() []setting {
+func (c *Config) settings() []setting {
 	s := func(p *string, def string) flag.Value { *p = def; return (*stringValue)(p) }
 	d := func(p *time.Duration, def time.Duration) flag.Value { *p = def; return (*durationValue)(p) }
 	n := func(p *int, def int) flag.Value { *p = def; return (*intValue)(p) }
@@ -150,8 +150,8 @@ func (c *config) settings() []setting {
 }
 
 // parseConfig reads the environment, then the flags, then validates.
-func parseConfig(name string, args []string, getenv func(string) string, stderr io.Writer) (*config, error) {
-	c := &config{}
+func ParseConfig(name string, args []string, getenv func(string) string, stderr io.Writer) (*Config, error) {
+	c := &Config{}
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	settings := c.settings()
@@ -183,7 +183,7 @@ func parseConfig(name string, args []string, getenv func(string) string, stderr 
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	if err := c.validate(); err != nil {
+	if err := c.Validate(); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -198,9 +198,10 @@ func (e *configError) Error() string {
 	return fmt.Sprintf("invalid --%s (%s): %s", e.flag, e.env, e.msg)
 }
 
-func (c *config) validate() error {
+// Validate checks every setting and names the flag of the first bad one.
+func (c *Config) Validate() error {
 	bad := func(flagName, msg string) error {
-		for _, s := range new(config).settings() {
+		for _, s := range new(Config).settings() {
 			if s.flag == flagName {
 				return &configError{flag: s.flag, env: s.env, msg: msg}
 			}
@@ -335,7 +336,7 @@ func (c *config) validate() error {
 }
 
 // publicURL is the configured public URL or one made from the listener.
-func (c *config) publicURL() string {
+func (c *Config) BaseURL() string {
 	if c.PublicURL != "" {
 		return strings.TrimRight(c.PublicURL, "/")
 	}
@@ -344,11 +345,11 @@ func (c *config) publicURL() string {
 
 // redirectURL is the OAuth redirect URL: the configured one, or the public
 // URL's callback.
-func (c *config) redirectURL() string {
+func (c *Config) redirectURL() string {
 	if c.GoogleRedirectURL != "" {
 		return c.GoogleRedirectURL
 	}
-	return c.publicURL() + "/oauth/google/callback"
+	return c.BaseURL() + "/oauth/google/callback"
 }
 
 type stringValue string
@@ -418,3 +419,10 @@ func (v *boolValue) Set(s string) error {
 }
 func (v *boolValue) String() string   { return strconv.FormatBool(bool(*v)) }
 func (v *boolValue) IsBoolFlag() bool { return true }
+
+// Defaults is the configuration with every setting at its default.
+func Defaults() *Config {
+	c := &Config{}
+	c.settings()
+	return c
+}

@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"net/http"
@@ -12,7 +12,7 @@ import (
 // the login limit counts each client (X-Forwarded-For) apart.
 func TestTrustedProxies(t *testing.T) {
 	t.Parallel()
-	cfg, err := parseConfig("serve", nil, func(k string) string {
+	cfg, err := ParseConfig("serve", nil, func(k string) string {
 		return map[string]string{"MAILROOM_TRUSTED_PROXIES": " 127.0.0.1, 10.0.0.0/8,,::1 "}[k]
 	}, nopWriter{})
 	if err != nil {
@@ -22,7 +22,7 @@ func TestTrustedProxies(t *testing.T) {
 		t.Fatalf("trusted proxies %q, want %q", cfg.TrustedProxies, want)
 	}
 
-	ta := startApp(t, func(c *config) { c.TrustedProxies = listValue{"127.0.0.1"} })
+	ta := startApp(t, func(c *Config) { c.TrustedProxies = listValue{"127.0.0.1"} })
 	login := func(client string) int {
 		t.Helper()
 		req, err := http.NewRequest(http.MethodPost, ta.URL+"/admin/login", strings.NewReader(url.Values{"password": {"guess"}}.Encode()))
@@ -52,12 +52,12 @@ func TestTrustedProxies(t *testing.T) {
 func TestRedirectURL(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
-		cfg  config
+		cfg  Config
 		want string
 	}{
-		{config{HTTPAddr: "127.0.0.1:8080"}, "http://127.0.0.1:8080/oauth/google/callback"},
-		{config{PublicURL: "https://mail.example.com/"}, "https://mail.example.com/oauth/google/callback"},
-		{config{PublicURL: "https://mail.example.com", GoogleRedirectURL: "https://auth.example.com/cb"}, "https://auth.example.com/cb"},
+		{Config{HTTPAddr: "127.0.0.1:8080"}, "http://127.0.0.1:8080/oauth/google/callback"},
+		{Config{PublicURL: "https://mail.example.com/"}, "https://mail.example.com/oauth/google/callback"},
+		{Config{PublicURL: "https://mail.example.com", GoogleRedirectURL: "https://auth.example.com/cb"}, "https://auth.example.com/cb"},
 	} {
 		if got := c.cfg.redirectURL(); got != c.want {
 			t.Errorf("%+v: redirect URL %q, want %q", c.cfg, got, c.want)

@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"errors"
@@ -15,7 +15,7 @@ import (
 // states, so collecting less often buys throughput) bounded by a soft
 // memory limit (so a burst cannot grow the heap without bound). The
 // standard GOGC and GOMEMLIMIT variables, when set, win.
-func tuneGC(gogc int, limit int64) {
+func TuneGC(gogc int, limit int64) {
 	if gogc > 0 && os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(gogc)
 	}

@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"io"
@@ -119,7 +119,7 @@ func TestGmailOAuthConnect(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := freeAddr(t)
-	ta := startApp(t, withGoogle(fake, func(cfg *config) {
+	ta := startApp(t, withGoogle(fake, func(cfg *Config) {
 		cfg.HTTPAddr = addr
 		cfg.GoogleClientID, cfg.GoogleClientSecret = "client-id", "client-secret"
 	}))

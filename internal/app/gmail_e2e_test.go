@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"bytes"
@@ -28,8 +28,8 @@ const (
 
 // withGoogle points the app at the emulator, with OIDC push auth (the
 // emulator signs the tokens) and the shared token both configured.
-func withGoogle(fake *googlefake.Server, more func(*config)) func(*config) {
-	return func(cfg *config) {
+func withGoogle(fake *googlefake.Server, more func(*Config)) func(*Config) {
+	return func(cfg *Config) {
 		cfg.GoogleAPIURL, cfg.GoogleTokenURL, cfg.GoogleCertsURL = fake.URL(), fake.TokenURL(), fake.CertsURL()
 		cfg.PushAudience, cfg.PushServiceAccount = pushAudience, googlefake.DefaultPushServiceAccount
 		cfg.PushToken = pushSharedKey

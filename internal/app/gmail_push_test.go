@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"bytes"
@@ -112,7 +112,7 @@ func TestPushBadInput(t *testing.T) {
 func TestPushRefusedWithoutAuthConfigured(t *testing.T) {
 	t.Parallel()
 	fake := googlefake.StartForTest(t, googlefake.Options{PushAudience: pushAudience})
-	ta := startApp(t, withGoogle(fake, func(cfg *config) { cfg.PushAudience, cfg.PushToken = "", "" }))
+	ta := startApp(t, withGoogle(fake, func(cfg *Config) { cfg.PushAudience, cfg.PushToken = "", "" }))
 	req, _ := http.NewRequest(http.MethodPost, ta.URL+"/push/gmail?token=anything", bytes.NewReader(fake.PushEnvelope(gmailAddr, 5)))
 	req.Header.Set("Authorization", "Bearer "+fake.SignPushToken(googlefake.IDTokenClaims{}))
 	resp, err := http.DefaultClient.Do(req)

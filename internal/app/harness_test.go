@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"bytes"
@@ -17,7 +17,7 @@ import (
 // testApp is the whole appliance started in process on a free port, as
 // serve builds it, with time compressed.
 type testApp struct {
-	*app
+	*App
 	t     testing.TB
 	URL   string
 	Token string
@@ -26,9 +26,9 @@ type testApp struct {
 const testToken = "test-api-token"
 
 // testConfig is the default configuration with short timings for tests.
-func testConfig(t testing.TB) *config {
+func testConfig(t testing.TB) *Config {
 	t.Helper()
-	cfg, err := parseConfig("test", nil, func(string) string { return "" }, io.Discard)
+	cfg, err := ParseConfig("test", nil, func(string) string { return "" }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,26 +45,26 @@ func testConfig(t testing.TB) *config {
 }
 
 // startApp builds and starts the app; mutate may change the test config.
-func startApp(t testing.TB, mutate func(*config)) *testApp {
+func startApp(t testing.TB, mutate func(*Config)) *testApp {
 	t.Helper()
 	cfg := testConfig(t)
 	if mutate != nil {
 		mutate(cfg)
 	}
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		t.Fatalf("test config: %v", err)
 	}
-	a, err := newApp(context.Background(), cfg, newLogger(cfg, testWriter{t}))
+	a, err := New(context.Background(), cfg, NewLogger(cfg, testWriter{t}))
 	if err != nil {
 		t.Fatalf("newApp: %v", err)
 	}
-	if err := a.start(context.Background()); err != nil {
-		a.closeAll()
+	if err := a.Start(context.Background()); err != nil {
+		a.Close()
 		t.Fatalf("start: %v", err)
 	}
-	ta := &testApp{app: a, t: t, URL: "http://" + a.addr(), Token: testToken}
+	ta := &testApp{App: a, t: t, URL: "http://" + a.Addr(), Token: testToken}
 	t.Cleanup(func() {
-		if err := a.stop(context.Background()); err != nil {
+		if err := a.Stop(context.Background()); err != nil {
 			t.Errorf("stop: %v", err)
 		}
 	})
@@ -141,7 +141,7 @@ var (
 	binaryErr  error
 )
 
-// buildBinary builds bin/mailroom once per test run for the process-level
+// buildBinary builds the mailroom command once per test run for the process-level
 // tests (crash safety, graceful shutdown).
 func buildBinary(t testing.TB) string {
 	t.Helper()
@@ -152,7 +152,7 @@ func buildBinary(t testing.TB) string {
 			return
 		}
 		binaryPath = filepath.Join(dir, "mailroom")
-		out, err := exec.Command("go", "build", "-o", binaryPath, ".").CombinedOutput()
+		out, err := exec.Command("go", "build", "-o", binaryPath, "mailroom/cmd/mailroom").CombinedOutput()
 		if err != nil {
 			binaryErr = err
 			binaryPath = string(out)

@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 // buildPipelines attaches every task type's handler to the table and adds
 // the pipelines' loops and web extensions. Each pipeline's wiring lives in
 // its own wire_*.go file.
-func (a *app) buildPipelines(ctx context.Context) error {
+func (a *App) buildPipelines(ctx context.Context, opts []Option) error {
 	if a.cfg.DebugTasks {
 		d, err := newDebugTasks(a.cfg.DataDir)
 		if err != nil {
@@ -21,7 +21,13 @@ func (a *app) buildPipelines(ctx context.Context) error {
 			return err
 		}
 	}
-	for _, wire := range []func(context.Context) error{a.wireDemo, a.wireGmail, a.wireRules, a.wireSheets} {
+	b := &Builder{a: a}
+	for _, o := range opts {
+		if err := o(ctx, b); err != nil {
+			return err
+		}
+	}
+	for _, wire := range []func(context.Context) error{a.wireGmail, a.wireRules, a.wireSheets} {
 		if err := wire(ctx); err != nil {
 			return err
 		}

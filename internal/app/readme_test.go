@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"os"
@@ -13,7 +13,7 @@ func TestREADMEListsEverySetting(t *testing.T) {
 		t.Fatal(err)
 	}
 	readme := string(raw)
-	for _, s := range new(config).settings() {
+	for _, s := range new(Config).settings() {
 		if s.hidden {
 			continue
 		}
@@ -42,13 +42,13 @@ func TestConfigErrorsNameTheFlag(t *testing.T) {
 	}
 	for _, c := range cases {
 		env := map[string]string{c.env: c.value}
-		_, err := parseConfig("serve", nil, func(k string) string { return env[k] }, nopWriter{})
+		_, err := ParseConfig("serve", nil, func(k string) string { return env[k] }, nopWriter{})
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s=%q: error %v, want one naming %s", c.env, c.value, err, c.want)
 		}
 	}
 	// A flag overrides its environment twin.
-	cfg, err := parseConfig("serve", []string{"--sheets-flush-delay", "3s"}, func(k string) string {
+	cfg, err := ParseConfig("serve", []string{"--sheets-flush-delay", "3s"}, func(k string) string {
 		return map[string]string{"MAILROOM_SHEETS_FLUSH_DELAY": "9s"}[k]
 	}, nopWriter{})
 	if err != nil || cfg.SheetsFlushDelay.String() != "3s" {

@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"encoding/json"
@@ -13,21 +13,22 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"mailroom/internal/bench/story"
 	"mailroom/queue/google/googlefake"
 	"mailroom/queue/rules"
 )
 
 func storyThreads(t testing.TB, fake *googlefake.Server, email string, threads int) {
 	t.Helper()
-	if err := addStoryThreads(fake, email, threads); err != nil {
+	if err := story.AddThreads(fake, email, threads); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func seedAccount(t testing.TB, ta *testApp, fake *googlefake.Server, userID, email string) string {
 	t.Helper()
-	g := benchGoogle{url: fake.URL(), tokenURL: fake.TokenURL(), refresh: fake.AddAccount(email), seeded: viewOf(fake, email)}
-	id, err := seedMirror(ta.app.db, g, userID, email)
+	refresh := fake.AddAccount(email)
+	id, err := story.SeedMirror(ta.App.db, userID, email, refresh, fake.Gmail.Messages(email), fake.Gmail.LabelNames(email), fake.Gmail.HistoryID(email))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +95,7 @@ func (ta *testApp) reclassify(userID string) reclassifyStatus {
 func TestRuleSaveStory(t *testing.T) {
 	t.Parallel()
 	fake := googlefake.StartForTest(t, googlefake.Options{})
-	ta := startApp(t, withGoogle(fake, func(cfg *config) {
+	ta := startApp(t, withGoogle(fake, func(cfg *Config) {
 		cfg.ReclassifyDebounce = 600 * time.Millisecond
 		cfg.ReclassifyMaxWait = 6 * time.Second
 		cfg.ReclassifyTick = 100 * time.Millisecond
@@ -190,7 +191,7 @@ func TestRuleSaveStory(t *testing.T) {
 func TestRulesApplyToNewMail(t *testing.T) {
 	t.Parallel()
 	fake := googlefake.StartForTest(t, googlefake.Options{PushAudience: pushAudience})
-	ta := startApp(t, withGoogle(fake, func(cfg *config) {
+	ta := startApp(t, withGoogle(fake, func(cfg *Config) {
 		cfg.ReclassifyDebounce, cfg.ReclassifyMaxWait, cfg.ReclassifyTick = 100*time.Millisecond, time.Second, 50*time.Millisecond
 	}))
 	fake.AddAccount(gmailAddr)
@@ -293,7 +294,7 @@ func (ta *testApp) metrics() map[string]float64 {
 func TestRulesApplyAfterFullSync(t *testing.T) {
 	t.Parallel()
 	fake := googlefake.StartForTest(t, googlefake.Options{PushAudience: pushAudience})
-	ta := startApp(t, withGoogle(fake, func(cfg *config) {
+	ta := startApp(t, withGoogle(fake, func(cfg *Config) {
 		cfg.ReclassifyDebounce, cfg.ReclassifyMaxWait, cfg.ReclassifyTick = 100*time.Millisecond, time.Second, 50*time.Millisecond
 	}))
 	userID := ta.createUser("owner@example.com")

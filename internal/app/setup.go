@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"net/http"
@@ -14,7 +14,7 @@ const setupCheckTimeout = 5 * time.Second
 // setupExtension builds the first-run setup page (/admin/setup) from the
 // configuration as the app runs it: built after the pipelines, so with
 // --demo it sees the emulator's Google settings.
-func (a *app) setupExtension() web.Extension {
+func (a *App) setupExtension() web.Extension {
 	cfg := a.cfg
 	// Its own client, so the check is bounded by its own short timeout;
 	// queue/google derives the token endpoint (Google's unless
@@ -25,7 +25,7 @@ func (a *app) setupExtension() web.Extension {
 	})
 	return web.Setup(web.SetupOptions{
 		Demo:                  cfg.Demo,
-		PublicURL:             cfg.publicURL(),
+		PublicURL:             cfg.BaseURL(),
 		PublicURLSet:          cfg.PublicURL != "",
 		GoogleClientID:        cfg.GoogleClientID,
 		GoogleClientSecretSet: cfg.GoogleClientSecret != "",

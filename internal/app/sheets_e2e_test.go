@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"bytes"
@@ -50,9 +50,9 @@ func (ta *testApp) form(id string) sheetsForm {
 
 // sheetsApp starts the app against the emulator with a user, a connected
 // account and a spreadsheet it owns.
-func sheetsApp(t *testing.T, fake *googlefake.Server, more func(*config)) (ta *testApp, userID, accountID, book string) {
+func sheetsApp(t *testing.T, fake *googlefake.Server, more func(*Config)) (ta *testApp, userID, accountID, book string) {
 	t.Helper()
-	ta = startApp(t, withGoogle(fake, func(cfg *config) {
+	ta = startApp(t, withGoogle(fake, func(cfg *Config) {
 		cfg.PubSubTopic = ""
 		cfg.SheetsFlushDelay = 500 * time.Millisecond
 		cfg.SheetsQuotaWindow = time.Second
@@ -266,7 +266,7 @@ func TestSheetsBadInput(t *testing.T) {
 func TestSheetsDeleteForm(t *testing.T) {
 	t.Parallel()
 	fake := googlefake.StartForTest(t, googlefake.Options{})
-	ta, userID, accountID, book := sheetsApp(t, fake, func(cfg *config) { cfg.SheetsFlushDelay = time.Hour })
+	ta, userID, accountID, book := sheetsApp(t, fake, func(cfg *Config) { cfg.SheetsFlushDelay = time.Hour })
 	newForm := func(columns ...string) sheetsForm {
 		var f sheetsForm
 		ta.json(http.MethodPost, "/api/v1/forms", map[string]any{

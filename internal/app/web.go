@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"fmt"
@@ -13,7 +13,7 @@ import (
 
 // buildWeb builds the HTTP handler over the app's parts, with the
 // extensions the pipelines registered and the operations routes.
-func (a *app) buildWeb() error {
+func (a *App) buildWeb() error {
 	generated, err := web.EnsureAdminPassword(a.db, a.cfg.AdminPassword)
 	if err != nil {
 		return err
@@ -28,7 +28,7 @@ func (a *app) buildWeb() error {
 		Ready:          a.ready,
 		APIToken:       a.cfg.APIToken,
 		AdminPassword:  a.cfg.AdminPassword,
-		PublicURL:      a.cfg.publicURL(),
+		PublicURL:      a.cfg.BaseURL(),
 		TrustedProxies: a.cfg.TrustedProxies,
 		Demo:           a.cfg.Demo,
 		Alerts:         a.alerts,
@@ -43,7 +43,7 @@ func (a *app) buildWeb() error {
 
 // opsExtension adds the operations routes: the hot backup and, with
 // --debug-tasks, the debug task API used by the process-level tests.
-type opsExtension struct{ a *app }
+type opsExtension struct{ a *App }
 
 func (o opsExtension) Nav() []web.NavItem { return nil }
 

@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 
 // wireGmail builds the gmail pipeline: its handlers in the task table, its loops
 // and its web extension.
-func (a *app) wireGmail(ctx context.Context) error {
+func (a *App) wireGmail(ctx context.Context) error {
 	cfg := a.cfg
 	gc := google.New(google.Config{
 		APIURL: cfg.GoogleAPIURL, TokenURL: cfg.GoogleTokenURL,
@@ -48,14 +48,14 @@ func (a *app) wireGmail(ctx context.Context) error {
 	a.gmail = p
 	a.loops = append(a.loops, p.Maintainer(), p.TombstonePruner())
 	a.extensions = append(a.extensions, web.Gmail(p, web.GmailOptions{
-		PublicURL: cfg.publicURL(), PushAudience: cfg.PushAudience, PushToken: cfg.PushToken != "",
+		PublicURL: cfg.BaseURL(), PushAudience: cfg.PushAudience, PushToken: cfg.PushToken != "",
 	}))
 	return nil
 }
 
 // appQueue hands Enqueue to the app's queue, which is built after the
 // pipelines (queue.New needs the finished table).
-type appQueue struct{ a *app }
+type appQueue struct{ a *App }
 
 func (q appQueue) Enqueue(tx *store.Tx, typ string, payload any, opts ...queue.Option) (store.OutboxRecord, bool, error) {
 	return q.a.queue.Enqueue(tx, typ, payload, opts...)

@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 // wireRules builds the rules pipeline: its handler in the task table, its
 // publisher loop, the gmail pipeline's rule applier and its web extension.
 // It runs after wireGmail, whose pipeline opens the accounts' Gmail.
-func (a *app) wireRules(ctx context.Context) error {
+func (a *App) wireRules(ctx context.Context) error {
 	cfg := a.cfg
 	gm := a.gmail
 	p, err := rules.New(rules.Config{

@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 
 // wireSheets builds the sheets pipeline: its handlers in the task table, its loops
 // and its web extension.
-func (a *app) wireSheets(ctx context.Context) error {
+func (a *App) wireSheets(ctx context.Context) error {
 	if a.gmail == nil {
 		return errors.New("wire sheets: the gmail pipeline (which holds the accounts' tokens) is not built")
 	}
@@ -40,7 +40,7 @@ func (a *app) wireSheets(ctx context.Context) error {
 
 // gmailSheets gives the sheets pipeline each account's Sheets client,
 // sharing the Gmail pipeline's token source (one refresh, one saved token).
-type gmailSheets struct{ a *app }
+type gmailSheets struct{ a *App }
 
 func (g gmailSheets) Sheets(ctx context.Context, accountID string) (sheets.SheetsClient, error) {
 	s, err := g.a.gmail.Sheets(ctx, accountID)

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bufio"
@@ -24,8 +24,8 @@ import (
 // benchCore measures durable tasks end to end against raw asynq on the same
 // broker, on the embedded broker and on redis-server, and the peak RSS of a
 // process taking a 100,000-task burst.
-func benchCore(ctx context.Context, o benchOptions) (benchResult, error) {
-	var r benchResult
+func benchCore(ctx context.Context, o Options) (Result, error) {
+	var r Result
 	n := 20000
 	burst := 100000
 	if o.Quick {
@@ -239,7 +239,7 @@ func benchMemoryChild(ctx context.Context, n int) (float64, error) {
 
 // runMemoryChild is the child's side: a burst of n durable tasks written at
 // once, drained, then the peak RSS (VmHWM) printed.
-func runMemoryChild(ctx context.Context, n int, w *bufio.Writer) error {
+func RunMemoryChild(ctx context.Context, n int, w *bufio.Writer) error {
 	if _, err := benchDurable(ctx, "", n); err != nil {
 		return err
 	}
@@ -266,7 +266,7 @@ type benchTarget struct {
 // benchTargets returns the brokers to measure: the embedded one, and the
 // Redis at --redis-url or else a redis-server started here, which stop
 // ends. When there is no Redis a note in r says why.
-func benchTargets(ctx context.Context, o benchOptions, r *benchResult) (targets []benchTarget, stop func()) {
+func benchTargets(ctx context.Context, o Options, r *Result) (targets []benchTarget, stop func()) {
 	targets, stop = []benchTarget{{"embedded", ""}}, func() {}
 	url := o.RedisURL
 	if url == "" {

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"mailroom/internal/app"
 	"mailroom/queue"
 	"mailroom/queue/broker"
 	"mailroom/queue/gmail"
@@ -61,7 +62,7 @@ var gmailEventTypes = []string{
 }
 
 func newGmailBench(ctx context.Context, o gmailBenchOptions) (_ *gmailBench, err error) {
-	cfg, err := parseConfig("bench", nil, func(string) string { return "" }, io.Discard)
+	cfg, err := app.ParseConfig("bench", nil, func(string) string { return "" }, io.Discard)
 	if err != nil {
 		return nil, err
 	}
@@ -286,8 +287,8 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 // benchGmailIsolation measures read events' push-to-applied time with a
 // backlog of slow message-added events, against no backlog, and against
 // one queue for every Gmail event type with the same total workers.
-func benchGmailIsolation(ctx context.Context, o benchOptions) (benchResult, error) {
-	var r benchResult
+func benchGmailIsolation(ctx context.Context, o Options) (Result, error) {
+	var r Result
 	backlog, reads, gap := 1000, 100, 50*time.Millisecond
 	if o.Quick {
 		backlog, reads = 200, 20
@@ -393,8 +394,8 @@ func mixHistory(g *googlefake.Gmail, email string, n int, seed uint64) error {
 // benchGmailThroughput measures a burst of history records of mixed kinds,
 // with no emulator latency, from one push to every event applied, on the
 // embedded broker and on redis-server.
-func benchGmailThroughput(ctx context.Context, o benchOptions) (benchResult, error) {
-	var r benchResult
+func benchGmailThroughput(ctx context.Context, o Options) (Result, error) {
+	var r Result
 	records, mailbox := 10000, 2000
 	if o.Quick {
 		records, mailbox = 1000, 300

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bufio"
@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"mailroom/internal/bench/story"
 	"mailroom/queue/google/googlefake"
 	"mailroom/queue/rules"
 )
@@ -198,7 +199,7 @@ func writeView(path string, v mailboxView) error {
 // runGoogleChild is the child's side (mailroom bench --google-child N): it
 // seeds the mailbox, writes it, says where it answers, and serves until
 // its stdin closes.
-func runGoogleChild(ctx context.Context, threads int, dir, email string, stdin io.Reader, stdout io.Writer) error {
+func RunGoogleChild(ctx context.Context, threads int, dir, email string, stdin io.Reader, stdout io.Writer) error {
 	if dir == "" || email == "" {
 		return errors.New("bench: --google-child needs --google-dir and --google-email")
 	}
@@ -210,7 +211,7 @@ func runGoogleChild(ctx context.Context, threads int, dir, email string, stdin i
 	}
 	defer fake.Close()
 	refresh := fake.AddAccount(email)
-	if err := addStoryThreads(fake, email, threads); err != nil {
+	if err := story.AddThreads(fake, email, threads); err != nil {
 		return err
 	}
 	fake.ResetCounters()

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -9,89 +9,18 @@ import (
 	"net/http"
 	"os"
 	"runtime"
-	"slices"
 	"sync"
 	"time"
 
+	"mailroom/internal/app"
 	"mailroom/queue"
 	"mailroom/queue/broker"
 	"mailroom/queue/google"
+	"mailroom/internal/bench/story"
 	"mailroom/queue/google/googlefake"
 	"mailroom/queue/rules"
 	"mailroom/store"
 )
-
-// addStoryThreads fills the mailbox of email with the story's mail: n
-// threads (every fifth with a reply from the owner), a third of them from
-// GitHub, a third from GitLab, subjects spread over seven repositories.
-func addStoryThreads(fake *googlefake.Server, email string, n int) error {
-	for i := range n {
-		from := fmt.Sprintf("Person %d <p%d@example.org>", i, i)
-		switch i % 3 {
-		case 0:
-			from = fmt.Sprintf("GitHub <notifications+%d@github.com>", i)
-		case 1:
-			from = fmt.Sprintf("CI %d <ci%d@gitlab.com>", i, i)
-		}
-		id, err := fake.Gmail.AddMessage(email, googlefake.Message{From: from, To: email, Subject: fmt.Sprintf("[repo-%d] issue %d", i%7, i), Body: "text"})
-		if err != nil {
-			return err
-		}
-		if i%5 == 0 {
-			reply := googlefake.Message{ThreadID: id, From: email, To: from, Subject: fmt.Sprintf("Re: [repo-%d] issue %d", i%7, i), Body: "ok"}
-			if _, err := fake.Gmail.AddMessage(email, reply); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// seedMirror stores a connected account of userID whose mirror is the
-// emulated mailbox of email as seeded, as a finished full sync leaves it,
-// and returns its id. (A real full sync of thousands of messages waits for
-// the Gmail quota for minutes; the rules scenarios start after it.)
-func seedMirror(db *store.DB, g benchGoogle, userID, email string) (string, error) {
-	id := store.NewID()
-	tok, err := json.Marshal(google.Token{RefreshToken: g.refresh})
-	if err != nil {
-		return "", err
-	}
-	msgs := g.seeded.Messages
-	labels := map[string]string{}
-	for lid, name := range g.seeded.Labels {
-		if lid != name {
-			labels[lid] = name
-		}
-	}
-	err = db.Update(func(tx *store.Tx) error {
-		if err := tx.AccountPut(store.Account{ID: id, UserID: userID, Email: email, Status: store.AccountReady,
-			Token: db.Seal(tok, id), HistoryID: g.seeded.HistoryID}); err != nil {
-			return err
-		}
-		return tx.LabelsReplace(id, labels)
-	})
-	if err != nil {
-		return "", err
-	}
-	for chunk := range slices.Chunk(msgs, 5000) {
-		err := db.Update(func(tx *store.Tx) error {
-			for _, m := range chunk {
-				sm := store.Message{ID: m.ID}
-				sm.MergeFetched(store.Message{ID: m.ID, ThreadID: m.ThreadID, From: m.From, To: m.To, Cc: m.Cc, Subject: m.Subject,
-					Snippet: m.Snippet, Date: m.Date, LabelIDs: m.LabelIDs, HistoryID: m.HistoryID})
-				if err := tx.MessagePut(id, sm); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			return "", err
-		}
-	}
-	return id, nil
-}
 
 // rulesBench is the rules pipeline over a fresh store, the embedded broker,
 // a real queue and the emulator, with one user and one account.
@@ -144,7 +73,7 @@ func newRulesBench(ctx context.Context, cfg rules.Config, qcfg queue.Config, g b
 	if err != nil {
 		return nil, err
 	}
-	if b.account, err = seedMirror(b.db, g, b.user, b.email); err != nil {
+	if b.account, err = story.SeedMirror(b.db, b.user, b.email, g.refresh, g.seeded.Messages, g.seeded.Labels, g.seeded.HistoryID); err != nil {
 		return nil, err
 	}
 	client := google.New(google.Config{
@@ -265,7 +194,7 @@ type storyRun struct {
 }
 
 // runStory makes the story's five saves, spaced gap apart, and measures.
-func runStory(ctx context.Context, o benchOptions, naive bool, threads int, scale time.Duration) (storyRun, error) {
+func runStory(ctx context.Context, o Options, naive bool, threads int, scale time.Duration) (storyRun, error) {
 	var run storyRun
 	cfg := rules.Config{
 		Debounce: 60 * time.Second / scale, MaxWait: 10 * time.Minute / scale, Tick: 10 * time.Second / scale,
@@ -282,7 +211,7 @@ func runStory(ctx context.Context, o benchOptions, naive bool, threads int, scal
 	}
 	defer fake.Close()
 	refresh := fake.AddAccount(email)
-	if err := addStoryThreads(fake, email, threads); err != nil {
+	if err := story.AddThreads(fake, email, threads); err != nil {
 		return run, err
 	}
 	fake.ResetCounters()
@@ -363,8 +292,8 @@ func equalSets(a, b map[string]bool) bool {
 // benchRulesStory is story 1 measured: five saves of one rule in a minute
 // on 3,000 threads, mailroom against the naive original (publish on every
 // save, no stale skip) in the same run.
-func benchRulesStory(ctx context.Context, o benchOptions) (benchResult, error) {
-	var r benchResult
+func benchRulesStory(ctx context.Context, o Options) (Result, error) {
+	var r Result
 	threads, scale := 3000, time.Duration(10)
 	if o.Quick {
 		threads, scale = 600, 100
@@ -402,8 +331,8 @@ func benchRulesStory(ctx context.Context, o benchOptions) (benchResult, error) {
 // benchRulesThroughput measures the reclassify of 100,000 threads against
 // 20 rules with no emulator latency: threads per second from publish to
 // the job's end, with the default batch of 50 threads and with 500.
-func benchRulesThroughput(ctx context.Context, o benchOptions) (benchResult, error) {
-	var r benchResult
+func benchRulesThroughput(ctx context.Context, o Options) (Result, error) {
+	var r Result
 	threads := 100_000
 	if o.Quick {
 		threads = 10_000
@@ -434,10 +363,10 @@ type throughputRun struct {
 	note    string
 }
 
-func runThroughput(ctx context.Context, o benchOptions, threads, size int) (throughputRun, error) {
+func runThroughput(ctx context.Context, o Options, threads, size int) (throughputRun, error) {
 	var run throughputRun
 	// The queue polls and retries as serve's defaults say.
-	defaults, err := parseConfig("bench", nil, func(string) string { return "" }, io.Discard)
+	defaults, err := app.ParseConfig("bench", nil, func(string) string { return "" }, io.Discard)
 	if err != nil {
 		return run, err
 	}

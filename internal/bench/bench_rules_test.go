@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -12,11 +12,11 @@ func TestBenchRulesQuick(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the benchmark scenarios")
 	}
-	for _, s := range benchScenarios() {
+	for _, s := range Scenarios() {
 		if s.Name != "rules-story" && s.Name != "rules-throughput" {
 			continue
 		}
-		r, err := s.Run(context.Background(), benchOptions{Quick: true, Exe: buildBinary(t)})
+		r, err := s.Run(context.Background(), Options{Quick: true, Exe: buildBinary(t)})
 		if err != nil {
 			t.Fatalf("%s: %v", s.Name, err)
 		}

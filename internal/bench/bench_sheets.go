@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bytes"
@@ -22,6 +22,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"mailroom/internal/app"
 	"mailroom/queue/google"
 	"mailroom/queue/google/googlefake"
 	"mailroom/store"
@@ -105,8 +106,8 @@ func (r sheetsRun) percentile(p float64) time.Duration {
 // benchSheetsStory runs the story for mailroom, for the one-row-per-call
 // baseline and for the 1-minute-cron baseline, against the emulator with
 // the same quota, and reports the figures scaled back to real minutes.
-func benchSheetsStory(ctx context.Context, o benchOptions) (benchResult, error) {
-	var r benchResult
+func benchSheetsStory(ctx context.Context, o Options) (Result, error) {
+	var r Result
 	rows, compress := sheetsStoryRows, 10.0
 	if o.Quick {
 		rows, compress = 240, 60
@@ -272,8 +273,8 @@ func (b sheetsAPI) do(ctx context.Context, method, path string, body any, want i
 
 // startSheetsBenchApp runs the whole appliance in process against the
 // emulator at googleURL.
-func startSheetsBenchApp(ctx context.Context, googleURL string, mutate func(*config)) (*app, sheetsAPI, func(), error) {
-	cfg, err := parseConfig("bench", nil, func(string) string { return "" }, io.Discard)
+func startSheetsBenchApp(ctx context.Context, googleURL string, mutate func(*app.Config)) (*app.App, sheetsAPI, func(), error) {
+	cfg, err := app.ParseConfig("bench", nil, func(string) string { return "" }, io.Discard)
 	if err != nil {
 		return nil, sheetsAPI{}, nil, err
 	}
@@ -289,25 +290,25 @@ func startSheetsBenchApp(ctx context.Context, googleURL string, mutate func(*con
 	if mutate != nil {
 		mutate(cfg)
 	}
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		os.RemoveAll(dir)
 		return nil, sheetsAPI{}, nil, err
 	}
-	a, err := newApp(ctx, cfg, slog.New(slog.DiscardHandler))
+	a, err := app.New(ctx, cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, sheetsAPI{}, nil, err
 	}
-	if err := a.start(ctx); err != nil {
-		a.closeAll()
+	if err := a.Start(ctx); err != nil {
+		a.Close()
 		os.RemoveAll(dir)
 		return nil, sheetsAPI{}, nil, err
 	}
 	stop := func() {
-		_ = a.stop(context.Background())
+		_ = a.Stop(context.Background())
 		os.RemoveAll(dir)
 	}
-	return a, newSheetsAPI("http://"+a.addr(), 256), stop, nil
+	return a, newSheetsAPI("http://"+a.Addr(), 256), stop, nil
 }
 
 // sheetsBenchForms makes a user, connects one emulator account and creates n
@@ -350,7 +351,7 @@ func runMailroomStory(ctx context.Context, plan sheetsStoryPlan, minute, delay t
 		return run, err
 	}
 	defer fake.Close()
-	_, api, stop, err := startSheetsBenchApp(ctx, fake.url, func(c *config) {
+	_, api, stop, err := startSheetsBenchApp(ctx, fake.url, func(c *app.Config) {
 		c.SheetsFlushDelay, c.SheetsFlushThreshold = delay, sheetsStoryThreshold
 		c.SheetsWritesPerMinute, c.SheetsQuotaWindow = sheetsStoryWrites, minute
 	})
@@ -582,8 +583,8 @@ func runSheetsBaseline(ctx context.Context, plan sheetsStoryPlan, minute time.Du
 // benchSheetsMemory measures what a waiting row costs: bytes in the broker
 // (none: the broker holds one flush task per sheet, never rows) and bytes
 // in bbolt (the submission, and its id in the sheet's buffer).
-func benchSheetsMemory(ctx context.Context, o benchOptions) (benchResult, error) {
-	var r benchResult
+func benchSheetsMemory(ctx context.Context, o Options) (Result, error) {
+	var r Result
 	n := 10000
 	if o.Quick {
 		n = 1000
@@ -593,7 +594,7 @@ func benchSheetsMemory(ctx context.Context, o benchOptions) (benchResult, error)
 		return r, err
 	}
 	defer fake.Close()
-	a, api, stop, err := startSheetsBenchApp(ctx, fake.url, func(c *config) {
+	a, api, stop, err := startSheetsBenchApp(ctx, fake.url, func(c *app.Config) {
 		c.SheetsFlushDelay = time.Hour // nothing is written: every row waits
 		c.SheetsFlushThreshold = 10000
 	})
@@ -614,12 +615,12 @@ func benchSheetsMemory(ctx context.Context, o benchOptions) (benchResult, error)
 	if err := sheetsWaitScheduled(ctx, api, "sheets-flush", len(forms)); err != nil {
 		return r, err
 	}
-	rdb := a.broker.Client()
+	rdb := a.Broker().Client()
 	b0, err := sheetsBrokerBytes(ctx, rdb)
 	if err != nil {
 		return r, err
 	}
-	s0 := sheetsStorage(a.db)
+	s0 := sheetsStorage(a.DB())
 
 	o.progress("   %d more waiting rows", n)
 	if _, err := sheetsSubmitMany(ctx, api, forms, n, 32); err != nil {
@@ -632,7 +633,7 @@ func benchSheetsMemory(ctx context.Context, o benchOptions) (benchResult, error)
 	if err != nil {
 		return r, err
 	}
-	s1 := sheetsStorage(a.db)
+	s1 := sheetsStorage(a.DB())
 	r.Notes = append(r.Notes,
 		fmt.Sprintf("%d rows waiting over %d forms (flush delay 1h); broker bytes are keys plus values of every key, before and after", n, len(forms)),
 		"the cron design this replaces held each waiting row as a whole JSON document in Redis (about 7 KB)")
@@ -773,8 +774,8 @@ func sheetsSubmitMany(ctx context.Context, api sheetsAPI, forms []string, n, con
 // benchSheetsThroughput measures submissions accepted per second through
 // the HTTP API (validation, one batched bbolt commit for many requests,
 // the flush kept in the outbox), with flushes running as they would.
-func benchSheetsThroughput(ctx context.Context, o benchOptions) (benchResult, error) {
-	var r benchResult
+func benchSheetsThroughput(ctx context.Context, o Options) (Result, error) {
+	var r Result
 	n, conc := 30000, 128
 	if o.Quick {
 		n = 3000
@@ -784,7 +785,7 @@ func benchSheetsThroughput(ctx context.Context, o benchOptions) (benchResult, er
 		return r, err
 	}
 	defer fake.Close()
-	_, api, stop, err := startSheetsBenchApp(ctx, fake.url, func(c *config) {
+	_, api, stop, err := startSheetsBenchApp(ctx, fake.url, func(c *app.Config) {
 		// serve's defaults: the story's short polls cost CPU here.
 		c.TaskPollInterval, c.DelayedCheckInterval = 100*time.Millisecond, time.Second
 	})

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -12,13 +12,13 @@ func TestBenchSheetsQuick(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the benchmark scenarios")
 	}
-	for _, s := range benchScenarios() {
+	for _, s := range Scenarios() {
 		switch s.Name {
 		case "sheets-story", "sheets-memory", "sheets-throughput":
 		default:
 			continue
 		}
-		r, err := s.Run(context.Background(), benchOptions{Quick: true})
+		r, err := s.Run(context.Background(), Options{Quick: true})
 		if err != nil {
 			t.Fatalf("%s: %v", s.Name, err)
 		}

@@ -1,4 +1,4 @@
-package main
+package demo
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"mailroom/internal/app"
 	"mailroom/queue/google/googlefake"
 )
 
@@ -132,7 +133,7 @@ type demo struct {
 
 // newDemo builds the emulated Google and its fixed data; nothing is sent
 // to mailroom until Start.
-func newDemo(log *slog.Logger, cfg *config, pushURL string, api *demoAPI, push http.RoundTripper) (*demo, error) {
+func newDemo(log *slog.Logger, cfg *app.Config, pushURL string, api *demoAPI, push http.RoundTripper) (*demo, error) {
 	now := time.Now()
 	d := &demo{
 		log: log, api: api, dataDir: cfg.DataDir, scale: cfg.DemoScale, now: time.Now,

@@ -1,4 +1,4 @@
-package main
+package demo
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"mailroom/internal/app"
+	"mailroom/internal/app/apptest"
 	"mailroom/queue"
 	"mailroom/web/webtest"
 )
@@ -31,7 +33,7 @@ func TestDemoBrowser(t *testing.T) {
 	start := time.Now()
 	const reclassifyLabel = "Receipts"
 
-	ta := startApp(t, func(c *config) {
+	ta := startApp(t, func(c *app.Config) {
 		c.Demo = true
 		c.DemoScale = 0.02   // 60, 10 and 5 messages
 		c.AdminPassword = "" // generated on this first start, as serve prints it
@@ -39,7 +41,7 @@ func TestDemoBrowser(t *testing.T) {
 		c.ReclassifyDebounce = 5 * time.Second // long enough to see the countdown
 		c.ReclassifyTick = 250 * time.Millisecond
 	})
-	password := ta.generatedPassword
+	password := ta.GeneratedPassword()
 	if password == "" {
 		t.Fatal("no admin password was generated on the first start")
 	}
@@ -48,8 +50,8 @@ func TestDemoBrowser(t *testing.T) {
 	// The demo seeds itself; wait for its user and rules (the browser
 	// needs their ids to find its way).
 	var snap demoSnapshot
-	waitUntil(t, 30*time.Second, "the demo user, its two accounts in sync and three rules", func() bool {
-		snap = ta.demoSnapshot()
+	apptest.WaitUntil(t, 30*time.Second, "the demo user, its two accounts in sync and three rules", func() bool {
+		snap = demoSnapshotOf(ta)
 		ready := 0
 		for _, acc := range demoAccounts {
 			if a, ok := snap.accounts[acc.Email]; ok && a.Status == "ready" {
@@ -79,7 +81,7 @@ func TestDemoBrowser(t *testing.T) {
 		t.Helper()
 		var v string
 		var err error
-		waitUntil(t, within, what, func() bool {
+		apptest.WaitUntil(t, within, what, func() bool {
 			v, err = eval(expr)
 			if err == nil && ok(v) {
 				return true
@@ -121,8 +123,8 @@ func TestDemoBrowser(t *testing.T) {
 	// 3. Edit a rule; see its reclassify count down, then its job done.
 	// First let any reclassify the demo started itself fire, so the job
 	// the test waits for is the one of its own save.
-	waitUntil(t, 20*time.Second, "no reclassify pending for the demo user", func() bool {
-		st, err := ta.rules.Status(snap.userID, 1)
+	apptest.WaitUntil(t, 20*time.Second, "no reclassify pending for the demo user", func() bool {
+		st, err := ta.Rules().Status(snap.userID, 1)
 		return err == nil && st.Pending == nil
 	})
 	do("open the demo user's rules",
@@ -185,7 +187,7 @@ func TestDemoBrowser(t *testing.T) {
 		chromedp.ScrollIntoView(css(`[data-job="%s"]`, jobID)),
 		shot("05-rules-job-done.png"),
 	)
-	if st, err := ta.rules.Status(snap.userID, 10); err != nil {
+	if st, err := ta.Rules().Status(snap.userID, 10); err != nil {
 		t.Fatal(err)
 	} else {
 		found := false
@@ -230,7 +232,7 @@ func TestDemoBrowser(t *testing.T) {
 	poisonID, deadID := demoPoison(t, ta, d)
 	// The demo lifts the message's fault once it sees the dead letter, so
 	// that a redrive succeeds; redriving before that would only fail again.
-	waitUntil(t, 15*time.Second, "the demo to lift the always-failing message's fault", func() bool {
+	apptest.WaitUntil(t, 15*time.Second, "the demo to lift the always-failing message's fault", func() bool {
 		if demoMessageFetches(t, d, demoAccounts[1].Email, poisonID) {
 			return true
 		}
@@ -264,8 +266,8 @@ func TestDemoBrowser(t *testing.T) {
 	// The demo lifted the message's fault once it was dead-lettered, so
 	// the redrive brings it into mailroom's mirror.
 	accID := snap.accounts[demoAccounts[1].Email].ID
-	waitUntil(t, 20*time.Second, "the redriven message in mailroom's mirror", func() bool {
-		status, _ := ta.do(http.MethodGet, "/api/v1/accounts/"+accID+"/messages/"+poisonID, nil)
+	apptest.WaitUntil(t, 20*time.Second, "the redriven message in mailroom's mirror", func() bool {
+		status, _ := ta.Do(http.MethodGet, "/api/v1/accounts/"+accID+"/messages/"+poisonID, nil)
 		if status != http.StatusOK {
 			time.Sleep(200 * time.Millisecond)
 		}
@@ -287,9 +289,9 @@ func TestDemoBrowser(t *testing.T) {
 
 // demoPoison waits for the demo's always-failing message and its dead
 // letter, and returns both ids.
-func demoPoison(t *testing.T, ta *testApp, d *demo) (messageID, deadLetterID string) {
+func demoPoison(t *testing.T, ta *apptest.App, d *demo) (messageID, deadLetterID string) {
 	t.Helper()
-	waitUntil(t, 30*time.Second, "the always-failing message's dead letter", func() bool {
+	apptest.WaitUntil(t, 30*time.Second, "the always-failing message's dead letter", func() bool {
 		if messageID == "" {
 			for _, m := range d.fake.Gmail.Messages(demoAccounts[1].Email) {
 				if strings.HasPrefix(m.Subject, "Scanned document 0042.pdf") {
@@ -301,7 +303,7 @@ func demoPoison(t *testing.T, ta *testApp, d *demo) (messageID, deadLetterID str
 			var list struct {
 				DeadLetters []demoAPIDeadLetter `json:"deadletters"`
 			}
-			ta.json(http.MethodGet, "/api/v1/deadletters?type="+queue.TypeGmailMessageAdded+"&limit=100", nil, http.StatusOK, &list)
+			ta.JSON(http.MethodGet, "/api/v1/deadletters?type="+queue.TypeGmailMessageAdded+"&limit=100", nil, http.StatusOK, &list)
 			for _, dl := range list.DeadLetters {
 				if strings.Contains(string(dl.Payload), messageID) {
 					deadLetterID = dl.ID

@@ -1,4 +1,4 @@
-package main
+package demo
 
 import (
 	"context"
@@ -13,14 +13,16 @@ import (
 	"testing"
 	"time"
 
+	"mailroom/internal/app"
+	"mailroom/internal/app/apptest"
 	"mailroom/queue"
 	"mailroom/queue/google/googlefake"
 )
 
 // demoOf returns the app's demo loop.
-func demoOf(t *testing.T, ta *testApp) *demo {
+func demoOf(t *testing.T, ta *apptest.App) *demo {
 	t.Helper()
-	for _, l := range ta.loops {
+	for _, l := range ta.Loops() {
 		if d, ok := l.(*demo); ok {
 			return d
 		}
@@ -31,9 +33,9 @@ func demoOf(t *testing.T, ta *testApp) *demo {
 
 // startDemo starts the app with --demo on dataDir, with small mailboxes
 // and a short flush delay.
-func startDemo(t *testing.T, dataDir string) *testApp {
+func startDemo(t *testing.T, dataDir string) *apptest.App {
 	t.Helper()
-	return startApp(t, func(c *config) {
+	return startApp(t, func(c *app.Config) {
 		c.Demo = true
 		c.DemoScale = 0.02 // 60, 10 and 5 messages
 		c.SheetsFlushDelay = 300 * time.Millisecond
@@ -49,13 +51,12 @@ type demoSnapshot struct {
 	rules    map[string]string         // label -> id
 }
 
-func (ta *testApp) demoSnapshot() demoSnapshot {
-	ta.t.Helper()
+func demoSnapshotOf(ta *apptest.App) demoSnapshot {
 	s := demoSnapshot{accounts: map[string]demoAPIAccount{}, rules: map[string]string{}}
 	var users struct {
 		Users []demoAPIUser `json:"users"`
 	}
-	ta.json(http.MethodGet, "/api/v1/users", nil, http.StatusOK, &users)
+	ta.JSON(http.MethodGet, "/api/v1/users", nil, http.StatusOK, &users)
 	for _, u := range users.Users {
 		if u.Email == demoUserEmail {
 			s.userID = u.ID
@@ -67,14 +68,14 @@ func (ta *testApp) demoSnapshot() demoSnapshot {
 	var accs struct {
 		Accounts []demoAPIAccount `json:"accounts"`
 	}
-	ta.json(http.MethodGet, "/api/v1/accounts", nil, http.StatusOK, &accs)
+	ta.JSON(http.MethodGet, "/api/v1/accounts", nil, http.StatusOK, &accs)
 	for _, a := range accs.Accounts {
 		s.accounts[a.Email] = a
 	}
 	var rules struct {
 		Rules []demoAPIRule `json:"rules"`
 	}
-	ta.json(http.MethodGet, "/api/v1/users/"+s.userID+"/rules", nil, http.StatusOK, &rules)
+	ta.JSON(http.MethodGet, "/api/v1/users/"+s.userID+"/rules", nil, http.StatusOK, &rules)
 	for _, r := range rules.Rules {
 		s.rules[r.Label] = r.ID
 	}
@@ -96,8 +97,8 @@ func TestDemo(t *testing.T) {
 	const deadline = 60 * time.Second
 
 	var snap demoSnapshot
-	waitUntil(t, deadline, "the demo user, its two accounts in sync and three rules", func() bool {
-		snap = ta.demoSnapshot()
+	apptest.WaitUntil(t, deadline, "the demo user, its two accounts in sync and three rules", func() bool {
+		snap = demoSnapshotOf(ta)
 		ready := 0
 		for _, acc := range demoAccounts {
 			if a, ok := snap.accounts[acc.Email]; ok && a.Status == "ready" {
@@ -108,7 +109,7 @@ func TestDemo(t *testing.T) {
 	})
 	t.Logf("seeded and in sync after %s", time.Since(start).Round(time.Millisecond))
 
-	waitUntil(t, deadline, "rows in both emulated sheets", func() bool {
+	apptest.WaitUntil(t, deadline, "rows in both emulated sheets", func() bool {
 		for i, s := range demoSheets {
 			rows, err := d.fake.Sheets.Rows(d.sheetIDs[i], s.Sheet)
 			if err != nil || len(rows) == 0 {
@@ -121,7 +122,7 @@ func TestDemo(t *testing.T) {
 	for i, s := range demoSheets {
 		id := st.Forms[d.sheetIDs[i]+"/"+s.Sheet]
 		var f demoAPIForm
-		ta.json(http.MethodGet, "/api/v1/forms/"+id, nil, http.StatusOK, &f)
+		ta.JSON(http.MethodGet, "/api/v1/forms/"+id, nil, http.StatusOK, &f)
 		if f.RowsWritten == 0 {
 			t.Errorf("form %s (%s): rowsWritten 0 while its sheet has rows", id, s.Title)
 		}
@@ -129,11 +130,11 @@ func TestDemo(t *testing.T) {
 	t.Logf("sheet rows after %s", time.Since(start).Round(time.Millisecond))
 
 	var dead demoAPIDeadLetter
-	waitUntil(t, deadline, "the always-failing message in the dead letters", func() bool {
+	apptest.WaitUntil(t, deadline, "the always-failing message in the dead letters", func() bool {
 		var list struct {
 			DeadLetters []demoAPIDeadLetter `json:"deadletters"`
 		}
-		ta.json(http.MethodGet, "/api/v1/deadletters?type="+queue.TypeGmailMessageAdded, nil, http.StatusOK, &list)
+		ta.JSON(http.MethodGet, "/api/v1/deadletters?type="+queue.TypeGmailMessageAdded, nil, http.StatusOK, &list)
 		if len(list.DeadLetters) > 0 {
 			dead = list.DeadLetters[0]
 			return true
@@ -141,7 +142,7 @@ func TestDemo(t *testing.T) {
 		return false
 	})
 	t.Logf("dead letter %s after %s: %s", dead.ID, time.Since(start).Round(time.Millisecond), dead.Payload)
-	waitUntil(t, deadline, "its alert at the demo webhook", func() bool {
+	apptest.WaitUntil(t, deadline, "its alert at the demo webhook", func() bool {
 		for _, a := range d.webhook.alerts() {
 			if strings.Contains(a.Text, queue.TypeGmailMessageAdded) {
 				return true
@@ -150,7 +151,7 @@ func TestDemo(t *testing.T) {
 		return false
 	})
 
-	waitUntil(t, deadline, "a rule's label on a message of the emulated mailbox", func() bool {
+	apptest.WaitUntil(t, deadline, "a rule's label on a message of the emulated mailbox", func() bool {
 		for _, acc := range demoAccounts[:2] {
 			names := d.fake.Gmail.LabelNames(acc.Email)
 			for _, m := range d.fake.Gmail.Messages(acc.Email) {
@@ -198,8 +199,8 @@ func TestDemoRestartReusesSeed(t *testing.T) {
 	dir := t.TempDir()
 	first := startDemo(t, dir)
 	var before demoSnapshot
-	waitUntil(t, 60*time.Second, "the first seed", func() bool {
-		before = first.demoSnapshot()
+	apptest.WaitUntil(t, 60*time.Second, "the first seed", func() bool {
+		before = demoSnapshotOf(first)
 		ready := 0
 		for _, a := range before.accounts {
 			if a.Status == "ready" {
@@ -209,7 +210,7 @@ func TestDemoRestartReusesSeed(t *testing.T) {
 		return ready == 2 && len(before.rules) == 3 && len(demoOf(t, first).loadState().Forms) == 2
 	})
 	formsBefore := demoOf(t, first).loadState().Forms
-	if err := first.stop(context.Background()); err != nil {
+	if err := first.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 
@@ -218,8 +219,8 @@ func TestDemoRestartReusesSeed(t *testing.T) {
 	var after demoSnapshot
 	// Reconnected to the new emulator and synced in full: their watermarks
 	// moved on to its (higher) history ids.
-	waitUntil(t, 60*time.Second, "the second start's accounts in sync again", func() bool {
-		after = second.demoSnapshot()
+	apptest.WaitUntil(t, 60*time.Second, "the second start's accounts in sync again", func() bool {
+		after = demoSnapshotOf(second)
 		ready := 0
 		for email, a := range after.accounts {
 			was, _ := strconv.ParseUint(before.accounts[email].HistoryID, 10, 64)
@@ -255,8 +256,8 @@ func TestDemoRestartReusesSeed(t *testing.T) {
 		t.Fatal(err)
 	}
 	accID := after.accounts[email].ID
-	waitUntil(t, 60*time.Second, "a message delivered after the restart in mailroom's mirror", func() bool {
-		status, _ := second.do(http.MethodGet, "/api/v1/accounts/"+accID+"/messages/"+id, nil)
+	apptest.WaitUntil(t, 60*time.Second, "a message delivered after the restart in mailroom's mirror", func() bool {
+		status, _ := second.Do(http.MethodGet, "/api/v1/accounts/"+accID+"/messages/"+id, nil)
 		return status == http.StatusOK
 	})
 }
@@ -267,14 +268,14 @@ func fakeMessage(to string) googlefake.Message {
 
 // adminClient signs in to the admin page and returns a client with the
 // session cookie that does not follow redirects.
-func adminClient(t *testing.T, ta *testApp) *http.Client {
+func adminClient(t *testing.T, ta *apptest.App) *http.Client {
 	t.Helper()
 	jar, err := cookiejar.New(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := &http.Client{Jar: jar, Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	resp, err := c.PostForm(ta.URL+"/admin/login", url.Values{"password": {ta.cfg.AdminPassword}})
+	resp, err := c.PostForm(ta.URL+"/admin/login", url.Values{"password": {ta.Config().AdminPassword}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -319,20 +320,26 @@ func TestDemoLogHandlerDemotesDemoRequests(t *testing.T) {
 
 func TestDemoConfigKeepsExplicitTimings(t *testing.T) {
 	t.Parallel()
-	ta := startApp(t, func(c *config) {
+	ta := startApp(t, func(c *app.Config) {
 		c.Demo = true
 		c.DemoScale = 0.01
 		c.RetryInitial = 3 * time.Second
 		c.RetryMax = 4 * time.Second
 	})
-	cfg := ta.cfg
+	cfg := ta.Config()
 	if cfg.RetryInitial != 3*time.Second || cfg.RetryMax != 4*time.Second {
 		t.Errorf("explicit retry settings changed: %s, %s", cfg.RetryInitial, cfg.RetryMax)
 	}
 	if cfg.ReclassifyDebounce != 15*time.Second || cfg.ReclassifyTick != 5*time.Second {
 		t.Errorf("default reclassify timings not shortened: %s, %s", cfg.ReclassifyDebounce, cfg.ReclassifyTick)
 	}
-	if cfg.APIToken != testToken || !strings.HasPrefix(cfg.GoogleAPIURL, "http://127.0.0.1:") || cfg.PubSubTopic != demoPubSubTopic {
+	if cfg.APIToken != apptest.Token || !strings.HasPrefix(cfg.GoogleAPIURL, "http://127.0.0.1:") || cfg.PubSubTopic != demoPubSubTopic {
 		t.Errorf("demo settings: token %q, api %q, topic %q", cfg.APIToken, cfg.GoogleAPIURL, cfg.PubSubTopic)
 	}
+}
+
+// startApp starts the app in process with the demo built in.
+func startApp(t *testing.T, mutate func(*app.Config)) *apptest.App {
+	t.Helper()
+	return apptest.Start(t, mutate, Option())
 }

@@ -1,4 +1,4 @@
-package main
+package demo
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"mailroom/queue"
+	"mailroom/internal/app"
 	"mailroom/queue/google/googlefake"
 	"mailroom/web"
 )
@@ -18,29 +18,35 @@ import (
 // a value other than its default is kept.
 var demoTimings = []struct {
 	name string
-	get  func(*config) *time.Duration
+	get  func(*app.Config) *time.Duration
 	demo time.Duration
 }{
-	{"retry-initial", func(c *config) *time.Duration { return &c.RetryInitial }, 2 * time.Second},
-	{"retry-max", func(c *config) *time.Duration { return &c.RetryMax }, 10 * time.Second},
-	{"reclassify-debounce", func(c *config) *time.Duration { return &c.ReclassifyDebounce }, 15 * time.Second},
-	{"reclassify-tick", func(c *config) *time.Duration { return &c.ReclassifyTick }, 5 * time.Second},
-	{"gmail-poll-interval", func(c *config) *time.Duration { return &c.GmailPollInterval }, 2 * time.Minute},
+	{"retry-initial", func(c *app.Config) *time.Duration { return &c.RetryInitial }, 2 * time.Second},
+	{"retry-max", func(c *app.Config) *time.Duration { return &c.RetryMax }, 10 * time.Second},
+	{"reclassify-debounce", func(c *app.Config) *time.Duration { return &c.ReclassifyDebounce }, 15 * time.Second},
+	{"reclassify-tick", func(c *app.Config) *time.Duration { return &c.ReclassifyTick }, 5 * time.Second},
+	{"gmail-poll-interval", func(c *app.Config) *time.Duration { return &c.GmailPollInterval }, 2 * time.Minute},
 }
 
-// wireDemo builds `serve --demo` (only with cfg.Demo): it starts the
-// emulated Google on a loopback port and points every Google setting at
-// it, before the pipelines read the configuration; it shortens the
-// default timings, catches alerts in process when no webhook is set, and
-// adds the traffic generator (a loop) and the demo pages (an extension).
-func (a *app) wireDemo(ctx context.Context) error {
-	if !a.cfg.Demo {
-		return nil
+// Option builds `serve --demo` into the app (cmd adds it only with
+// --demo): it starts the emulated Google on a loopback port and points
+// every Google setting at it, before the pipelines read the configuration;
+// it shortens the default timings, catches alerts in process when no
+// webhook is set, and adds the traffic generator (a loop) and the demo
+// pages (an extension).
+func Option() app.Option {
+	return func(ctx context.Context, b *app.Builder) error {
+		_, err := wire(ctx, b)
+		return err
 	}
-	cfg := a.cfg
-	log := a.log.With("component", "demo")
+}
+
+// wire is Option, returning the demo (the tests drive it).
+func wire(ctx context.Context, b *app.Builder) (*demo, error) {
+	cfg := b.Config()
+	log := b.Logger().With("component", "demo")
 	// The demo's own requests are logged at debug level.
-	a.log = slog.New(demoLogHandler{a.log.Handler()})
+	b.SetLogger(slog.New(demoLogHandler{b.Logger().Handler()}))
 
 	var replaced []string
 	for _, s := range []struct {
@@ -60,8 +66,7 @@ func (a *app) wireDemo(ctx context.Context) error {
 		log.Warn("demo: the simulated Google replaces these Google settings; restart without --demo to use them", "settings", strings.Join(replaced, ","))
 	}
 
-	defaults := &config{}
-	defaults.settings()
+	defaults := app.Defaults()
 	var shortened []string
 	for _, t := range demoTimings {
 		if p := t.get(cfg); *p == *t.get(defaults) {
@@ -73,7 +78,7 @@ func (a *app) wireDemo(ctx context.Context) error {
 
 	// Push: Pub/Sub's OIDC token, signed by the emulator and checked
 	// against its certificates, as in production.
-	pushURL := cfg.publicURL() + "/push/gmail"
+	pushURL := cfg.BaseURL() + "/push/gmail"
 	cfg.PushAudience = pushURL
 	cfg.PushServiceAccount = googlefake.DefaultPushServiceAccount
 	cfg.PubSubTopic = demoPubSubTopic
@@ -84,13 +89,13 @@ func (a *app) wireDemo(ctx context.Context) error {
 		cfg.APIToken = "demo-" + demoSecret(24)
 	}
 
-	handler := demoInProcess{handler: func() http.Handler { return a.handler }}
+	handler := demoInProcess{handler: b.Handler}
 	api := &demoAPI{client: &http.Client{Transport: handler, Timeout: 30 * time.Second}, token: cfg.APIToken}
 	d, err := newDemo(log, cfg, pushURL, api, handler)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	a.closed = append(a.closed, d.close)
+	b.OnClose(d.close)
 	base := d.fake.URL()
 	cfg.GoogleAPIURL = base
 	cfg.GoogleTokenURL = d.fake.TokenURL()
@@ -98,14 +103,11 @@ func (a *app) wireDemo(ctx context.Context) error {
 
 	if cfg.AlertWebhookURL == "" {
 		d.webhook = &demoWebhook{now: time.Now, log: log}
-		a.alerts = queue.NewAlerter(queue.AlertConfig{
-			WebhookURL: demoWebhookURL, PublicURL: cfg.publicURL(), Logger: a.log,
-			Client: &http.Client{Transport: d.webhook, Timeout: 10 * time.Second},
-		})
+		b.SetAlertClient(demoWebhookURL, &http.Client{Transport: d.webhook, Timeout: 10 * time.Second})
 	}
-	a.loops = append(a.loops, d)
-	a.extensions = append(a.extensions, web.DemoPages(demoSource{d}))
+	b.AddLoop(d)
+	b.AddExtension(web.DemoPages(demoSource{d}))
 	log.Info("demo: simulated Google running", "url", base, "accounts", len(demoAccounts), "spreadsheets", len(demoSheets),
 		"scale", d.scale, "shortened_timings", strings.Join(shortened, ","), "alerts_in_process", d.webhook != nil)
-	return nil
+	return d, nil
 }

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"mailroom/internal/app"
+	"mailroom/internal/bench"
+)
+
+// benchCommand is `mailroom bench`: its flags, then the scenarios of
+// internal/bench.
+func benchCommand(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	asJSON := fs.Bool("json", false, "print the results as JSON")
+	redisURL := fs.String("redis-url", getenv("MAILROOM_REDIS_URL"), "run the scenarios on this Redis instead of the embedded broker (MAILROOM_REDIS_URL)")
+	quick := fs.Bool("quick", false, "smaller runs (smoke test; figures not comparable with targets)")
+	markdown := fs.Bool("markdown", false, "print a Markdown table")
+	memoryChild := fs.Int("memory-child", 0, "internal: run the memory burst in this process")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run (all chosen scenarios) to this file")
+	googleChild := fs.Int("google-child", 0, "internal: be the Google emulator of a scenario, with this many threads")
+	googleDir := fs.String("google-dir", "", "internal: where the Google emulator process writes its mailbox")
+	googleEmail := fs.String("google-email", "", "internal: the Google emulator process's mailbox")
+	// Flags may come before or after the scenario names.
+	var names []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil
+			}
+			return &usageError{err}
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		names = append(names, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	if *googleChild > 0 {
+		// Google is not mailroom: Go's default GC settings.
+		return bench.RunGoogleChild(ctx, *googleChild, *googleDir, *googleEmail, os.Stdin, stdout)
+	}
+	// Run with the garbage collector settings serve runs with.
+	defaults, err := app.ParseConfig("bench", nil, getenv, io.Discard)
+	if err != nil {
+		return &usageError{err}
+	}
+	app.TuneGC(defaults.GOGC, int64(defaults.MemoryLimit))
+	gc := fmt.Sprintf("GOGC=%d, memory limit %s (MAILROOM_GOGC, MAILROOM_MEMORY_LIMIT)", defaults.GOGC, defaults.MemoryLimit.String())
+	if *memoryChild > 0 {
+		return bench.RunMemoryChild(ctx, *memoryChild, bufio.NewWriter(stdout))
+	}
+	all := bench.Scenarios()
+	var chosen []bench.Scenario
+	if len(names) == 0 {
+		chosen = all
+	}
+	for _, name := range names {
+		found := false
+		for _, s := range all {
+			if s.Name == name {
+				chosen, found = append(chosen, s), true
+			}
+		}
+		if !found {
+			names := make([]string, len(all))
+			for i, s := range all {
+				names[i] = s.Name
+			}
+			return &usageError{fmt.Errorf("bench: unknown scenario %q (have %s)", name, strings.Join(names, ", "))}
+		}
+	}
+	opts := bench.Options{RedisURL: *redisURL, Progress: stderr, Quick: *quick, GC: gc}
+	if *cpuProfile != "" {
+		stop, err := bench.StartCPUProfile(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	results, err := bench.Run(ctx, chosen, opts)
+	if err != nil {
+		return err
+	}
+	switch {
+	case *asJSON:
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(results)
+	case *markdown:
+		bench.PrintMarkdown(stdout, results)
+	default:
+		bench.PrintTable(stdout, results)
+	}
+	return nil
+}
+

@@ -1,0 +1,137 @@
+// Package apptest starts the whole appliance in process for the tests of
+// the packages that compose it (the demo world, the command line): the
+// same app.New that serve uses, on a free port, with time compressed.
+package apptest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"testing"
+	"time"
+
+	"mailroom/internal/app"
+)
+
+// Token is the API token of every test app.
+const Token = "test-api-token"
+
+// App is a started appliance.
+type App struct {
+	*app.App
+	t     testing.TB
+	URL   string
+	Token string
+}
+
+// Config is the default configuration with short timings for tests.
+func Config(t testing.TB) *app.Config {
+	t.Helper()
+	cfg, err := app.ParseConfig("test", nil, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.DataDir = t.TempDir()
+	cfg.HTTPAddr = "127.0.0.1:0"
+	cfg.APIToken = Token
+	cfg.AdminPassword = "correct horse battery staple"
+	cfg.RetryInitial, cfg.RetryMax = 50*time.Millisecond, 200*time.Millisecond
+	cfg.TaskPollInterval = 20 * time.Millisecond
+	cfg.DelayedCheckInterval = 100 * time.Millisecond
+	cfg.ShutdownTimeout = 5 * time.Second
+	cfg.LogLevel = "warn"
+	return cfg
+}
+
+// Start builds and starts the app with opts; mutate may change the test
+// config. The app stops when the test ends.
+func Start(t testing.TB, mutate func(*app.Config), opts ...app.Option) *App {
+	t.Helper()
+	cfg := Config(t)
+	if mutate != nil {
+		mutate(cfg)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("test config: %v", err)
+	}
+	a, err := app.New(context.Background(), cfg, app.NewLogger(cfg, testWriter{t}), opts...)
+	if err != nil {
+		t.Fatalf("app.New: %v", err)
+	}
+	if err := a.Start(context.Background()); err != nil {
+		a.Close()
+		t.Fatalf("start: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := a.Stop(context.Background()); err != nil {
+			t.Errorf("stop: %v", err)
+		}
+	})
+	return &App{App: a, t: t, URL: "http://" + a.Addr(), Token: Token}
+}
+
+// Do sends a request with the API token; body is JSON-encoded unless it is
+// a []byte or nil.
+func (ta *App) Do(method, path string, body any) (int, []byte) {
+	ta.t.Helper()
+	var r io.Reader
+	switch b := body.(type) {
+	case nil:
+	case []byte:
+		r = bytes.NewReader(b)
+	default:
+		raw, err := json.Marshal(b)
+		if err != nil {
+			ta.t.Fatal(err)
+		}
+		r = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequest(method, ta.URL+path, r)
+	if err != nil {
+		ta.t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+ta.Token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		ta.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, raw
+}
+
+// JSON sends a request, checks the status and decodes the answer into out.
+func (ta *App) JSON(method, path string, body any, want int, out any) {
+	ta.t.Helper()
+	status, raw := ta.Do(method, path, body)
+	if status != want {
+		ta.t.Fatalf("%s %s: status %d, want %d; body %s", method, path, status, want, raw)
+	}
+	if out != nil {
+		if err := json.Unmarshal(raw, out); err != nil {
+			ta.t.Fatalf("%s %s: decode %s: %v", method, path, raw, err)
+		}
+	}
+}
+
+// WaitUntil polls cond until it holds or the deadline passes.
+func WaitUntil(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(string(bytes.TrimRight(p, "\n")))
+	return len(p), nil
+}
