@@ -102,4 +102,3 @@ func benchCommand(ctx context.Context, args []string, getenv func(string) string
 	}
 	return nil
 }
-

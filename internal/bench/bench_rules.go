@@ -13,10 +13,10 @@ import (
 	"time"
 
 	"mailroom/internal/app"
+	"mailroom/internal/bench/story"
 	"mailroom/queue"
 	"mailroom/queue/broker"
 	"mailroom/queue/google"
-	"mailroom/internal/bench/story"
 	"mailroom/queue/google/googlefake"
 	"mailroom/queue/rules"
 	"mailroom/store"

@@ -84,4 +84,3 @@ func SeedMirror(db *store.DB, userID, email, refresh string, msgs []googlefake.M
 	}
 	return id, nil
 }
-
