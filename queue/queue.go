@@ -101,13 +101,14 @@ type Queue struct {
 	closeStop sync.Once
 }
 
-// New builds the machinery for table over the broker conn. The table's
-// handlers must all be set (Validate).
+// New builds the machinery for table over the broker conn. Like asynq,
+// which splits its Client from its Server, the queue has two sides: the
+// enqueue side (Outbox: Enqueue, Pending, Cancel) works as soon as New
+// returns, so pipelines receive it in their constructors and register
+// their handlers on the table afterwards; the server side runs from Start,
+// which wants every handler set (Validate).
 func New(cfg Config, db *store.DB, conn asynq.RedisConnOpt, table *Table) (*Queue, error) {
 	cfg.defaults()
-	if err := table.Validate(); err != nil {
-		return nil, err
-	}
 	q := &Queue{
 		cfg:    cfg,
 		db:     db,
@@ -132,8 +133,12 @@ func New(cfg Config, db *store.DB, conn asynq.RedisConnOpt, table *Table) (*Queu
 func (q *Queue) Table() *Table { return q.table }
 
 // Start hands the outbox to the broker and starts one asynq server per
-// queue. It returns once every server runs.
+// queue, once every task type has its handler. It returns once every
+// server runs.
 func (q *Queue) Start(ctx context.Context) error {
+	if err := q.table.Validate(); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	q.cancel = cancel
 	q.stopping, q.closeStop = make(chan struct{}), sync.Once{}

@@ -16,6 +16,7 @@ import (
 	"mailroom/queue"
 	"mailroom/queue/broker"
 	"mailroom/queue/gmail"
+	"mailroom/queue/google/accounts"
 	"mailroom/queue/rules"
 	"mailroom/queue/sheets"
 	"mailroom/store"
@@ -49,9 +50,10 @@ type App struct {
 	loops      []Loop
 	extensions []web.Extension // the pipelines' routes and pages
 	debug      *debugTasks
-	gmail      *gmail.Pipeline  // set by wireGmail
-	sheets     *sheets.Pipeline // set by wireSheets
-	rules      *rules.Pipeline  // set by wireRules
+	accounts   *accounts.Service // set by wireAccounts
+	gmail      *gmail.Pipeline   // set by wireGmail
+	sheets     *sheets.Pipeline  // set by wireSheets
+	rules      *rules.Pipeline   // set by wireRules
 
 	// generatedPassword is set when the admin password was made on this start.
 	generatedPassword string
@@ -98,9 +100,17 @@ func New(ctx context.Context, cfg *Config, logger *slog.Logger, opts ...Option) 
 		ConcurrencyState:        cfg.ConcurrencyState,
 		Debug:                   cfg.DebugTasks,
 	})
-	if err := a.buildPipelines(ctx, opts); err != nil {
-		return nil, err
+	if cfg.Overrides.Tasks != nil {
+		a.table = queue.NewTableFromRows(cfg.Overrides.Tasks(a.table.Types()))
 	}
+	b := &Builder{a: a}
+	for _, o := range opts {
+		if err := o(ctx, b); err != nil {
+			return nil, err
+		}
+	}
+	// The enqueue side works from here on; the task servers start in Start,
+	// once buildPipelines has given every task type its handler.
 	a.queue, err = queue.New(queue.Config{
 		RelayCap:             cfg.RelayCap,
 		RetryInitial:         cfg.RetryInitial,
@@ -116,8 +126,8 @@ func New(ctx context.Context, cfg *Config, logger *slog.Logger, opts ...Option) 
 	if err != nil {
 		return nil, err
 	}
-	if a.debug != nil {
-		a.debug.q, a.debug.db = a.queue, a.db
+	if err := a.buildPipelines(ctx); err != nil {
+		return nil, err
 	}
 	if err := a.buildWeb(); err != nil {
 		return nil, err

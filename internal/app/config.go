@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"mailroom/queue"
+	"mailroom/queue/gmail"
 	"mailroom/store"
 )
 
@@ -76,6 +78,25 @@ type Config struct {
 	LogLevel             string
 	LogFormat            string
 	DebugTasks           bool
+
+	// Overrides are no flag's: benchmarks and tests set them.
+	Overrides Overrides
+}
+
+// Overrides are settings that no flag reaches. The benchmarks build the app
+// through New as serve does and set these, each naming in its note the
+// ones it uses.
+type Overrides struct {
+	// Tasks rewrites the rows of the task table (queues, workers).
+	Tasks func([]queue.TaskType) []queue.TaskType
+	// GmailQuotaPerSecond replaces the Gmail pipeline's own per-second
+	// call budget (0: its default).
+	GmailQuotaPerSecond float64
+	// GmailOnApplied is called after each Gmail event is applied.
+	GmailOnApplied func(gmail.Applied)
+	// DebugDone, with DebugTasks, is called when a debug:record task
+	// succeeds, instead of recording its id in the data dir.
+	DebugDone func()
 }
 
 // setting is one row of the configuration table.

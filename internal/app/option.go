@@ -10,7 +10,8 @@ import (
 )
 
 // Option adds to the app while New builds it: it runs after the store and
-// the broker are open and before the pipelines read the configuration.
+// the broker are open and before the queue and the pipelines read the
+// configuration.
 // The demo world (internal/demo) is one; cmd composes them, so app imports
 // neither.
 type Option func(ctx context.Context, b *Builder) error

@@ -6,12 +6,14 @@ import (
 	"mailroom/queue"
 )
 
-// buildPipelines attaches every task type's handler to the table and adds
-// the pipelines' loops and web extensions. Each pipeline's wiring lives in
-// its own wire_*.go file.
-func (a *App) buildPipelines(ctx context.Context, opts []Option) error {
+// buildPipelines builds the pipelines over the queue's enqueue side,
+// attaches every task type's handler to the table and adds the pipelines'
+// loops and web extensions. The Google accounts come first, the rules
+// before Gmail (which applies them to new mail). Each pipeline's wiring
+// lives in its own wire_*.go file.
+func (a *App) buildPipelines(ctx context.Context) error {
 	if a.cfg.DebugTasks {
-		d, err := newDebugTasks(a.cfg.DataDir)
+		d, err := newDebugTasks(a.cfg.DataDir, a.db, a.queue, a.cfg.Overrides.DebugDone)
 		if err != nil {
 			return err
 		}
@@ -21,13 +23,7 @@ func (a *App) buildPipelines(ctx context.Context, opts []Option) error {
 			return err
 		}
 	}
-	b := &Builder{a: a}
-	for _, o := range opts {
-		if err := o(ctx, b); err != nil {
-			return err
-		}
-	}
-	for _, wire := range []func(context.Context) error{a.wireGmail, a.wireRules, a.wireSheets} {
+	for _, wire := range []func(context.Context) error{a.wireAccounts, a.wireRules, a.wireGmail, a.wireSheets} {
 		if err := wire(ctx); err != nil {
 			return err
 		}

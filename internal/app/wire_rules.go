@@ -9,11 +9,12 @@ import (
 )
 
 // wireRules builds the rules pipeline: its handler in the task table, its
-// publisher loop, the gmail pipeline's rule applier and its web extension.
-// It runs after wireGmail, whose pipeline opens the accounts' Gmail.
+// publisher loop and its web extension. It runs before wireGmail, whose
+// pipeline applies these rules to new mail; both open the accounts' Gmail
+// through the accounts service.
 func (a *App) wireRules(ctx context.Context) error {
 	cfg := a.cfg
-	gm := a.gmail
+	acc := a.accounts
 	p, err := rules.New(rules.Config{
 		Debounce:   cfg.ReclassifyDebounce,
 		MaxWait:    cfg.ReclassifyMaxWait,
@@ -24,7 +25,7 @@ func (a *App) wireRules(ctx context.Context) error {
 		Logger:     a.log,
 		Registerer: a.registry,
 	}, a.db, a.broker.Client(), func(ctx context.Context, accountID string) (rules.Gmail, error) {
-		return gm.Gmail(ctx, accountID)
+		return acc.Gmail(ctx, accountID)
 	})
 	if err != nil {
 		return err
@@ -35,10 +36,8 @@ func (a *App) wireRules(ctx context.Context) error {
 	if err := a.table.OnDead(queue.TypeRulesReclassifyBatch, p.BatchDead); err != nil {
 		return err
 	}
-	gm.SetRuleApplier(p)
 	a.rules = p
-	// The queue is built after the pipelines: appQueue reaches it lazily.
-	a.loops = append(a.loops, p.Publisher(appQueue{a}))
+	a.loops = append(a.loops, p.Publisher(a.queue))
 	a.extensions = append(a.extensions, web.Rules(p))
 	return nil
 }

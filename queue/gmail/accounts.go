@@ -55,7 +55,7 @@ func (p *Pipeline) Connect(ctx context.Context, r ConnectRequest) (acc store.Acc
 		} else if err != nil {
 			return err
 		}
-		sealed, err := p.sealToken(acc.ID, r.Token)
+		sealed, err := p.accounts.Seal(acc.ID, r.Token)
 		if err != nil {
 			return err
 		}

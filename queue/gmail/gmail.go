@@ -14,7 +14,6 @@ package gmail
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -26,13 +25,14 @@ import (
 
 	"mailroom/queue"
 	"mailroom/queue/google"
+	"mailroom/queue/google/accounts"
 	"mailroom/store"
 )
 
 // Sentinel errors.
 var (
 	// ErrAccountGone: the task's account was deleted (permanent).
-	ErrAccountGone = errors.New("gmail: the account was deleted")
+	ErrAccountGone = accounts.ErrAccountGone
 	// ErrInvalid: a request field is missing or malformed (see InvalidError).
 	ErrInvalid = errors.New("gmail: invalid request")
 	// ErrOAuthUnavailable: no OAuth client is configured.
@@ -79,9 +79,11 @@ func (NoRules) ApplyNew(context.Context, string, store.Message, string) error { 
 // ReclassifyAccount implements RuleApplier.
 func (NoRules) ReclassifyAccount(*store.Tx, string, string) error { return nil }
 
-// Enqueuer records tasks in the caller's transaction (*queue.Queue).
+// Enqueuer records tasks in the caller's transaction and says whether one
+// of a type and key is waiting (the queue's enqueue side, *queue.Queue).
 type Enqueuer interface {
 	Enqueue(tx *store.Tx, typ string, payload any, opts ...queue.Option) (store.OutboxRecord, bool, error)
+	Pending(tx *store.Tx, typ, key string) bool
 }
 
 // TokenVerifier checks a push request's OIDC token (*google.PushVerifier).
@@ -185,9 +187,10 @@ func (c *Config) defaults() {
 // Deps are the pipeline's collaborators.
 type Deps struct {
 	DB *store.DB
-	// Google makes the per-account Gmail adapters. Required.
-	Google *google.Client
-	// Queue records tasks. Required before the first task or request.
+	// Accounts gives each account's Gmail adapter (and the OAuth client).
+	// Required.
+	Accounts *accounts.Service
+	// Queue records tasks. Required.
 	Queue Enqueuer
 	// Verifier checks push OIDC tokens. Nil: only the shared ?token= is
 	// accepted (when Config.PushToken is set).
@@ -200,6 +203,7 @@ type Deps struct {
 type Pipeline struct {
 	cfg      Config
 	db       *store.DB
+	accounts *accounts.Service
 	google   *google.Client
 	queue    Enqueuer
 	verifier TokenVerifier
@@ -208,10 +212,8 @@ type Pipeline struct {
 	metrics  *metrics
 	quota    *quota
 	writes   *groupCommit
-	table    *queue.Table // set by Register
 
 	mu       sync.Mutex
-	clients  map[string]*conn
 	labelsAt map[string]time.Time       // account \x00 label id -> when an unknown label was last looked up
 	known    map[string]map[string]bool // account -> ids of its label map
 }
@@ -219,8 +221,8 @@ type Pipeline struct {
 // New builds the pipeline.
 func New(cfg Config, deps Deps) (*Pipeline, error) {
 	cfg.defaults()
-	if deps.DB == nil || deps.Google == nil {
-		return nil, errors.New("gmail: Deps.DB and Deps.Google are required")
+	if deps.DB == nil || deps.Accounts == nil || deps.Queue == nil {
+		return nil, errors.New("gmail: Deps.DB, Deps.Accounts and Deps.Queue are required")
 	}
 	if deps.Rules == nil {
 		deps.Rules = NoRules{}
@@ -230,29 +232,18 @@ func New(cfg Config, deps Deps) (*Pipeline, error) {
 		return nil, err
 	}
 	return &Pipeline{
-		cfg: cfg, db: deps.DB, google: deps.Google, queue: deps.Queue, verifier: deps.Verifier, rules: deps.Rules,
+		cfg: cfg, db: deps.DB, accounts: deps.Accounts, google: deps.Accounts.Google(), queue: deps.Queue, verifier: deps.Verifier, rules: deps.Rules,
 		log:      cfg.Logger.With("component", "gmail"),
 		metrics:  m,
 		quota:    newQuota(cfg.QuotaPerSecond, cfg.QuotaBurst, cfg.MaxQuotaWait),
 		writes:   &groupCommit{db: deps.DB},
-		clients:  map[string]*conn{},
 		labelsAt: map[string]time.Time{},
 		known:    map[string]map[string]bool{},
 	}, nil
 }
 
-// SetRuleApplier replaces the rules that receive new mail. Call it while
-// wiring, before the task servers start.
-func (p *Pipeline) SetRuleApplier(r RuleApplier) {
-	if r == nil {
-		r = NoRules{}
-	}
-	p.rules = r
-}
-
 // Register attaches the handlers of every gmail:* task type to the table.
 func (p *Pipeline) Register(t *queue.Table) error {
-	p.table = t
 	handlers := map[string]queue.Handler{
 		queue.TypeGmailSync:            p.handleSync,
 		queue.TypeGmailMessageAdded:    p.handleAdded,
@@ -286,175 +277,22 @@ func (p *Pipeline) WatchEnabled() bool { return p.cfg.PubSubTopic != "" }
 // PollInterval is how often each account is synced without a push.
 func (p *Pipeline) PollInterval() time.Duration { return p.cfg.PollInterval }
 
-// conn is an account's token source and the adapters that share it.
-type conn struct {
-	ts     *google.TokenSource
-	gmail  *google.Gmail
-	sheets *google.Sheets
-}
-
-// conn returns the account's token source and adapters, made once per
-// account and kept (with the access token) until the account is
-// reconnected or deleted. A refreshed token is saved; a revoked grant puts
-// the account in error.
-func (p *Pipeline) conn(ctx context.Context, acc store.Account) (*conn, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if c := p.clients[acc.ID]; c != nil {
-		return c, nil
-	}
-	tok, err := p.token(acc)
-	if err != nil {
-		return nil, err
-	}
-	id := acc.ID
-	ts := p.google.TokenSource(tok, func(t google.Token) error { return p.saveToken(id, t) })
-	refresh := tok.RefreshToken
-	ts.OnRevoked(func(err error) { p.failAccount(id, refresh, err) })
-	g, err := p.google.Gmail(ctx, ts)
-	if err != nil {
-		return nil, err
-	}
-	c := &conn{ts: ts, gmail: g}
-	p.clients[acc.ID] = c
-	return c, nil
-}
-
-// client returns the account's Gmail adapter.
+// client returns the account's Gmail adapter (the accounts service keeps
+// it, with the account's token).
 func (p *Pipeline) client(ctx context.Context, acc store.Account) (*google.Gmail, error) {
-	c, err := p.conn(ctx, acc)
-	if err != nil {
-		return nil, err
-	}
-	return c.gmail, nil
+	return p.accounts.Client(ctx, acc)
 }
 
-// usable loads an account for another pipeline's use: an unknown account
-// is an error wrapping ErrAccountGone and store.ErrNotFound, one in error
-// or disconnected wraps google.ErrRevoked (both permanent).
-func (p *Pipeline) usable(accountID string) (store.Account, error) {
-	acc, err := p.account(accountID)
-	if err != nil {
-		return acc, err
-	}
-	if !active(acc) {
-		return acc, queue.Permanent(fmt.Errorf("gmail: account %s is %s: %w", acc.ID, acc.Status, google.ErrRevoked))
-	}
-	return acc, nil
-}
-
-// Gmail returns the Gmail API of a connected account, sharing its token
-// with this pipeline (the rules pipeline opens accounts with it).
-func (p *Pipeline) Gmail(ctx context.Context, accountID string) (*google.Gmail, error) {
-	acc, err := p.usable(accountID)
-	if err != nil {
-		return nil, err
-	}
-	return p.client(ctx, acc)
-}
-
-// Sheets returns the Sheets API of a connected account, sharing its token
-// with this pipeline (the sheets pipeline writes with it).
-func (p *Pipeline) Sheets(ctx context.Context, accountID string) (*google.Sheets, error) {
-	acc, err := p.usable(accountID)
-	if err != nil {
-		return nil, err
-	}
-	c, err := p.conn(ctx, acc)
-	if err != nil {
-		return nil, err
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if c.sheets == nil {
-		if c.sheets, err = p.google.Sheets(ctx, c.ts); err != nil {
-			return nil, err
-		}
-	}
-	return c.sheets, nil
-}
-
+// forgetClient drops the account's connection and this pipeline's label
+// caches of it (the account was reconnected or deleted).
 func (p *Pipeline) forgetClient(accountID string) {
+	p.accounts.Forget(accountID)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	delete(p.clients, accountID)
 	delete(p.known, accountID)
 	for k := range p.labelsAt {
 		if strings.HasPrefix(k, accountID+"\x00") {
 			delete(p.labelsAt, k)
 		}
 	}
-}
-
-// token unseals the account's stored token.
-func (p *Pipeline) token(acc store.Account) (google.Token, error) {
-	var tok google.Token
-	if len(acc.Token) == 0 {
-		return tok, queue.Permanent(fmt.Errorf("gmail: account %s: %w: no token stored", acc.ID, google.ErrRevoked))
-	}
-	plain, err := p.db.Unseal(acc.Token, acc.ID)
-	if err != nil {
-		return tok, queue.Permanent(fmt.Errorf("gmail: account %s: %w", acc.ID, err))
-	}
-	if err := json.Unmarshal(plain, &tok); err != nil {
-		return tok, queue.Permanent(fmt.Errorf("gmail: account %s: decode token: %w", acc.ID, err))
-	}
-	return tok, nil
-}
-
-func (p *Pipeline) sealToken(accountID string, tok google.Token) ([]byte, error) {
-	raw, err := json.Marshal(tok)
-	if err != nil {
-		return nil, err
-	}
-	return p.db.Seal(raw, accountID), nil
-}
-
-// saveToken stores a refreshed token (the token source calls it).
-func (p *Pipeline) saveToken(accountID string, tok google.Token) error {
-	sealed, err := p.sealToken(accountID, tok)
-	if err != nil {
-		return err
-	}
-	err = p.db.Update(func(tx *store.Tx) error {
-		acc, err := tx.AccountGet(accountID)
-		if errors.Is(err, store.ErrNotFound) {
-			return nil // deleted meanwhile
-		}
-		if err != nil {
-			return err
-		}
-		acc.Token = sealed
-		return tx.AccountPut(acc)
-	})
-	if err != nil {
-		return fmt.Errorf("gmail: save token of account %s: %w", accountID, err)
-	}
-	p.log.Debug("access token refreshed and saved", "account_id", accountID)
-	return nil
-}
-
-// failAccount marks an account as needing the user (its grant was
-// revoked): status error with what to do. It does nothing when the account
-// holds another refresh token by now (it was reconnected meanwhile).
-func (p *Pipeline) failAccount(accountID, refresh string, cause error) {
-	now := p.cfg.Now().UTC()
-	err := p.db.Update(func(tx *store.Tx) error {
-		acc, err := tx.AccountGet(accountID)
-		if err != nil {
-			return err
-		}
-		if tok, err := p.token(acc); err == nil && tok.RefreshToken != refresh {
-			return nil
-		}
-		acc.Status = store.AccountError
-		acc.StatusReason = "Google refused mailroom's access to this mailbox (the access was revoked or has expired). Connect the account again to restore syncing; its mail and settings are kept."
-		acc.LastError, acc.LastErrorAt = cause.Error(), now
-		return tx.AccountPut(acc)
-	})
-	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		p.log.Error("mark account as failed", "account_id", accountID, "err", err)
-	}
-	p.forgetClient(accountID)
-	p.log.Warn("account access revoked; it needs reconnecting", "account_id", accountID, "err", cause)
 }

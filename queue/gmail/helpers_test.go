@@ -18,6 +18,7 @@ import (
 	"mailroom/queue/broker/brokertest"
 	"mailroom/queue/gmail"
 	"mailroom/queue/google"
+	"mailroom/queue/google/accounts"
 	"mailroom/queue/google/googlefake"
 	"mailroom/store"
 	"mailroom/store/storetest"
@@ -57,8 +58,17 @@ func newEnv(t *testing.T, o envOptions) *env {
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	e.table = queue.NewTable(queue.TableConfig{MaxRetries: 3, ConcurrencyMessageAdded: 3, ConcurrencyState: 5})
+	b := brokertest.Embedded(t)
 	var err error
-	e.p, err = gmail.New(cfg, gmail.Deps{DB: e.db, Google: gc, Queue: lazy{e}, Rules: o.rules})
+	e.q, err = queue.New(queue.Config{
+		RetryInitial: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond,
+		PollInterval: 10 * time.Millisecond, DelayedCheckInterval: 100 * time.Millisecond,
+		ShutdownTimeout: 5 * time.Second, Logger: cfg.Logger,
+	}, e.db, b.RedisConnOpt(), e.table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.p, err = gmail.New(cfg, gmail.Deps{DB: e.db, Accounts: accounts.New(e.db, gc, accounts.Config{Logger: cfg.Logger}), Queue: e.q, Rules: o.rules})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,15 +79,6 @@ func newEnv(t *testing.T, o envOptions) *env {
 		if tt.Handler == nil {
 			_ = e.table.Handle(tt.Name, func(context.Context, *queue.Task) error { return nil })
 		}
-	}
-	b := brokertest.Embedded(t)
-	e.q, err = queue.New(queue.Config{
-		RetryInitial: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond,
-		PollInterval: 10 * time.Millisecond, DelayedCheckInterval: 100 * time.Millisecond,
-		ShutdownTimeout: 5 * time.Second, Logger: cfg.Logger,
-	}, e.db, b.RedisConnOpt(), e.table)
-	if err != nil {
-		t.Fatal(err)
 	}
 	if !o.noStart {
 		if err := e.q.Start(context.Background()); err != nil {
@@ -93,13 +94,6 @@ func newEnv(t *testing.T, o envOptions) *env {
 		t.Fatal(err)
 	}
 	return e
-}
-
-// lazy hands Enqueue to the env's queue, made after the pipeline.
-type lazy struct{ e *env }
-
-func (l lazy) Enqueue(tx *store.Tx, typ string, payload any, opts ...queue.Option) (store.OutboxRecord, bool, error) {
-	return l.e.q.Enqueue(tx, typ, payload, opts...)
 }
 
 // connect adds a mailbox with n generated messages to the emulator and

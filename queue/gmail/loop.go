@@ -77,15 +77,7 @@ func (p *Pipeline) maintain() error {
 // pending reports whether a task of that type and key is recorded and not
 // finished.
 func (p *Pipeline) pending(tx *store.Tx, typ, key string) bool {
-	if p.table == nil {
-		return false
-	}
-	tt, ok := p.table.Lookup(typ)
-	if !ok {
-		return false
-	}
-	_, err := tx.OutboxByKey(tt.Queue, key)
-	return err == nil
+	return p.queue.Pending(tx, typ, key)
 }
 
 // tombstoneChunk is how many tombstones one pruning transaction deletes.

@@ -9,6 +9,7 @@ import (
 
 	"mailroom/queue/gmail"
 	"mailroom/queue/google"
+	"mailroom/queue/google/accounts"
 	"mailroom/queue/google/googlefake"
 )
 
@@ -96,7 +97,7 @@ func TestPushAuth(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := newEnv(t, envOptions{cfg: gmail.Config{PushToken: "s3cret"}})
-	p, err := gmail.New(gmail.Config{PushToken: "s3cret"}, gmail.Deps{DB: e.db, Google: google.New(google.Config{}), Queue: lazy{e}, Verifier: v})
+	p, err := gmail.New(gmail.Config{PushToken: "s3cret"}, gmail.Deps{DB: e.db, Accounts: accounts.New(e.db, google.New(google.Config{}), accounts.Config{}), Queue: e.q, Verifier: v})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +136,7 @@ func TestPushAuth(t *testing.T) {
 		t.Errorf("oversized with auth: %v", err)
 	}
 	// With neither OIDC nor a shared token, every push is refused.
-	closed, err := gmail.New(gmail.Config{}, gmail.Deps{DB: e.db, Google: google.New(google.Config{}), Queue: lazy{e}})
+	closed, err := gmail.New(gmail.Config{}, gmail.Deps{DB: e.db, Accounts: accounts.New(e.db, google.New(google.Config{}), accounts.Config{}), Queue: e.q})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -121,9 +121,11 @@ var _ Gmail = (*google.Gmail)(nil)
 // knows how: token, refresh, saving it).
 type GmailOpener func(ctx context.Context, accountID string) (Gmail, error)
 
-// Enqueuer records a task in a transaction; *queue.Queue is one.
+// Enqueuer records batch tasks in a transaction and cancels those a newer
+// job supersedes; *queue.Queue is one.
 type Enqueuer interface {
 	Enqueue(tx *store.Tx, typ string, payload any, opts ...queue.Option) (store.OutboxRecord, bool, error)
+	Cancel(tx *store.Tx, typ, id string) error
 }
 
 var _ Enqueuer = (*queue.Queue)(nil)

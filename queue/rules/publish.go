@@ -223,7 +223,7 @@ func (pub *Publisher) publish(tx *store.Tx, pending store.ReclassifyPending, now
 		previous = nil
 	}
 	for _, id := range previous {
-		n, err := dropSuperseded(tx, id, now)
+		n, err := pub.dropSuperseded(tx, id, now)
 		if err != nil {
 			return job, 0, err
 		}
@@ -238,7 +238,7 @@ func (pub *Publisher) publish(tx *store.Tx, pending store.ReclassifyPending, now
 // at the handler's first read (the latest job ids) as stale, with no Gmail
 // or store work. A batch that is running at this moment finishes and counts
 // as done.
-func dropSuperseded(tx *store.Tx, id string, now time.Time) (int, error) {
+func (pub *Publisher) dropSuperseded(tx *store.Tx, id string, now time.Time) (int, error) {
 	job, err := tx.ReclassifyJobGet(id)
 	if err != nil {
 		return 0, err
@@ -263,7 +263,7 @@ func dropSuperseded(tx *store.Tx, id string, now time.Time) (int, error) {
 		return 0, err
 	}
 	for _, b := range stale {
-		if err := tx.OutboxDelete(b.Queue, b.OutboxID); err != nil {
+		if err := pub.q.Cancel(tx, queue.TypeRulesReclassifyBatch, b.OutboxID); err != nil {
 			return 0, err
 		}
 		b.State = store.BatchStale

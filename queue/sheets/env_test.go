@@ -123,11 +123,19 @@ func newEnv(t *testing.T, o envOptions) *env {
 		tokens: map[string]string{},
 		cache:  map[string]SheetsClient{},
 	}
-	p, err := New(cfg, Deps{DB: db, Broker: b.Client(), Clients: clients})
+	table := queue.NewTable(queue.TableConfig{MaxRetries: 3, ConcurrencyMessageAdded: 1, ConcurrencyState: 1})
+	q, err := queue.New(queue.Config{
+		RetryInitial: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond,
+		PollInterval: 20 * time.Millisecond, DelayedCheckInterval: 100 * time.Millisecond,
+		ShutdownTimeout: 5 * time.Second, Logger: cfg.Logger, Registerer: reg,
+	}, db, b.RedisConnOpt(), table)
 	if err != nil {
 		t.Fatal(err)
 	}
-	table := queue.NewTable(queue.TableConfig{MaxRetries: 3, ConcurrencyMessageAdded: 1, ConcurrencyState: 1})
+	p, err := New(cfg, Deps{DB: db, Queue: q, Broker: b.Client(), Clients: clients})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tt := range table.Types() {
 		h := p.HandleFlush
 		if tt.Name != queue.TypeSheetsFlush {
@@ -137,15 +145,6 @@ func newEnv(t *testing.T, o envOptions) *env {
 			t.Fatal(err)
 		}
 	}
-	q, err := queue.New(queue.Config{
-		RetryInitial: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond,
-		PollInterval: 20 * time.Millisecond, DelayedCheckInterval: 100 * time.Millisecond,
-		ShutdownTimeout: 5 * time.Second, Logger: cfg.Logger, Registerer: reg,
-	}, db, b.RedisConnOpt(), table)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.SetQueue(q)
 	if err := q.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

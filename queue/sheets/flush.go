@@ -202,17 +202,14 @@ func (p *Pipeline) landed(ctx context.Context, client SheetsClient, form store.F
 // commit records the pending write pw as landed, acks the task and
 // schedules the next flush if rows remain, in one transaction.
 func (p *Pipeline) commit(log *slog.Logger, t *queue.Task, form store.Form, pw store.SheetWrite, wrote bool) error {
-	q, err := p.enqueuer()
-	if err != nil {
-		return err
-	}
+	q := p.queue
 	now := p.cfg.Now()
 	var (
 		times     []time.Time
 		after     store.SheetWrites
 		committed bool
 	)
-	err = p.db.Update(func(tx *store.Tx) error {
+	err := p.db.Update(func(tx *store.Tx) error {
 		subs, err := tx.SheetPendingRows(form.ID)
 		if err != nil {
 			return err
@@ -250,10 +247,7 @@ func (p *Pipeline) commit(log *slog.Logger, t *queue.Task, form store.Form, pw s
 
 // ackEmpty finishes a flush that found nothing to write.
 func (p *Pipeline) ackEmpty(t *queue.Task, formID string) error {
-	q, err := p.enqueuer()
-	if err != nil {
-		return err
-	}
+	q := p.queue
 	return p.db.Update(func(tx *store.Tx) error {
 		if err := t.Ack(tx); err != nil {
 			return err

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"mailroom/queue"
 	"mailroom/queue/google/googlefake"
 	"mailroom/store"
 )
@@ -239,13 +238,5 @@ func TestCreateFormChecks(t *testing.T) {
 	g, err := e.p.CreateForm(ctx, in(func(f *FormInput) { f.SpreadsheetID = book2; f.Sheet = "" }))
 	if err != nil || g.Sheet != "Sheet1" {
 		t.Fatalf("default sheet: %+v %v", g, err)
-	}
-}
-
-func TestFlushQueueMatchesTable(t *testing.T) {
-	t.Parallel()
-	tt, ok := queue.NewTable(queue.TableConfig{}).Lookup(queue.TypeSheetsFlush)
-	if !ok || tt.Queue != flushQueue {
-		t.Fatalf("the table puts %s in %q, the pipeline checks %q", queue.TypeSheetsFlush, tt.Queue, flushQueue)
 	}
 }

@@ -79,6 +79,7 @@ type Clients interface {
 // enqueuer records tasks in the caller's transaction (queue.Queue).
 type enqueuer interface {
 	Enqueue(tx *store.Tx, typ string, payload any, opts ...queue.Option) (store.OutboxRecord, bool, error)
+	Pending(tx *store.Tx, typ, key string) bool
 }
 
 // Config tunes the pipeline. Zero values take the defaults named.
@@ -140,8 +141,7 @@ func (c *Config) defaults() {
 // Deps are the pipeline's collaborators.
 type Deps struct {
 	DB *store.DB
-	// Queue records flush tasks; it may be set later with SetQueue (the
-	// app builds the queue after the pipelines).
+	// Queue records flush tasks (the queue's enqueue side). Required.
 	Queue enqueuer
 	// Broker holds the write quota (broker.Broker.Client()).
 	Broker scripter
@@ -158,7 +158,6 @@ type Pipeline struct {
 	log     *slog.Logger
 	metrics *metrics
 
-	qmu   sync.RWMutex
 	queue enqueuer
 
 	forms sync.Map // id -> store.Form (forms never change)
@@ -171,8 +170,8 @@ type Pipeline struct {
 // New builds the pipeline.
 func New(cfg Config, deps Deps) (*Pipeline, error) {
 	cfg.defaults()
-	if deps.DB == nil || deps.Broker == nil || deps.Clients == nil {
-		return nil, errors.New("sheets: New needs a store, a broker and a Clients")
+	if deps.DB == nil || deps.Queue == nil || deps.Broker == nil || deps.Clients == nil {
+		return nil, errors.New("sheets: New needs a store, a queue, a broker and a Clients")
 	}
 	p := &Pipeline{
 		cfg:     cfg,
@@ -188,22 +187,6 @@ func New(cfg Config, deps Deps) (*Pipeline, error) {
 	}
 	p.metrics = m
 	return p, nil
-}
-
-// SetQueue sets the queue that records flush tasks.
-func (p *Pipeline) SetQueue(q enqueuer) {
-	p.qmu.Lock()
-	p.queue = q
-	p.qmu.Unlock()
-}
-
-func (p *Pipeline) enqueuer() (enqueuer, error) {
-	p.qmu.RLock()
-	defer p.qmu.RUnlock()
-	if p.queue == nil {
-		return nil, errors.New("sheets: no queue set")
-	}
-	return p.queue, nil
 }
 
 // Quota returns the per-account write quota.
@@ -518,8 +501,6 @@ type flushPayload struct {
 
 func flushKey(formID string) string { return queue.TypeSheetsFlush + ":" + formID }
 
-// flushQueue is the queue of sheets:flush (queue/tasks.go).
-const flushQueue = "sheets-flush"
 
 // Submit validates answers against the form's columns and, in one bbolt
 // transaction (batched with concurrent submissions), stores the submission,
@@ -535,10 +516,7 @@ func (p *Pipeline) Submit(ctx context.Context, formID string, answers map[string
 		p.metrics.submissions.WithLabelValues("invalid").Inc()
 		return store.Submission{}, err
 	}
-	q, err := p.enqueuer()
-	if err != nil {
-		return store.Submission{}, err
-	}
+	q := p.queue
 	now := p.cfg.Now().UTC()
 	var sub store.Submission
 	err = p.db.Batch(func(tx *store.Tx) error {
@@ -572,7 +550,7 @@ func (p *Pipeline) scheduleFlush(tx *store.Tx, q enqueuer, formID string, w stor
 		return nil
 	}
 	key := flushKey(formID)
-	if w.Buffered < p.cfg.Threshold && tx.OutboxKeyHeld(flushQueue, key) {
+	if w.Buffered < p.cfg.Threshold && q.Pending(tx, queue.TypeSheetsFlush, key) {
 		return nil // the usual case: the flush is already waiting
 	}
 	opts := []queue.Option{queue.Key(key)}

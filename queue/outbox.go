@@ -1,0 +1,56 @@
+package queue
+
+import (
+	"fmt"
+
+	"mailroom/store"
+)
+
+// Outbox is the enqueue side of the queue, which pipelines receive in
+// their constructors (*Queue is one). The outbox is the queue's business:
+// a pipeline asks it about its tasks by type and key, never by the store's
+// queue names.
+type Outbox interface {
+	// Enqueue records a task in the caller's transaction.
+	Enqueue(tx *store.Tx, typ string, payload any, opts ...Option) (store.OutboxRecord, bool, error)
+	// Pending reports whether a task of type typ recorded with Key(key) is
+	// waiting or running.
+	Pending(tx *store.Tx, typ, key string) bool
+	// Cancel removes the record of a task of type typ that has not run,
+	// so it never runs (a copy the broker already holds finds no record
+	// and the handler's own checks skip it).
+	Cancel(tx *store.Tx, typ, id string) error
+}
+
+var _ Outbox = (*Queue)(nil)
+
+// Pending reports whether a task of type typ recorded with Key(key) is
+// waiting or running.
+func (q *Queue) Pending(tx *store.Tx, typ, key string) bool {
+	tt, ok := q.table.Lookup(typ)
+	return ok && tx.OutboxKeyHeld(tt.Queue, key)
+}
+
+// Cancel removes the outbox record id of a task of type typ.
+func (q *Queue) Cancel(tx *store.Tx, typ, id string) error {
+	tt, ok := q.table.Lookup(typ)
+	if !ok {
+		return fmt.Errorf("queue: cancel: unknown task type %q", typ)
+	}
+	if err := tx.OutboxDelete(tt.Queue, id); err != nil {
+		return fmt.Errorf("queue: cancel %s %s: %w", typ, id, err)
+	}
+	return nil
+}
+
+// Waiting reports whether any task of type typ's queue is recorded and not
+// finished (one record read: cheap enough to poll).
+func (q *Queue) Waiting(tx *store.Tx, typ string) (bool, error) {
+	tt, ok := q.table.Lookup(typ)
+	if !ok {
+		return false, fmt.Errorf("queue: unknown task type %q", typ)
+	}
+	found := false
+	err := tx.OutboxScan(tt.Queue, "", 1, func(store.OutboxRecord) bool { found = true; return false })
+	return found, err
+}
