@@ -6,13 +6,17 @@ import (
 	"mailroom/store"
 )
 
+// Record is a recorded task as Enqueue returns it (its id is the asynq
+// task id).
+type Record = store.OutboxRecord
+
 // Outbox is the enqueue side of the queue, which pipelines receive in
 // their constructors (*Queue is one). The outbox is the queue's business:
 // a pipeline asks it about its tasks by type and key, never by the store's
 // queue names.
 type Outbox interface {
 	// Enqueue records a task in the caller's transaction.
-	Enqueue(tx *store.Tx, typ string, payload any, opts ...Option) (store.OutboxRecord, bool, error)
+	Enqueue(tx *store.Tx, typ string, payload any, opts ...Option) (Record, bool, error)
 	// Pending reports whether a task of type typ recorded with Key(key) is
 	// waiting or running.
 	Pending(tx *store.Tx, typ, key string) bool

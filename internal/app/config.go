@@ -94,6 +94,12 @@ type Overrides struct {
 	GmailQuotaPerSecond float64
 	// GmailOnApplied is called after each Gmail event is applied.
 	GmailOnApplied func(gmail.Applied)
+	// RulesNaive runs the rules pipeline as the original design did
+	// (publish on every save, no stale skip): the benchmarks' baseline.
+	RulesNaive bool
+	// RulesGmailUnitsPerMinute replaces the rules pipeline's share of each
+	// account's Gmail quota (0: its default; -1: unlimited).
+	RulesGmailUnitsPerMinute int
 	// DebugDone, with DebugTasks, is called when a debug:record task
 	// succeeds, instead of recording its id in the data dir.
 	DebugDone func()

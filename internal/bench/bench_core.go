@@ -16,6 +16,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"mailroom/internal/app"
 	"mailroom/queue"
 	"mailroom/queue/broker"
 	"mailroom/store"
@@ -31,7 +32,7 @@ func benchCore(ctx context.Context, o Options) (Result, error) {
 	if o.Quick {
 		n, burst = 2000, 10000
 	}
-	r.Notes = append(r.Notes, fmt.Sprintf("%d no-op tasks, concurrency 10, %s; medians of 3 runs", n, o.GC))
+	r.Notes = append(r.Notes, fmt.Sprintf("%d no-op tasks (debug:record: MAILROOM_DEBUG_TASKS=true), concurrency 10, idle queues polled every 50ms (MAILROOM_TASK_POLL_INTERVAL), the whole app built by app.New as serve builds it, %s; medians of 3 runs", n, o.GC))
 
 	targets, stop := benchTargets(ctx, o, &r)
 	defer stop()
@@ -82,44 +83,26 @@ func median(v []float64) float64 {
 	return s[len(s)/2]
 }
 
-// benchQueue builds a store, a broker and a queue with a no-op debug type.
+// benchQueue starts the app through app.New with the debug:record task
+// type as the no-op task (MAILROOM_DEBUG_TASKS, its 10 workers, onDone
+// called for each), on redisURL (empty: the embedded broker), with idle
+// queues polled every 50 ms (MAILROOM_TASK_POLL_INTERVAL).
 func benchQueue(ctx context.Context, redisURL string, onDone func()) (*queue.Queue, *store.DB, func(), error) {
-	dir, err := os.MkdirTemp("", "mailroom-bench-")
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	db, err := store.Open(dir, store.Options{SecretKey: make([]byte, 32)})
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, nil, nil, err
-	}
-	b, err := broker.Open(ctx, broker.Config{RedisURL: redisURL})
-	if err != nil {
-		db.Close()
-		os.RemoveAll(dir)
-		return nil, nil, nil, err
-	}
 	if redisURL != "" {
-		if err := b.Client().FlushDB(ctx).Err(); err != nil {
+		if err := flushRedis(ctx, redisURL); err != nil {
 			return nil, nil, nil, err
 		}
 	}
-	table := queue.NewTable(queue.TableConfig{MaxRetries: 3, ConcurrencyMessageAdded: 1, ConcurrencyState: 1, Debug: true, DebugConcurrency: 10})
-	for _, tt := range table.Types() {
-		h := func(context.Context, *queue.Task) error { return nil }
-		if tt.Name == queue.TypeDebugRecord {
-			h = func(context.Context, *queue.Task) error { onDone(); return nil }
-		}
-		_ = table.Handle(tt.Name, h)
-	}
-	q, err := queue.New(queue.Config{PollInterval: 50 * time.Millisecond}, db, b.RedisConnOpt(), table)
+	a, stop, err := startApp(ctx, func(c *app.Config) {
+		c.RedisURL = redisURL
+		c.DebugTasks = true
+		c.TaskPollInterval = 50 * time.Millisecond
+		c.Overrides.DebugDone = onDone
+	})
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	if err := q.Start(ctx); err != nil {
-		return nil, nil, nil, err
-	}
-	return q, db, func() { q.Stop(); b.Close(); db.Close(); os.RemoveAll(dir) }, nil
+	return a.Queue(), a.DB(), stop, nil
 }
 
 // benchDurable writes n records (100 per transaction, as producers do) while

@@ -3,18 +3,13 @@ package bench
 import (
 	"context"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"net/http"
-	"os"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	"mailroom/internal/app"
 	"mailroom/queue"
-	"mailroom/queue/broker"
 	"mailroom/queue/gmail"
 	"mailroom/queue/google"
 	"mailroom/queue/google/googlefake"
@@ -26,16 +21,15 @@ const (
 	benchPushToken = "bench-push-token"
 )
 
-// gmailBench is the Gmail pipeline over its own bbolt file, broker, task
-// servers and emulator, as serve builds it (defaults of the configuration),
-// with pushes handed to the pipeline directly (no HTTP).
+// gmailBench is the whole app built by app.New as serve builds it
+// (defaults of the configuration) against the emulator, with pushes handed
+// to the Gmail pipeline directly (no HTTP).
 type gmailBench struct {
 	fake    *googlefake.Server
 	db      *store.DB
-	b       *broker.Broker
 	q       *queue.Queue
 	p       *gmail.Pipeline
-	dir     string
+	stop    func()
 	account string
 
 	mu      sync.Mutex
@@ -61,11 +55,10 @@ var gmailEventTypes = []string{
 	queue.TypeGmailMessageLabeled,
 }
 
+// gmailBenchOverrides names the settings the Gmail scenarios override.
+const gmailBenchOverrides = "the app built by app.New with serve's defaults except: Google URLs at the emulator, MAILROOM_PUSH_TOKEN, MAILROOM_GMAIL_POLL_INTERVAL=1h, MAILROOM_SHUTDOWN_TIMEOUT=2s, the Gmail pipeline's own per-second quota unlimited (the emulator has none; the bench measures the pipeline) and an applied-event hook"
+
 func newGmailBench(ctx context.Context, o gmailBenchOptions) (_ *gmailBench, err error) {
-	cfg, err := app.ParseConfig("bench", nil, func(string) string { return "" }, io.Discard)
-	if err != nil {
-		return nil, err
-	}
 	g := &gmailBench{waiting: map[string]time.Time{}}
 	defer func() {
 		if err != nil {
@@ -85,57 +78,28 @@ func newGmailBench(ctx context.Context, o gmailBenchOptions) (_ *gmailBench, err
 			return nil, err
 		}
 	}
-	if g.dir, err = os.MkdirTemp("", "mailroom-bench-gmail-"); err != nil {
-		return nil, err
-	}
-	if g.db, err = store.Open(g.dir, store.Options{SecretKey: make([]byte, 32)}); err != nil {
-		return nil, err
-	}
-	if g.b, err = broker.Open(ctx, broker.Config{RedisURL: o.redisURL}); err != nil {
-		return nil, err
-	}
-	table := queue.NewTable(queue.TableConfig{MaxRetries: cfg.MaxRetries, ConcurrencyMessageAdded: cfg.ConcurrencyMessageAdded, ConcurrencyState: cfg.ConcurrencyState})
-	if o.oneQueue {
-		rows := table.Types()
-		workers := cfg.ConcurrencyMessageAdded + 6*cfg.ConcurrencyState
-		for i := range rows {
-			if slices.Contains(gmailEventTypes, rows[i].Name) {
-				rows[i].Queue, rows[i].Concurrency = "gmail-events", workers
+	a, stop, err := startApp(ctx, func(c *app.Config) {
+		c.RedisURL = o.redisURL
+		c.GoogleAPIURL, c.GoogleTokenURL = g.fake.URL(), g.fake.TokenURL()
+		c.PushToken, c.GmailPollInterval, c.ShutdownTimeout = benchPushToken, time.Hour, 2*time.Second
+		c.Overrides.GmailQuotaPerSecond = 1e6
+		c.Overrides.GmailOnApplied = g.onApplied
+		if o.oneQueue {
+			workers := c.ConcurrencyMessageAdded + 6*c.ConcurrencyState
+			c.Overrides.Tasks = func(rows []queue.TaskType) []queue.TaskType {
+				for i := range rows {
+					if slices.Contains(gmailEventTypes, rows[i].Name) {
+						rows[i].Queue, rows[i].Concurrency = "gmail-events", workers
+					}
+				}
+				return rows
 			}
 		}
-		table = queue.NewTableFromRows(rows)
-	}
-	gc := google.New(google.Config{APIURL: g.fake.URL(), TokenURL: g.fake.TokenURL(), HTTPClient: &http.Client{Timeout: 30 * time.Second}})
-	g.p, err = gmail.New(gmail.Config{
-		PushToken: benchPushToken, PollInterval: time.Hour,
-		// The emulator has no quota; the bench measures the pipeline.
-		QuotaPerSecond: 1e6,
-		OnApplied:      g.onApplied,
-	}, gmail.Deps{DB: g.db, Google: gc, Queue: benchEnqueuer{g}})
+	})
 	if err != nil {
 		return nil, err
 	}
-	if err := g.p.Register(table); err != nil {
-		return nil, err
-	}
-	for _, tt := range table.Types() {
-		if tt.Handler == nil {
-			if err := table.Handle(tt.Name, func(context.Context, *queue.Task) error { return nil }); err != nil {
-				return nil, err
-			}
-		}
-	}
-	g.q, err = queue.New(queue.Config{
-		RelayCap: cfg.RelayCap, RetryInitial: cfg.RetryInitial, RetryMultiplier: cfg.RetryMultiplier, RetryMax: cfg.RetryMax,
-		PollInterval: cfg.TaskPollInterval, DelayedCheckInterval: cfg.DelayedCheckInterval, ShutdownTimeout: 2 * time.Second,
-	}, g.db, g.b.RedisConnOpt(), table)
-	if err != nil {
-		return nil, err
-	}
-	if err := g.q.Start(ctx); err != nil {
-		g.q = nil
-		return nil, err
-	}
+	g.stop, g.db, g.q, g.p = stop, a.DB(), a.Queue(), a.Gmail()
 	var user store.User
 	if err := g.db.Update(func(tx *store.Tx) (err error) { user, err = tx.UserCreate("owner@example.com", "Owner"); return err }); err != nil {
 		return nil, err
@@ -148,27 +112,12 @@ func newGmailBench(ctx context.Context, o gmailBenchOptions) (_ *gmailBench, err
 	return g, g.waitSynced(ctx, 2*time.Minute)
 }
 
-type benchEnqueuer struct{ g *gmailBench }
-
-func (e benchEnqueuer) Enqueue(tx *store.Tx, typ string, payload any, opts ...queue.Option) (store.OutboxRecord, bool, error) {
-	return e.g.q.Enqueue(tx, typ, payload, opts...)
-}
-
 func (g *gmailBench) close() {
-	if g.q != nil {
-		g.q.Stop()
-	}
-	if g.b != nil {
-		g.b.Close()
-	}
-	if g.db != nil {
-		g.db.Close()
+	if g.stop != nil {
+		g.stop()
 	}
 	if g.fake != nil {
 		g.fake.Close()
-	}
-	if g.dir != "" {
-		os.RemoveAll(g.dir)
 	}
 }
 
@@ -209,12 +158,11 @@ func (g *gmailBench) waitIdle(ctx context.Context, d time.Duration) error {
 	return waitFor(ctx, d, "every event", func() (bool, error) {
 		left := false
 		err := g.db.View(func(tx *store.Tx) error {
-			for _, qi := range g.q.Table().Queues() {
-				if strings.HasPrefix(qi.Name, "gmail") && !left {
-					// One record read: cheap enough to poll.
-					if err := tx.OutboxScan(qi.Name, "", 1, func(store.OutboxRecord) bool { left = true; return false }); err != nil {
-						return err
-					}
+			for _, typ := range append([]string{queue.TypeGmailSync}, gmailEventTypes...) {
+				waiting, err := g.q.Waiting(tx, typ)
+				if err != nil || waiting {
+					left = waiting
+					return err
 				}
 			}
 			return nil
@@ -294,7 +242,7 @@ func benchGmailIsolation(ctx context.Context, o Options) (Result, error) {
 		backlog, reads = 200, 20
 	}
 	const fetch = 200 * time.Millisecond
-	r.Notes = append(r.Notes, fmt.Sprintf("%d reads, one push each %s apart; backlog: %d message-added events whose messages.get takes %s (emulator latency); default workers (message-added 3, each state queue 5, baseline one queue of 33); task poll interval 100ms (default)", reads, gap, backlog, fetch))
+	r.Notes = append(r.Notes, fmt.Sprintf("%d reads, one push each %s apart; backlog: %d message-added events whose messages.get takes %s (emulator latency); default workers (message-added 3, each state queue 5, baseline one queue of 33: the task table's rows overridden); task poll interval 100ms (default); %s", reads, gap, backlog, fetch, gmailBenchOverrides))
 
 	run := func(name string, oneQueue bool, backlog int) ([]time.Duration, error) {
 		o.progress("   %s", name)
@@ -400,7 +348,7 @@ func benchGmailThroughput(ctx context.Context, o Options) (Result, error) {
 	if o.Quick {
 		records, mailbox = 1000, 300
 	}
-	r.Notes = append(r.Notes, fmt.Sprintf("%d history records (10%% adds, 1%% deletes, reads, unreads, trash moves, labels) on a %d-message mailbox, one push; default workers; %s", records, mailbox, o.GC))
+	r.Notes = append(r.Notes, fmt.Sprintf("%d history records (10%% adds, 1%% deletes, reads, unreads, trash moves, labels) on a %d-message mailbox, one push; default workers; %s; %s", records, mailbox, o.GC, gmailBenchOverrides))
 
 	targets, stop := benchTargets(ctx, o, &r)
 	defer stop()

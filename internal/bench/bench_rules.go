@@ -2,69 +2,60 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
-	"os"
 	"runtime"
-	"sync"
 	"time"
 
 	"mailroom/internal/app"
 	"mailroom/internal/bench/story"
 	"mailroom/queue"
-	"mailroom/queue/broker"
-	"mailroom/queue/google"
 	"mailroom/queue/google/googlefake"
 	"mailroom/queue/rules"
 	"mailroom/store"
 )
 
-// rulesBench is the rules pipeline over a fresh store, the embedded broker,
-// a real queue and the emulator, with one user and one account.
+// rulesBench is the whole app built by app.New against the emulator, with
+// one user and one account whose mirror is seeded, driven through the
+// rules pipeline.
 type rulesBench struct {
 	db      *store.DB
-	broker  *broker.Broker
 	q       *queue.Queue
 	p       *rules.Pipeline
-	pub     *rules.Publisher
+	pub     *rules.Publisher // a publisher of its own, run by hand (RunOnce)
 	user    string
 	account string
 	email   string
-	closers []func()
+	stop    func()
 }
 
 func (b *rulesBench) close() {
-	for i := len(b.closers) - 1; i >= 0; i-- {
-		b.closers[i]()
+	if b.stop != nil {
+		b.stop()
 	}
 }
 
-// newRulesBench builds the environment over the Google of g, whose
-// mailbox of email it mirrors. The queue runs with qcfg's poll and retry
-// intervals.
-func newRulesBench(ctx context.Context, cfg rules.Config, qcfg queue.Config, g benchGoogle, email string) (b *rulesBench, err error) {
+// newRulesBench starts the app over the Google of g, whose mailbox of
+// email it mirrors, with the scenario's overrides (mutate) on top of an
+// hour's Gmail poll (MAILROOM_GMAIL_POLL_INTERVAL) and the rules
+// pipeline's Gmail quota share unlimited.
+func newRulesBench(ctx context.Context, mutate func(*app.Config), g benchGoogle, email string) (b *rulesBench, err error) {
 	b = &rulesBench{email: email}
+	a, stop, err := startApp(ctx, func(c *app.Config) {
+		c.GoogleAPIURL, c.GoogleTokenURL = g.url, g.tokenURL
+		c.GmailPollInterval = time.Hour
+		c.Overrides.RulesGmailUnitsPerMinute = -1
+		mutate(c)
+	})
+	if err != nil {
+		return nil, err
+	}
+	b.stop, b.db, b.q, b.p = stop, a.DB(), a.Queue(), a.Rules()
 	defer func() {
 		if err != nil {
 			b.close()
 		}
 	}()
-	dir, err := os.MkdirTemp("", "mailroom-bench-rules-")
-	if err != nil {
-		return nil, err
-	}
-	b.closers = append(b.closers, func() { os.RemoveAll(dir) })
-	if b.db, err = store.Open(dir, store.Options{SecretKey: make([]byte, 32)}); err != nil {
-		return nil, err
-	}
-	b.closers = append(b.closers, func() { b.db.Close() })
-	if b.broker, err = broker.Open(ctx, broker.Config{}); err != nil {
-		return nil, err
-	}
-	b.closers = append(b.closers, func() { b.broker.Close() })
 	err = b.db.Update(func(tx *store.Tx) error {
 		u, err := tx.UserCreate("owner@example.com", "")
 		b.user = u.ID
@@ -76,65 +67,7 @@ func newRulesBench(ctx context.Context, cfg rules.Config, qcfg queue.Config, g b
 	if b.account, err = story.SeedMirror(b.db, b.user, b.email, g.refresh, g.seeded.Messages, g.seeded.Labels, g.seeded.HistoryID); err != nil {
 		return nil, err
 	}
-	client := google.New(google.Config{
-		APIURL: g.url, TokenURL: g.tokenURL, ReadRetries: -1,
-		HTTPClient: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}},
-	})
-	var (
-		mu      sync.Mutex
-		openers = map[string]rules.Gmail{}
-	)
-	open := func(ctx context.Context, accountID string) (rules.Gmail, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		if g, ok := openers[accountID]; ok {
-			return g, nil
-		}
-		var acc store.Account
-		if err := b.db.View(func(tx *store.Tx) (err error) { acc, err = tx.AccountGet(accountID); return err }); err != nil {
-			return nil, queue.Permanent(err)
-		}
-		plain, err := b.db.Unseal(acc.Token, acc.ID)
-		if err != nil {
-			return nil, queue.Permanent(err)
-		}
-		var tok google.Token
-		if err := json.Unmarshal(plain, &tok); err != nil {
-			return nil, queue.Permanent(err)
-		}
-		g, err := client.Gmail(ctx, client.TokenSource(tok, nil))
-		if err != nil {
-			return nil, err
-		}
-		openers[accountID] = g
-		return g, nil
-	}
-	if b.p, err = rules.New(cfg, b.db, b.broker.Client(), open); err != nil {
-		return nil, err
-	}
-	table := queue.NewTable(queue.TableConfig{MaxRetries: 3, ConcurrencyMessageAdded: 1, ConcurrencyState: 1})
-	for _, tt := range table.Types() {
-		h := func(context.Context, *queue.Task) error { return nil }
-		if tt.Name == queue.TypeRulesReclassifyBatch {
-			h = b.p.HandleBatch
-		}
-		if err := table.Handle(tt.Name, h); err != nil {
-			return nil, err
-		}
-	}
-	b.q, err = queue.New(qcfg, b.db, b.broker.RedisConnOpt(), table)
-	if err != nil {
-		return nil, err
-	}
-	if err := b.q.Start(ctx); err != nil {
-		return nil, err
-	}
-	b.closers = append(b.closers, b.q.Stop)
 	b.pub = b.p.Publisher(b.q)
-	if err := b.pub.Start(ctx); err != nil {
-		return nil, err
-	}
-	b.closers = append(b.closers, b.pub.Stop)
 	return b, nil
 }
 
@@ -196,13 +129,13 @@ type storyRun struct {
 // runStory makes the story's five saves, spaced gap apart, and measures.
 func runStory(ctx context.Context, o Options, naive bool, threads int, scale time.Duration) (storyRun, error) {
 	var run storyRun
-	cfg := rules.Config{
-		Debounce: 60 * time.Second / scale, MaxWait: 10 * time.Minute / scale, Tick: 10 * time.Second / scale,
-		Naive: naive, GmailUnitsPerMinute: -1, Logger: nil,
-	}
 	// Intervals compressed with the story's time.
-	qcfg := queue.Config{PollInterval: 5 * time.Millisecond, DelayedCheckInterval: 100 * time.Millisecond,
-		RetryInitial: 100 * time.Millisecond, RetryMax: time.Second}
+	mutate := func(c *app.Config) {
+		c.ReclassifyDebounce, c.ReclassifyMaxWait, c.ReclassifyTick = 60*time.Second/scale, 10*time.Minute/scale, 10*time.Second/scale
+		c.Overrides.RulesNaive = naive
+		c.TaskPollInterval, c.DelayedCheckInterval = 5*time.Millisecond, 100*time.Millisecond
+		c.RetryInitial, c.RetryMax = 100*time.Millisecond, time.Second
+	}
 	// The story's mailbox is small: its emulator runs in this process.
 	const email = "bench@example.com"
 	fake := googlefake.New(googlefake.Options{HistoryMaxRecords: 1000})
@@ -215,7 +148,7 @@ func runStory(ctx context.Context, o Options, naive bool, threads int, scale tim
 		return run, err
 	}
 	fake.ResetCounters()
-	b, err := newRulesBench(ctx, cfg, qcfg, benchGoogle{url: fake.URL(), tokenURL: fake.TokenURL(), refresh: refresh, seeded: viewOf(fake, email)}, email)
+	b, err := newRulesBench(ctx, mutate, benchGoogle{url: fake.URL(), tokenURL: fake.TokenURL(), refresh: refresh, seeded: viewOf(fake, email)}, email)
 	if err != nil {
 		return run, err
 	}
@@ -324,7 +257,7 @@ func benchRulesStory(ctx context.Context, o Options) (Result, error) {
 	r.addTarget("quota units, naive ÷ mailroom", float64(n.units)/float64(max(m.units, 1)), "ratio", 4, true)
 	r.add("mailroom: minutes of one user's Gmail quota (15,000 units/min)", float64(m.units)/15000, "min")
 	r.add("naive: minutes of one user's Gmail quota (15,000 units/min)", float64(n.units)/15000, "min")
-	r.Notes = append(r.Notes, fmt.Sprintf("%d threads, batches of 50; time compressed %dx (saves %s apart, debounce %s, tick %s), so mailroom's time to final labels includes the compressed debounce; Gmail quota share unlimited so both runs do all their work at once (against Google, naive's units above one minute of quota would stretch its time to final labels by that many minutes)", threads, scale, 12*time.Second/scale, 60*time.Second/scale, 10*time.Second/scale))
+	r.Notes = append(r.Notes, fmt.Sprintf("%d threads, batches of 50; time compressed %dx (saves %s apart, debounce %s, tick %s), so mailroom's time to final labels includes the compressed debounce; Gmail quota share unlimited so both runs do all their work at once (against Google, naive's units above one minute of quota would stretch its time to final labels by that many minutes); the app built by app.New with these settings overridden: MAILROOM_RECLASSIFY_DEBOUNCE, _MAX_WAIT and _TICK compressed as said, MAILROOM_TASK_POLL_INTERVAL=5ms, MAILROOM_DELAYED_CHECK_INTERVAL=100ms, MAILROOM_RETRY_INITIAL=100ms, MAILROOM_RETRY_MAX=1s, MAILROOM_GMAIL_POLL_INTERVAL=1h, the rules pipeline's Gmail quota share unlimited, and for naive the naive rules pipeline", threads, scale, 12*time.Second/scale, 60*time.Second/scale, 10*time.Second/scale))
 	return r, nil
 }
 
@@ -366,12 +299,7 @@ type throughputRun struct {
 func runThroughput(ctx context.Context, o Options, threads, size int) (throughputRun, error) {
 	var run throughputRun
 	// The queue polls and retries as serve's defaults say.
-	defaults, err := app.ParseConfig("bench", nil, func(string) string { return "" }, io.Discard)
-	if err != nil {
-		return run, err
-	}
-	qcfg := queue.Config{PollInterval: defaults.TaskPollInterval, DelayedCheckInterval: defaults.DelayedCheckInterval,
-		RetryInitial: defaults.RetryInitial, RetryMax: defaults.RetryMax}
+	var poll time.Duration
 	// Google (the 120,000-message mailbox) answers from a process of its
 	// own, as it does from another machine in production.
 	const email = "bench@example.com"
@@ -380,7 +308,11 @@ func runThroughput(ctx context.Context, o Options, threads, size int) (throughpu
 		return run, err
 	}
 	defer child.close()
-	b, err := newRulesBench(ctx, rules.Config{SaveLimit: 100, GmailUnitsPerMinute: -1, Debounce: time.Hour, MaxWait: time.Hour, Tick: time.Hour, BatchSize: size}, qcfg, child.google, email)
+	b, err := newRulesBench(ctx, func(c *app.Config) {
+		c.RuleSaveLimit, c.ReclassifyBatch = 100, size
+		c.ReclassifyDebounce, c.ReclassifyMaxWait, c.ReclassifyTick = time.Hour, time.Hour, time.Hour
+		poll = c.TaskPollInterval
+	}, child.google, email)
 	if err != nil {
 		return run, err
 	}
@@ -435,8 +367,8 @@ func runThroughput(ctx context.Context, o Options, threads, size int) (throughpu
 			return run, fmt.Errorf("labels of %q in Gmail differ from its matches", s.Label)
 		}
 	}
-	run.note = fmt.Sprintf("batches of %d: %d threads (%d messages) against 20 rules (no body conditions), %d batches, %d labels added, %d workers (the table's concurrency), queue polling every %s (serve's default), the Google emulator in a process of its own (Go's default GC settings) answering without added latency over loopback HTTP, GOMAXPROCS %d for both; Gmail calls by method %v",
-		size, j.Threads, len(final.Messages), j.Batches, j.MessagesLabeled, reclassifyWorkers(), qcfg.PollInterval, runtime.GOMAXPROCS(0), final.Calls)
+	run.note = fmt.Sprintf("batches of %d: %d threads (%d messages) against 20 rules (no body conditions), the app built by app.New with MAILROOM_RULE_SAVE_LIMIT=100, MAILROOM_RECLASSIFY_BATCH, MAILROOM_RECLASSIFY_DEBOUNCE, _MAX_WAIT and _TICK=1h (the job published by hand), MAILROOM_GMAIL_POLL_INTERVAL=1h and the rules pipeline's Gmail quota share unlimited, %d batches, %d labels added, %d workers (the table's concurrency), queue polling every %s (serve's default), the Google emulator in a process of its own (Go's default GC settings) answering without added latency over loopback HTTP, GOMAXPROCS %d for both; Gmail calls by method %v",
+		size, j.Threads, len(final.Messages), j.Batches, j.MessagesLabeled, reclassifyWorkers(), poll, runtime.GOMAXPROCS(0), final.Calls)
 	return run, nil
 }
 

@@ -7,12 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"os"
 	"runtime"
 	"slices"
 	"strings"
@@ -118,7 +116,8 @@ func benchSheetsStory(ctx context.Context, o Options) (Result, error) {
 	r.Notes = append(r.Notes,
 		fmt.Sprintf("%d submissions over %d forms of one Google account arriving over %s (Poisson, a few popular forms); quota %d writes a minute; flush delay %s, threshold %d", rows, sheetsStoryForms, sheetsStorySpan, sheetsStoryWrites, sheetsStoryDelay, sheetsStoryThreshold),
 		fmt.Sprintf("time compressed %gx (a minute lasts %s) and scaled back; fixed costs (HTTP, fsync, polling) are scaled up with it, so latencies err high", compress, minute),
-		"baselines write through the same Sheets adapter and emulator: one call per row as rows arrive, or one call per form each minute (the cron, whose minute starts halfway through a minute of its own: its latencies vary with that phase, up to 59 s)")
+		"baselines write through the same Sheets adapter and emulator: one call per row as rows arrive, or one call per form each minute (the cron, whose minute starts halfway through a minute of its own: its latencies vary with that phase, up to 59 s)",
+		sheetsBenchOverrides+", and the flush delay, threshold, writes per minute and quota window (MAILROOM_SHEETS_*) as said")
 
 	o.progress("   mailroom")
 	m, err := runMailroomStory(ctx, plan, minute, delay)
@@ -271,42 +270,25 @@ func (b sheetsAPI) do(ctx context.Context, method, path string, body any, want i
 	return nil
 }
 
+// sheetsBenchOverrides names the settings every Sheets scenario overrides
+// (startSheetsBenchApp); each note adds its own.
+const sheetsBenchOverrides = "the app built by app.New as serve builds it, with MAILROOM_API_TOKEN, the Google URLs at the emulator, MAILROOM_GMAIL_POLL_INTERVAL=1h, MAILROOM_TASK_POLL_INTERVAL=10ms and MAILROOM_DELAYED_CHECK_INTERVAL=20ms overridden"
+
 // startSheetsBenchApp runs the whole appliance in process against the
-// emulator at googleURL.
+// emulator at googleURL, with the API token, Google URLs, an hour's poll
+// and task polling every 10 ms (delayed tasks every 20 ms) overridden.
 func startSheetsBenchApp(ctx context.Context, googleURL string, mutate func(*app.Config)) (*app.App, sheetsAPI, func(), error) {
-	cfg, err := app.ParseConfig("bench", nil, func(string) string { return "" }, io.Discard)
+	a, stop, err := startApp(ctx, func(cfg *app.Config) {
+		cfg.APIToken, cfg.AdminPassword = benchSheetsKey, "bench admin password"
+		cfg.GoogleAPIURL, cfg.GoogleTokenURL = googleURL, googleURL+"token"
+		cfg.GmailPollInterval = time.Hour
+		cfg.TaskPollInterval, cfg.DelayedCheckInterval = 10*time.Millisecond, 20*time.Millisecond
+		if mutate != nil {
+			mutate(cfg)
+		}
+	})
 	if err != nil {
 		return nil, sheetsAPI{}, nil, err
-	}
-	dir, err := os.MkdirTemp("", "mailroom-bench-sheets-")
-	if err != nil {
-		return nil, sheetsAPI{}, nil, err
-	}
-	cfg.DataDir, cfg.HTTPAddr = dir, "127.0.0.1:0"
-	cfg.APIToken, cfg.AdminPassword, cfg.LogLevel = benchSheetsKey, "bench admin password", "error"
-	cfg.GoogleAPIURL, cfg.GoogleTokenURL = googleURL, googleURL+"token"
-	cfg.GmailPollInterval = time.Hour
-	cfg.TaskPollInterval, cfg.DelayedCheckInterval = 10*time.Millisecond, 20*time.Millisecond
-	if mutate != nil {
-		mutate(cfg)
-	}
-	if err := cfg.Validate(); err != nil {
-		os.RemoveAll(dir)
-		return nil, sheetsAPI{}, nil, err
-	}
-	a, err := app.New(ctx, cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, sheetsAPI{}, nil, err
-	}
-	if err := a.Start(ctx); err != nil {
-		a.Close()
-		os.RemoveAll(dir)
-		return nil, sheetsAPI{}, nil, err
-	}
-	stop := func() {
-		_ = a.Stop(context.Background())
-		os.RemoveAll(dir)
 	}
 	return a, newSheetsAPI("http://"+a.Addr(), 256), stop, nil
 }
@@ -636,7 +618,8 @@ func benchSheetsMemory(ctx context.Context, o Options) (Result, error) {
 	s1 := sheetsStorage(a.DB())
 	r.Notes = append(r.Notes,
 		fmt.Sprintf("%d rows waiting over %d forms (flush delay 1h); broker bytes are keys plus values of every key, before and after", n, len(forms)),
-		"the cron design this replaces held each waiting row as a whole JSON document in Redis (about 7 KB)")
+		"the cron design this replaces held each waiting row as a whole JSON document in Redis (about 7 KB)",
+		sheetsBenchOverrides+", and MAILROOM_SHEETS_FLUSH_DELAY=1h, MAILROOM_SHEETS_FLUSH_THRESHOLD=10000")
 	r.addTarget("broker bytes per waiting row", float64(b1-b0)/float64(n), "bytes", 0, false)
 	r.add("broker bytes in all, with every row waiting", float64(b1), "bytes")
 	r.add("bbolt bytes per submission (stored)", float64(s1.Submissions-s0.Submissions)/float64(n), "bytes")
@@ -807,7 +790,7 @@ func benchSheetsThroughput(ctx context.Context, o Options) (Result, error) {
 		return r, err
 	}
 	elapsed := time.Since(start)
-	r.Notes = append(r.Notes, fmt.Sprintf("%d submissions over %d forms from %d keep-alive clients in the same process (they share its CPU); GOMAXPROCS %d, %s; flush delay 10s, threshold 500", n, len(forms), conc, runtime.GOMAXPROCS(0), o.GC))
+	r.Notes = append(r.Notes, fmt.Sprintf("%d submissions over %d forms from %d keep-alive clients in the same process (they share its CPU); GOMAXPROCS %d, %s; flush delay 10s, threshold 500; %s, except the task polls at serve's defaults", n, len(forms), conc, runtime.GOMAXPROCS(0), o.GC, sheetsBenchOverrides))
 	r.addTarget("submissions accepted per second through the API", float64(got)/elapsed.Seconds(), "submissions/s", 5000, true)
 	if got != n {
 		return r, errors.New("not every submission was accepted")

@@ -82,7 +82,7 @@ func (NoRules) ReclassifyAccount(*store.Tx, string, string) error { return nil }
 // Enqueuer records tasks in the caller's transaction and says whether one
 // of a type and key is waiting (the queue's enqueue side, *queue.Queue).
 type Enqueuer interface {
-	Enqueue(tx *store.Tx, typ string, payload any, opts ...queue.Option) (store.OutboxRecord, bool, error)
+	Enqueue(tx *store.Tx, typ string, payload any, opts ...queue.Option) (queue.Record, bool, error)
 	Pending(tx *store.Tx, typ, key string) bool
 }
 

@@ -124,7 +124,7 @@ type GmailOpener func(ctx context.Context, accountID string) (Gmail, error)
 // Enqueuer records batch tasks in a transaction and cancels those a newer
 // job supersedes; *queue.Queue is one.
 type Enqueuer interface {
-	Enqueue(tx *store.Tx, typ string, payload any, opts ...queue.Option) (store.OutboxRecord, bool, error)
+	Enqueue(tx *store.Tx, typ string, payload any, opts ...queue.Option) (queue.Record, bool, error)
 	Cancel(tx *store.Tx, typ, id string) error
 }
 

@@ -78,7 +78,7 @@ type Clients interface {
 
 // enqueuer records tasks in the caller's transaction (queue.Queue).
 type enqueuer interface {
-	Enqueue(tx *store.Tx, typ string, payload any, opts ...queue.Option) (store.OutboxRecord, bool, error)
+	Enqueue(tx *store.Tx, typ string, payload any, opts ...queue.Option) (queue.Record, bool, error)
 	Pending(tx *store.Tx, typ, key string) bool
 }
 
@@ -500,7 +500,6 @@ type flushPayload struct {
 }
 
 func flushKey(formID string) string { return queue.TypeSheetsFlush + ":" + formID }
-
 
 // Submit validates answers against the form's columns and, in one bbolt
 // transaction (batched with concurrent submissions), stores the submission,
