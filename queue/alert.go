@@ -42,11 +42,16 @@ type Alerter struct {
 	kick    chan struct{}
 	sent    int
 	failed  int
+
+	// The loop (Start, Stop).
+	loopMu sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
 type alertItem struct{ typ, id, err string }
 
-// NewAlerter builds an alerter; Run sends.
+// NewAlerter builds an alerter; it sends while it runs (Start, or Run).
 func NewAlerter(cfg AlertConfig) *Alerter {
 	if cfg.Interval <= 0 {
 		cfg.Interval = 10 * time.Second
@@ -81,6 +86,37 @@ func (a *Alerter) Sent() (sent, failed int) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.sent, a.failed
+}
+
+// Start runs the alerter as a loop (Run) until Stop. Start it before the
+// task servers and stop it after them, so the dead letters of a shutdown
+// are announced too.
+func (a *Alerter) Start(ctx context.Context) error {
+	a.loopMu.Lock()
+	defer a.loopMu.Unlock()
+	if a.cancel != nil {
+		return nil
+	}
+	ctx, a.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	a.done = make(chan struct{})
+	go func(done chan struct{}) {
+		defer close(done)
+		a.Run(ctx)
+	}(a.done)
+	return nil
+}
+
+// Stop ends the loop and waits until what was pending is posted (bounded
+// by the final flush's 5 s).
+func (a *Alerter) Stop() {
+	a.loopMu.Lock()
+	cancel, done := a.cancel, a.done
+	a.cancel, a.done = nil, nil
+	a.loopMu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
 }
 
 // Run posts grouped alerts until ctx ends, then posts what is left.

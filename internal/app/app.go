@@ -149,20 +149,25 @@ func (a *App) ready(ctx context.Context) error {
 	return nil
 }
 
-// start hands the outbox to the broker, starts the task servers and the
-// loops, then serves HTTP on cfg.HTTPAddr.
+// Start starts the alerter (before the task servers, whose dead letters
+// it announces), hands the outbox to the broker and starts the task
+// servers and the loops, then serves HTTP on cfg.HTTPAddr.
 func (a *App) Start(ctx context.Context) error {
 	ctx, a.cancel = context.WithCancel(ctx)
-	if err := a.queue.Start(ctx); err != nil {
+	if err := a.alerts.Start(ctx); err != nil {
 		return err
 	}
-	go a.alerts.Run(ctx)
+	if err := a.queue.Start(ctx); err != nil {
+		a.alerts.Stop()
+		return err
+	}
 	for i, l := range a.loops {
 		if err := l.Start(ctx); err != nil {
 			for j := i - 1; j >= 0; j-- {
 				a.loops[j].Stop()
 			}
 			a.queue.Stop()
+			a.alerts.Stop()
 			return err
 		}
 	}
@@ -170,6 +175,7 @@ func (a *App) Start(ctx context.Context) error {
 	if err != nil {
 		a.stopLoops()
 		a.queue.Stop()
+		a.alerts.Stop()
 		return fmt.Errorf("listen on --http-addr %s: %w", a.cfg.HTTPAddr, err)
 	}
 	a.listener = ln
@@ -191,7 +197,7 @@ func (a *App) Start(ctx context.Context) error {
 	return nil
 }
 
-// addr is the address HTTP listens on (useful with port 0).
+// Addr is the address HTTP listens on (useful with port 0).
 func (a *App) Addr() string { return a.listener.Addr().String() }
 
 func (a *App) stopLoops() {
@@ -200,8 +206,9 @@ func (a *App) stopLoops() {
 	}
 }
 
-// stop shuts down senders before receivers: HTTP, loops, task servers
-// (bounded by the shutdown timeout), then the broker and bbolt.
+// Stop shuts down senders before receivers: HTTP, loops, task servers
+// (bounded by the shutdown timeout), the alerter (posting what the
+// shutdown dead-lettered), then the broker and bbolt.
 func (a *App) Stop(ctx context.Context) error {
 	var errs []error
 	if a.server != nil {
@@ -214,6 +221,7 @@ func (a *App) Stop(ctx context.Context) error {
 	}
 	a.stopLoops()
 	a.queue.Stop()
+	a.alerts.Stop()
 	if a.cancel != nil {
 		a.cancel()
 	}

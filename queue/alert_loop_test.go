@@ -1,0 +1,45 @@
+package queue_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"mailroom/queue"
+)
+
+// The alerter is a loop: Stop returns only once what was pending is
+// posted, so the dead letters of a shutdown are announced before the
+// process ends.
+func TestAlerterLoopPostsPendingBeforeStopReturns(t *testing.T) {
+	t.Parallel()
+	var posts atomic.Int32
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(50 * time.Millisecond) // a slow webhook: Stop must wait for it
+		posts.Add(1)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer hook.Close()
+	alerts := queue.NewAlerter(queue.AlertConfig{WebhookURL: hook.URL, Interval: time.Hour})
+	if err := alerts.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := alerts.Start(context.Background()); err != nil { // a second Start is a no-op
+		t.Fatal(err)
+	}
+	alerts.Notify(queue.TypeDebugRecord, "1", "first")
+	waitUntil(t, 5*time.Second, "the first alert", func() bool { return posts.Load() == 1 })
+	// Within the interval: held back until the loop stops.
+	alerts.Notify(queue.TypeDebugRecord, "2", "second")
+	alerts.Stop()
+	if n := posts.Load(); n != 2 {
+		t.Fatalf("%d alerts posted when Stop returned, want 2 (the pending one flushed)", n)
+	}
+	if sent, failed := alerts.Sent(); sent != 2 || failed != 0 {
+		t.Fatalf("sent %d, failed %d; want 2, 0", sent, failed)
+	}
+	alerts.Stop() // a second Stop is a no-op
+}
