@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 
 	"mailroom/internal/app"
 	"mailroom/internal/bench"
@@ -58,25 +57,9 @@ func benchCommand(ctx context.Context, args []string, getenv func(string) string
 	if *memoryChild > 0 {
 		return bench.RunMemoryChild(ctx, *memoryChild, bufio.NewWriter(stdout))
 	}
-	all := bench.Scenarios()
-	var chosen []bench.Scenario
-	if len(names) == 0 {
-		chosen = all
-	}
-	for _, name := range names {
-		found := false
-		for _, s := range all {
-			if s.Name == name {
-				chosen, found = append(chosen, s), true
-			}
-		}
-		if !found {
-			names := make([]string, len(all))
-			for i, s := range all {
-				names[i] = s.Name
-			}
-			return &usageError{fmt.Errorf("bench: unknown scenario %q (have %s)", name, strings.Join(names, ", "))}
-		}
+	chosen, err := bench.Choose(names)
+	if err != nil {
+		return &usageError{err}
 	}
 	opts := bench.Options{RedisURL: *redisURL, Progress: stderr, Quick: *quick, GC: gc}
 	if *cpuProfile != "" {

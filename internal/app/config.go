@@ -227,14 +227,26 @@ func (e *configError) Error() string {
 
 // Validate checks every setting and names the flag of the first bad one.
 func (c *Config) Validate() error {
-	bad := func(flagName, msg string) error {
-		for _, s := range new(Config).settings() {
-			if s.flag == flagName {
-				return &configError{flag: s.flag, env: s.env, msg: msg}
-			}
+	for _, check := range []func() error{c.validateAddresses, c.validateTimings, c.validateCounts, c.validateBroker, c.validateLogging} {
+		if err := check(); err != nil {
+			return err
 		}
-		return errors.New(flagName + ": " + msg)
 	}
+	return nil
+}
+
+// bad names the offending setting by flag and environment name.
+func bad(flagName, msg string) error {
+	for _, s := range new(Config).settings() {
+		if s.flag == flagName {
+			return &configError{flag: s.flag, env: s.env, msg: msg}
+		}
+	}
+	return errors.New(flagName + ": " + msg)
+}
+
+// validateAddresses checks the paths, addresses, URLs and Google names.
+func (c *Config) validateAddresses() error {
 	if c.DataDir == "" {
 		return bad("data-dir", "must not be empty")
 	}
@@ -280,6 +292,11 @@ func (c *Config) Validate() error {
 	if (c.GoogleClientID == "") != (c.GoogleClientSecret == "") {
 		return bad("google-client-secret", "set both the OAuth client id and secret, or neither")
 	}
+	return nil
+}
+
+// validateTimings checks the durations and how they relate.
+func (c *Config) validateTimings() error {
 	positive := []struct {
 		flag string
 		d    time.Duration
@@ -308,6 +325,11 @@ func (c *Config) Validate() error {
 	if c.GmailWatchRenew > 7*24*time.Hour {
 		return bad("gmail-watch-renew", "must be under 7 days (Google expires a watch after 7)")
 	}
+	return nil
+}
+
+// validateCounts checks the numbers.
+func (c *Config) validateCounts() error {
 	ints := []struct {
 		flag   string
 		v, min int
@@ -334,6 +356,11 @@ func (c *Config) Validate() error {
 	if c.RetryMultiplier < 1 || c.RetryMultiplier > 100 {
 		return bad("retry-multiplier", "must be between 1 and 100")
 	}
+	return nil
+}
+
+// validateBroker checks the exposed embedded broker.
+func (c *Config) validateBroker() error {
 	if c.BrokerAddr != "" {
 		if c.RedisURL != "" {
 			return bad("broker-addr", "only applies to the embedded broker; unset --redis-url or this")
@@ -349,6 +376,11 @@ func (c *Config) Validate() error {
 			return bad("broker-password", "required when --broker-addr is set")
 		}
 	}
+	return nil
+}
+
+// validateLogging checks the log level and format.
+func (c *Config) validateLogging() error {
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":
 	default:

@@ -9,6 +9,8 @@ import (
 	"io"
 	"os"
 	"runtime/pprof"
+	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 )
@@ -90,6 +92,27 @@ func Scenarios() []Scenario {
 		{"rules-story", "Five saves of a rule in a minute on 3,000 threads: mailroom vs the naive original", benchRulesStory},
 		{"rules-throughput", "Reclassify of 100,000 threads against 20 rules", benchRulesThroughput},
 	}
+}
+
+// Choose returns the scenarios named, in that order; none named: all.
+func Choose(names []string) ([]Scenario, error) {
+	all := Scenarios()
+	if len(names) == 0 {
+		return all, nil
+	}
+	var chosen []Scenario
+	for _, name := range names {
+		i := slices.IndexFunc(all, func(s Scenario) bool { return s.Name == name })
+		if i < 0 {
+			have := make([]string, len(all))
+			for j, s := range all {
+				have[j] = s.Name
+			}
+			return nil, fmt.Errorf("bench: unknown scenario %q (have %s)", name, strings.Join(have, ", "))
+		}
+		chosen = append(chosen, all[i])
+	}
+	return chosen, nil
 }
 
 // Run runs the chosen scenarios in order, with progress lines, and
