@@ -177,12 +177,23 @@ func runStory(ctx context.Context, o Options, naive bool, threads int, scale tim
 	if err != nil {
 		return run, err
 	}
-	// Final labels: equal to the last version's matches, and no job left.
+	if err := b.waitFinal(&run, fake, want, last); err != nil {
+		return run, err
+	}
+	v := viewOf(fake, email)
+	run.calls, run.units = v.gmailCalls(), v.Units
+	return run, nil
+}
+
+// waitFinal waits until the labels are final (equal to want, the last
+// version's matches, and no job left) and records the jobs' counts and
+// the time from last, the last save, in run.
+func (b *rulesBench) waitFinal(run *storyRun, fake *googlefake.Server, want map[string]bool, last time.Time) error {
 	deadline := last.Add(5 * time.Minute)
 	for {
 		jobs, err := b.jobs()
 		if err != nil {
-			return run, err
+			return err
 		}
 		busy := len(jobs) == 0
 		for _, j := range jobs {
@@ -191,23 +202,20 @@ func runStory(ctx context.Context, o Options, naive bool, threads int, scale tim
 		if st, _ := b.p.Status(b.user, 0); st.Pending != nil {
 			busy = true
 		}
-		if !busy && equalSets(want, viewOf(fake, email).labelled("GitHub")) {
+		if !busy && equalSets(want, viewOf(fake, b.email).labelled("GitHub")) {
 			run.final = time.Since(last)
 			for _, j := range jobs {
 				run.enqueued += j.Batches
 				run.worked += j.BatchesDone
 				run.stale += j.BatchesSkippedStale
 			}
-			break
+			return nil
 		}
 		if time.Now().After(deadline) {
-			return run, errors.New("the labels never became final")
+			return errors.New("the labels never became final")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	v := viewOf(fake, email)
-	run.calls, run.units = v.gmailCalls(), v.Units
-	return run, nil
 }
 
 func equalSets(a, b map[string]bool) bool {
