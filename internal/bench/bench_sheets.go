@@ -348,33 +348,8 @@ func runMailroomStory(ctx context.Context, plan sheetsStoryPlan, minute, delay t
 	}
 	fake.ResetCounters()
 
-	sent := make(map[string]time.Time, len(plan.at))
-	var (
-		mu       sync.Mutex
-		wg       sync.WaitGroup
-		firstErr atomic.Value
-	)
-	start := time.Now()
-	for i, off := range plan.at {
-		if d := time.Until(start.Add(off)); d > 0 {
-			time.Sleep(d)
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			at := time.Now()
-			var got struct{ ID string }
-			if err := api.do(ctx, http.MethodPost, "/api/v1/forms/"+forms[plan.form[i]]+"/submissions", sheetsAnswers(i), http.StatusAccepted, &got); err != nil {
-				firstErr.CompareAndSwap(nil, err)
-				return
-			}
-			mu.Lock()
-			sent[got.ID] = at
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	if err, _ := firstErr.Load().(error); err != nil {
+	sent, start, err := submitPlan(ctx, api, forms, plan)
+	if err != nil {
 		return run, err
 	}
 	deadline := time.Now().Add(10*minute + 30*time.Second)
@@ -425,6 +400,86 @@ func runMailroomStory(ctx context.Context, plan sheetsStoryPlan, minute, delay t
 		run.rowsPerForm = append(run.rowsPerForm, f.RowsWritten)
 	}
 	return run, nil
+}
+
+// cronBaseline is the cron baseline: each form's waiting rows are written
+// once a minute, the cron's minute starting halfway through the survey's
+// first. It returns when every row of plan is written, with when the last
+// was.
+func cronBaseline(ctx context.Context, plan sheetsStoryPlan, minute time.Duration, arrivals <-chan int, arrived func(int) time.Time, write func(int, []int) error, run *sheetsRun) (last time.Time, err error) {
+	phase := minute / 2 // the cron's minute does not start with the survey: halfway, on average
+	tick := time.NewTimer(phase)
+	defer tick.Stop()
+	waiting := make([][]int, sheetsStoryForms)
+	done := 0
+	for done < len(plan.at) {
+		select {
+		case i, ok := <-arrivals:
+			if !ok {
+				arrivals = nil
+				continue
+			}
+			waiting[plan.form[i]] = append(waiting[plan.form[i]], i)
+			continue
+		case <-tick.C:
+			tick.Reset(minute)
+		case <-ctx.Done():
+			return last, ctx.Err()
+		}
+		for f, idx := range waiting {
+			if len(idx) == 0 {
+				continue
+			}
+			if err := write(f, idx); err != nil {
+				return last, err
+			}
+			now := time.Now()
+			for _, i := range idx {
+				run.latencies = append(run.latencies, now.Sub(arrived(i)))
+			}
+			run.calls++
+			done += len(idx)
+			waiting[f] = nil
+			last = now
+		}
+	}
+	return last, nil
+}
+
+// submitPlan posts the plan's submissions at their times, each from a
+// goroutine of its own, and returns when each was sent (by submission id)
+// and when the first could have been.
+func submitPlan(ctx context.Context, api sheetsAPI, forms []string, plan sheetsStoryPlan) (map[string]time.Time, time.Time, error) {
+	sent := make(map[string]time.Time, len(plan.at))
+	var (
+		mu       sync.Mutex
+		wg       sync.WaitGroup
+		firstErr atomic.Value
+	)
+	start := time.Now()
+	for i, off := range plan.at {
+		if d := time.Until(start.Add(off)); d > 0 {
+			time.Sleep(d)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			at := time.Now()
+			var got struct{ ID string }
+			if err := api.do(ctx, http.MethodPost, "/api/v1/forms/"+forms[plan.form[i]]+"/submissions", sheetsAnswers(i), http.StatusAccepted, &got); err != nil {
+				firstErr.CompareAndSwap(nil, err)
+				return
+			}
+			mu.Lock()
+			sent[got.ID] = at
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if err, _ := firstErr.Load().(error); err != nil {
+		return nil, start, err
+	}
+	return sent, start, nil
 }
 
 // sheetsLimiter is the baselines' quota: at most n calls in any window.
@@ -520,41 +575,8 @@ func runSheetsBaseline(ctx context.Context, plan sheetsStoryPlan, minute time.Du
 			last = now
 		}
 	} else {
-		phase := minute / 2 // the cron's minute does not start with the survey: halfway, on average
-		tick := time.NewTimer(phase)
-		defer tick.Stop()
-		waiting := make([][]int, sheetsStoryForms)
-		done := 0
-		for done < len(plan.at) {
-			select {
-			case i, ok := <-arrivals:
-				if !ok {
-					arrivals = nil
-					continue
-				}
-				waiting[plan.form[i]] = append(waiting[plan.form[i]], i)
-				continue
-			case <-tick.C:
-				tick.Reset(minute)
-			case <-ctx.Done():
-				return run, ctx.Err()
-			}
-			for f, idx := range waiting {
-				if len(idx) == 0 {
-					continue
-				}
-				if err := write(f, idx); err != nil {
-					return run, err
-				}
-				now := time.Now()
-				for _, i := range idx {
-					run.latencies = append(run.latencies, now.Sub(arrived(i)))
-				}
-				run.calls++
-				done += len(idx)
-				waiting[f] = nil
-				last = now
-			}
+		if last, err = cronBaseline(ctx, plan, minute, arrivals, arrived, write, &run); err != nil {
+			return run, err
 		}
 	}
 	run.wall = last.Sub(start)
