@@ -32,11 +32,11 @@ type debugPayload struct {
 	SleepMS int `json:"sleepMs,omitempty"`
 }
 
-// debugLogName is where completions are recorded, one id per line.
-const debugLogName = "debug-completions.log"
+// DebugLogName is where completions are recorded, one id per line.
+const DebugLogName = "debug-completions.log"
 
 func newDebugTasks(dataDir string, db *store.DB, q *queue.Queue, done func()) (*debugTasks, error) {
-	f, err := os.OpenFile(filepath.Join(dataDir, debugLogName), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	f, err := os.OpenFile(filepath.Join(dataDir, DebugLogName), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("debug tasks: %w", err)
 	}

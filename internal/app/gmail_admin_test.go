@@ -1,4 +1,4 @@
-package app
+package app_test
 
 import (
 	"io"
@@ -10,22 +10,24 @@ import (
 	"testing"
 	"time"
 
+	"mailroom/internal/app"
+	"mailroom/internal/app/apptest"
 	"mailroom/queue/google/googlefake"
 )
 
 // adminClient logs in to the admin page and returns a client with the
 // session cookie.
-func (ta *testApp) adminClient() *http.Client {
-	ta.t.Helper()
+func adminClient(ta *apptest.App) *http.Client {
+	ta.T().Helper()
 	jar, _ := cookiejar.New(nil)
 	c := &http.Client{Jar: jar, Timeout: 10 * time.Second}
 	resp, err := c.PostForm(ta.URL+"/admin/login", url.Values{"password": {"correct horse battery staple"}, "next": {"/admin"}})
 	if err != nil {
-		ta.t.Fatal(err)
+		ta.T().Fatal(err)
 	}
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		ta.t.Fatalf("login: %s", resp.Status)
+		ta.T().Fatalf("login: %s", resp.Status)
 	}
 	return c
 }
@@ -48,14 +50,14 @@ var csrfRE = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
 func TestGmailAdminPages(t *testing.T) {
 	t.Parallel()
 	fake := googlefake.StartForTest(t, googlefake.Options{PushAudience: pushAudience})
-	ta := startApp(t, withGoogle(fake, nil))
+	ta := apptest.Start(t, withGoogle(fake, nil))
 	fake.AddAccount(gmailAddr)
 	if _, err := fake.Gmail.Generate(gmailAddr, 20, 1); err != nil {
 		t.Fatal(err)
 	}
-	acc := ta.connectAccount(fake, ta.createUser("owner@example.com"), gmailAddr)
-	ta.waitMirror(fake, acc.ID, gmailAddr, 20*time.Second)
-	c := ta.adminClient()
+	acc := connectAccount(ta, fake, createUser(ta, "owner@example.com"), gmailAddr)
+	waitMirror(ta, fake, acc.ID, gmailAddr, 20*time.Second)
+	c := adminClient(ta)
 
 	status, body := getPage(t, c, ta.URL+"/admin/accounts")
 	if status != http.StatusOK || !strings.Contains(body, gmailAddr) || !strings.Contains(body, "ready") || !strings.Contains(body, "/push/gmail") {
@@ -78,7 +80,7 @@ func TestGmailAdminPages(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(raw), "full sync is queued") {
 		t.Fatalf("resync from the page: %s\n%s", resp.Status, raw)
 	}
-	ta.waitMirror(fake, acc.ID, gmailAddr, 20*time.Second)
+	waitMirror(ta, fake, acc.ID, gmailAddr, 20*time.Second)
 
 	// Google revokes the grant: the account goes to error and its page says
 	// what to do.
@@ -87,13 +89,13 @@ func TestGmailAdminPages(t *testing.T) {
 	if _, err := fake.Gmail.AddMessage(gmailAddr, googlefake.Message{Subject: "after the revocation"}); err != nil {
 		t.Fatal(err)
 	}
-	if st := ta.push(fake, gmailAddr, fake.Gmail.HistoryID(gmailAddr)); st != http.StatusNoContent {
+	if st := push(ta, fake, gmailAddr, fake.Gmail.HistoryID(gmailAddr)); st != http.StatusNoContent {
 		t.Fatalf("push: %d", st)
 	}
-	waitUntil(t, 20*time.Second, "the account in error", func() bool { return ta.account(acc.ID).Status == "error" })
+	apptest.WaitUntil(t, 20*time.Second, "the account in error", func() bool { return account(ta, acc.ID).Status == "error" })
 	var dead struct{ Deadletters []struct{ Type string } }
-	waitUntil(t, 20*time.Second, "the sync dead-lettered", func() bool {
-		ta.json(http.MethodGet, "/api/v1/deadletters?type=gmail:sync", nil, http.StatusOK, &dead)
+	apptest.WaitUntil(t, 20*time.Second, "the sync dead-lettered", func() bool {
+		ta.JSON(http.MethodGet, "/api/v1/deadletters?type=gmail:sync", nil, http.StatusOK, &dead)
 		return len(dead.Deadletters) == 1
 	})
 	_, body = getPage(t, c, ta.URL+"/admin/accounts/"+acc.ID)
@@ -102,7 +104,7 @@ func TestGmailAdminPages(t *testing.T) {
 			t.Errorf("the account page in error lacks %q", want)
 		}
 	}
-	if a := ta.account(acc.ID); a.StatusReason == "" {
+	if a := account(ta, acc.ID); a.StatusReason == "" {
 		t.Errorf("the API does not say what to do: %+v", a)
 	}
 }
@@ -119,12 +121,12 @@ func TestGmailOAuthConnect(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := freeAddr(t)
-	ta := startApp(t, withGoogle(fake, func(cfg *Config) {
+	ta := apptest.Start(t, withGoogle(fake, func(cfg *app.Config) {
 		cfg.HTTPAddr = addr
 		cfg.GoogleClientID, cfg.GoogleClientSecret = "client-id", "client-secret"
 	}))
-	userID := ta.createUser("owner@example.com")
-	c := ta.adminClient()
+	userID := createUser(ta, "owner@example.com")
+	c := adminClient(ta)
 
 	// Without a user the start page explains.
 	status, body := getPage(t, c, ta.URL+"/oauth/google/start?userId=nope")
@@ -136,11 +138,11 @@ func TestGmailOAuthConnect(t *testing.T) {
 		t.Fatalf("after the consent round trip: %d\n%s", status, body)
 	}
 	var list struct{ Accounts []gmailTestAccount }
-	ta.json(http.MethodGet, "/api/v1/accounts", nil, http.StatusOK, &list)
+	ta.JSON(http.MethodGet, "/api/v1/accounts", nil, http.StatusOK, &list)
 	if len(list.Accounts) != 1 || list.Accounts[0].Email != gmailAddr || list.Accounts[0].UserID != userID {
 		t.Fatalf("accounts after connect: %+v", list)
 	}
-	ta.waitMirror(fake, list.Accounts[0].ID, gmailAddr, 20*time.Second)
+	waitMirror(ta, fake, list.Accounts[0].ID, gmailAddr, 20*time.Second)
 
 	// A forged state is refused.
 	status, body = getPage(t, c, ta.URL+"/oauth/google/callback?code=x&state=forged")

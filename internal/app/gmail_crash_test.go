@@ -1,4 +1,4 @@
-package app
+package app_test
 
 import (
 	"bytes"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"mailroom/internal/app/apptest"
 	"mailroom/queue/google/googlefake"
 )
 
@@ -27,7 +28,7 @@ func (p *proc) call(method, path string, body any, want int, out any) {
 		r = bytes.NewReader(raw)
 	}
 	req, _ := http.NewRequest(method, p.url+path, r)
-	req.Header.Set("Authorization", "Bearer "+testToken)
+	req.Header.Set("Authorization", "Bearer "+apptest.Token)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
 	if err != nil {
@@ -135,7 +136,7 @@ func TestGmailCrashDuringSync(t *testing.T) {
 	p.call(http.MethodPost, "/api/v1/users", map[string]string{"email": "owner@example.com", "name": "Owner"}, http.StatusCreated, &user)
 	var acc gmailTestAccount
 	p.call(http.MethodPost, "/api/v1/accounts", map[string]string{"userId": user.ID, "email": gmailAddr, "refreshToken": fake.AddAccount(gmailAddr)}, http.StatusCreated, &acc)
-	waitUntil(t, 30*time.Second, "the first full sync", func() bool {
+	apptest.WaitUntil(t, 30*time.Second, "the first full sync", func() bool {
 		var a gmailTestAccount
 		p.call(http.MethodGet, "/api/v1/accounts/"+acc.ID, nil, http.StatusOK, &a)
 		return a.Status == "ready"
@@ -157,7 +158,7 @@ func TestGmailCrashDuringSync(t *testing.T) {
 
 	// Kill once the sync has recorded some pages but not all.
 	var mark uint64
-	waitUntil(t, 30*time.Second, "the sync to be half way", func() bool {
+	apptest.WaitUntil(t, 30*time.Second, "the sync to be half way", func() bool {
 		var a gmailTestAccount
 		p.call(http.MethodGet, "/api/v1/accounts/"+acc.ID, nil, http.StatusOK, &a)
 		mark, _ = strconv.ParseUint(a.HistoryID, 10, 64)

@@ -1,4 +1,4 @@
-package app
+package app_test
 
 import (
 	"bytes"
@@ -16,6 +16,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"mailroom/internal/app"
+	"mailroom/internal/app/apptest"
 	"mailroom/queue/google/googlefake"
 )
 
@@ -28,8 +30,8 @@ const (
 
 // withGoogle points the app at the emulator, with OIDC push auth (the
 // emulator signs the tokens) and the shared token both configured.
-func withGoogle(fake *googlefake.Server, more func(*Config)) func(*Config) {
-	return func(cfg *Config) {
+func withGoogle(fake *googlefake.Server, more func(*app.Config)) func(*app.Config) {
+	return func(cfg *app.Config) {
 		cfg.GoogleAPIURL, cfg.GoogleTokenURL, cfg.GoogleCertsURL = fake.URL(), fake.TokenURL(), fake.CertsURL()
 		cfg.PushAudience, cfg.PushServiceAccount = pushAudience, googlefake.DefaultPushServiceAccount
 		cfg.PushToken = pushSharedKey
@@ -41,10 +43,10 @@ func withGoogle(fake *googlefake.Server, more func(*Config)) func(*Config) {
 	}
 }
 
-func (ta *testApp) createUser(email string) string {
-	ta.t.Helper()
+func createUser(ta *apptest.App, email string) string {
+	ta.T().Helper()
 	var u struct{ ID string }
-	ta.json(http.MethodPost, "/api/v1/users", map[string]string{"email": email, "name": "Owner"}, http.StatusCreated, &u)
+	ta.JSON(http.MethodPost, "/api/v1/users", map[string]string{"email": email, "name": "Owner"}, http.StatusCreated, &u)
 	return u.ID
 }
 
@@ -54,20 +56,20 @@ type gmailTestAccount struct {
 	MessageCounts                                                       struct{ Total, Unread, Trashed int }
 }
 
-func (ta *testApp) account(id string) gmailTestAccount {
-	ta.t.Helper()
+func account(ta *apptest.App, id string) gmailTestAccount {
+	ta.T().Helper()
 	var a gmailTestAccount
-	ta.json(http.MethodGet, "/api/v1/accounts/"+id, nil, http.StatusOK, &a)
+	ta.JSON(http.MethodGet, "/api/v1/accounts/"+id, nil, http.StatusOK, &a)
 	return a
 }
 
 // connectAccount connects the emulator's mailbox through the API.
-func (ta *testApp) connectAccount(fake *googlefake.Server, userID, email string) gmailTestAccount {
-	ta.t.Helper()
+func connectAccount(ta *apptest.App, fake *googlefake.Server, userID, email string) gmailTestAccount {
+	ta.T().Helper()
 	var a gmailTestAccount
-	ta.json(http.MethodPost, "/api/v1/accounts", map[string]string{"userId": userID, "email": email, "refreshToken": fake.AddAccount(email)}, http.StatusCreated, &a)
+	ta.JSON(http.MethodPost, "/api/v1/accounts", map[string]string{"userId": userID, "email": email, "refreshToken": fake.AddAccount(email)}, http.StatusCreated, &a)
 	if a.ID == "" || a.Status != "syncing" || a.Email != email || a.UserID != userID {
-		ta.t.Fatalf("connect answered %+v", a)
+		ta.T().Fatalf("connect answered %+v", a)
 	}
 	return a
 }
@@ -86,8 +88,8 @@ type gmailTestMessage struct {
 }
 
 // mirror reads every message of the account through the API, page by page.
-func (ta *testApp) mirror(accountID, query string) map[string]gmailTestMessage {
-	ta.t.Helper()
+func mirror(ta *apptest.App, accountID, query string) map[string]gmailTestMessage {
+	ta.T().Helper()
 	out := map[string]gmailTestMessage{}
 	cursor := ""
 	for {
@@ -95,7 +97,7 @@ func (ta *testApp) mirror(accountID, query string) map[string]gmailTestMessage {
 			Messages []gmailTestMessage `json:"messages"`
 			Next     string             `json:"next"`
 		}
-		ta.json(http.MethodGet, "/api/v1/accounts/"+accountID+"/messages?limit=200&cursor="+url.QueryEscape(cursor)+query, nil, http.StatusOK, &page)
+		ta.JSON(http.MethodGet, "/api/v1/accounts/"+accountID+"/messages?limit=200&cursor="+url.QueryEscape(cursor)+query, nil, http.StatusOK, &page)
 		for _, m := range page.Messages {
 			out[m.ID] = m
 		}
@@ -126,12 +128,12 @@ func mailbox(fake *googlefake.Server, email string) map[string]gmailTestMessage 
 
 // waitMirror waits until the mirror equals the mailbox field by field and
 // the watermark is the mailbox's history id.
-func (ta *testApp) waitMirror(fake *googlefake.Server, accountID, email string, d time.Duration) {
-	ta.t.Helper()
+func waitMirror(ta *apptest.App, fake *googlefake.Server, accountID, email string, d time.Duration) {
+	ta.T().Helper()
 	deadline := time.Now().Add(d)
 	for {
-		want, got := mailbox(fake, email), ta.mirror(accountID, "")
-		a := ta.account(accountID)
+		want, got := mailbox(fake, email), mirror(ta, accountID, "")
+		a := account(ta, accountID)
 		hid := strconv.FormatUint(fake.Gmail.HistoryID(email), 10)
 		diff := cmp.Diff(want, got)
 		if diff == "" && a.HistoryID == hid && a.Status == "ready" {
@@ -141,7 +143,7 @@ func (ta *testApp) waitMirror(fake *googlefake.Server, accountID, email string, 
 			if len(diff) > 3000 {
 				diff = diff[:3000] + "…"
 			}
-			ta.t.Fatalf("no convergence in %s: account %+v (mailbox at %s); diff (-mailbox +mirror):\n%s", d, a, hid, diff)
+			ta.T().Fatalf("no convergence in %s: account %+v (mailbox at %s); diff (-mailbox +mirror):\n%s", d, a, hid, diff)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -149,14 +151,14 @@ func (ta *testApp) waitMirror(fake *googlefake.Server, accountID, email string, 
 
 // push posts a Pub/Sub envelope for the mailbox at hid with a valid OIDC
 // token and returns the status.
-func (ta *testApp) push(fake *googlefake.Server, email string, hid uint64) int {
-	ta.t.Helper()
+func push(ta *apptest.App, fake *googlefake.Server, email string, hid uint64) int {
+	ta.T().Helper()
 	req, _ := http.NewRequest(http.MethodPost, ta.URL+"/push/gmail", bytes.NewReader(fake.PushEnvelope(email, hid)))
 	req.Header.Set("Authorization", "Bearer "+fake.SignPushToken(googlefake.IDTokenClaims{}))
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		ta.t.Fatal(err)
+		ta.T().Fatal(err)
 	}
 	resp.Body.Close()
 	return resp.StatusCode
@@ -228,17 +230,17 @@ func mutateMailbox(t *testing.T, fake *googlefake.Server, email string, seed uin
 func TestGmailEndToEnd(t *testing.T) {
 	t.Parallel()
 	fake := googlefake.StartForTest(t, googlefake.Options{PushAudience: pushAudience})
-	ta := startApp(t, withGoogle(fake, nil))
+	ta := apptest.Start(t, withGoogle(fake, nil))
 	fake.AddAccount(gmailAddr)
 	if _, err := fake.Gmail.Generate(gmailAddr, 300, 42); err != nil {
 		t.Fatal(err)
 	}
-	userID := ta.createUser("owner@example.com")
-	acc := ta.connectAccount(fake, userID, gmailAddr)
+	userID := createUser(ta, "owner@example.com")
+	acc := connectAccount(ta, fake, userID, gmailAddr)
 
 	// The full sync mirrors the 300 messages, field by field; the watch is made.
-	ta.waitMirror(fake, acc.ID, gmailAddr, 30*time.Second)
-	got := ta.account(acc.ID)
+	waitMirror(ta, fake, acc.ID, gmailAddr, 30*time.Second)
+	got := account(ta, acc.ID)
 	if got.Messages != 300 || got.MessageCounts.Total != 300 || got.WatchExpiration == "" {
 		t.Fatalf("after the full sync: %+v", got)
 	}
@@ -248,10 +250,10 @@ func TestGmailEndToEnd(t *testing.T) {
 
 	// Changes, one push: converged exactly.
 	mutateMailbox(t, fake, gmailAddr, 1, contractChanges)
-	if st := ta.push(fake, gmailAddr, fake.Gmail.HistoryID(gmailAddr)); st != http.StatusNoContent {
+	if st := push(ta, fake, gmailAddr, fake.Gmail.HistoryID(gmailAddr)); st != http.StatusNoContent {
 		t.Fatalf("push: %d", st)
 	}
-	ta.waitMirror(fake, acc.ID, gmailAddr, 30*time.Second)
+	waitMirror(ta, fake, acc.ID, gmailAddr, 30*time.Second)
 
 	// Changes in 20 steps, their 20 pushes sent at once, each twice, in
 	// any order: converged exactly.
@@ -266,7 +268,7 @@ func TestGmailEndToEnd(t *testing.T) {
 	statuses := make([]int, len(pushes))
 	for i, h := range pushes {
 		wg.Add(1)
-		go func() { defer wg.Done(); statuses[i] = ta.push(fake, gmailAddr, h) }()
+		go func() { defer wg.Done(); statuses[i] = push(ta, fake, gmailAddr, h) }()
 	}
 	wg.Wait()
 	for i, st := range statuses {
@@ -274,12 +276,12 @@ func TestGmailEndToEnd(t *testing.T) {
 			t.Fatalf("push %d: status %d", i, st)
 		}
 	}
-	ta.waitMirror(fake, acc.ID, gmailAddr, 60*time.Second)
+	waitMirror(ta, fake, acc.ID, gmailAddr, 60*time.Second)
 
 	// Filters.
-	unread := ta.mirror(acc.ID, "&unread=true")
-	trashed := ta.mirror(acc.ID, "&trashed=true")
-	project := ta.mirror(acc.ID, "&label="+url.QueryEscape("Project 1"))
+	unread := mirror(ta, acc.ID, "&unread=true")
+	trashed := mirror(ta, acc.ID, "&trashed=true")
+	project := mirror(ta, acc.ID, "&label="+url.QueryEscape("Project 1"))
 	for _, m := range mailbox(fake, gmailAddr) {
 		_, u := unread[m.ID]
 		_, tr := trashed[m.ID]
@@ -290,7 +292,7 @@ func TestGmailEndToEnd(t *testing.T) {
 	}
 	var one gmailTestMessage
 	for id := range project {
-		ta.json(http.MethodGet, "/api/v1/accounts/"+acc.ID+"/messages/"+id, nil, http.StatusOK, &one)
+		ta.JSON(http.MethodGet, "/api/v1/accounts/"+acc.ID+"/messages/"+id, nil, http.StatusOK, &one)
 		if one.ID != id {
 			t.Fatalf("get message %s: %+v", id, one)
 		}
@@ -298,14 +300,14 @@ func TestGmailEndToEnd(t *testing.T) {
 	}
 
 	// Delete stops the watch and removes the data.
-	ta.json(http.MethodDelete, "/api/v1/accounts/"+acc.ID, nil, http.StatusNoContent, nil)
+	ta.JSON(http.MethodDelete, "/api/v1/accounts/"+acc.ID, nil, http.StatusNoContent, nil)
 	if _, ok := fake.Gmail.WatchState(gmailAddr); ok {
 		t.Fatal("the watch survived the account")
 	}
-	ta.json(http.MethodGet, "/api/v1/accounts/"+acc.ID, nil, http.StatusNotFound, nil)
-	ta.json(http.MethodGet, "/api/v1/accounts/"+acc.ID+"/messages", nil, http.StatusNotFound, nil)
+	ta.JSON(http.MethodGet, "/api/v1/accounts/"+acc.ID, nil, http.StatusNotFound, nil)
+	ta.JSON(http.MethodGet, "/api/v1/accounts/"+acc.ID+"/messages", nil, http.StatusNotFound, nil)
 	// A push for the address is now counted and dropped.
-	if st := ta.push(fake, gmailAddr, fake.Gmail.HistoryID(gmailAddr)+1); st != http.StatusNoContent {
+	if st := push(ta, fake, gmailAddr, fake.Gmail.HistoryID(gmailAddr)+1); st != http.StatusNoContent {
 		t.Fatalf("push for an unknown address: %d", st)
 	}
 }
@@ -313,8 +315,8 @@ func TestGmailEndToEnd(t *testing.T) {
 func TestGmailAccountsAPIErrors(t *testing.T) {
 	t.Parallel()
 	fake := googlefake.StartForTest(t, googlefake.Options{PushAudience: pushAudience})
-	ta := startApp(t, withGoogle(fake, nil))
-	userID := ta.createUser("owner@example.com")
+	ta := apptest.Start(t, withGoogle(fake, nil))
+	userID := createUser(ta, "owner@example.com")
 	cases := []struct {
 		method, path string
 		body         any
@@ -333,7 +335,7 @@ func TestGmailAccountsAPIErrors(t *testing.T) {
 		{"GET", "/api/v1/accounts/nope/messages", nil, 404, ""},
 		{"GET", "/api/v1/accounts/nope/messages/m1", nil, 404, ""},
 	}
-	acc := ta.connectAccount(fake, userID, "bob@example.com")
+	acc := connectAccount(ta, fake, userID, "bob@example.com")
 	cases = append(cases, []struct {
 		method, path string
 		body         any
@@ -349,7 +351,7 @@ func TestGmailAccountsAPIErrors(t *testing.T) {
 		{"POST", "/api/v1/accounts/" + acc.ID + "/resync", nil, 202, ""},
 	}...)
 	for _, tc := range cases {
-		status, raw := ta.do(tc.method, tc.path, tc.body)
+		status, raw := ta.Do(tc.method, tc.path, tc.body)
 		if status != tc.status {
 			t.Errorf("%s %s: %d %s, want %d", tc.method, tc.path, status, raw, tc.status)
 			continue
@@ -364,7 +366,7 @@ func TestGmailAccountsAPIErrors(t *testing.T) {
 		}
 	}
 	var list struct{ Accounts []gmailTestAccount }
-	ta.json(http.MethodGet, "/api/v1/accounts", nil, http.StatusOK, &list)
+	ta.JSON(http.MethodGet, "/api/v1/accounts", nil, http.StatusOK, &list)
 	if len(list.Accounts) != 1 || list.Accounts[0].ID != acc.ID {
 		t.Fatalf("list: %+v", list)
 	}

@@ -1,4 +1,4 @@
-package app
+package app_test
 
 import (
 	"bytes"
@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"mailroom/internal/app"
+	"mailroom/internal/app/apptest"
 	"mailroom/queue/google/googlefake"
 )
 
@@ -17,9 +19,9 @@ import (
 func TestPushBadInput(t *testing.T) {
 	t.Parallel()
 	fake := googlefake.StartForTest(t, googlefake.Options{PushAudience: pushAudience})
-	ta := startApp(t, withGoogle(fake, nil))
-	userID := ta.createUser("owner@example.com")
-	ta.connectAccount(fake, userID, gmailAddr)
+	ta := apptest.Start(t, withGoogle(fake, nil))
+	userID := createUser(ta, "owner@example.com")
+	connectAccount(ta, fake, userID, gmailAddr)
 
 	good := fake.PushEnvelope(gmailAddr, 5)
 	token := func(c googlefake.IDTokenClaims, flaws ...googlefake.TokenFlaw) string {
@@ -93,7 +95,7 @@ func TestPushBadInput(t *testing.T) {
 	}
 
 	// The metrics count each outcome.
-	_, raw := ta.do(http.MethodGet, "/metrics", nil)
+	_, raw := ta.Do(http.MethodGet, "/metrics", nil)
 	for _, want := range []string{
 		`mailroom_push_requests_total{outcome="accepted"} 3`,
 		`mailroom_push_requests_total{outcome="unknown_address"} 1`,
@@ -112,7 +114,7 @@ func TestPushBadInput(t *testing.T) {
 func TestPushRefusedWithoutAuthConfigured(t *testing.T) {
 	t.Parallel()
 	fake := googlefake.StartForTest(t, googlefake.Options{PushAudience: pushAudience})
-	ta := startApp(t, withGoogle(fake, func(cfg *Config) { cfg.PushAudience, cfg.PushToken = "", "" }))
+	ta := apptest.Start(t, withGoogle(fake, func(cfg *app.Config) { cfg.PushAudience, cfg.PushToken = "", "" }))
 	req, _ := http.NewRequest(http.MethodPost, ta.URL+"/push/gmail?token=anything", bytes.NewReader(fake.PushEnvelope(gmailAddr, 5)))
 	req.Header.Set("Authorization", "Bearer "+fake.SignPushToken(googlefake.IDTokenClaims{}))
 	resp, err := http.DefaultClient.Do(req)

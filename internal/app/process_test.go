@@ -1,4 +1,4 @@
-package app
+package app_test
 
 import (
 	"bufio"
@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"mailroom/internal/app"
+	"mailroom/internal/app/apptest"
 	"mailroom/store"
 )
 
@@ -44,13 +46,13 @@ func freeAddr(t *testing.T) string {
 // startProc runs `mailroom serve` on dataDir with the debug task type.
 func startProc(t *testing.T, dataDir string, env ...string) *proc {
 	t.Helper()
-	bin := buildBinary(t)
+	bin := apptest.Binary(t)
 	addr := freeAddr(t)
 	cmd := exec.Command(bin, "serve")
 	cmd.Env = append(os.Environ(),
 		"MAILROOM_DATA_DIR="+dataDir,
 		"MAILROOM_HTTP_ADDR="+addr,
-		"MAILROOM_API_TOKEN="+testToken,
+		"MAILROOM_API_TOKEN="+apptest.Token,
 		"MAILROOM_ADMIN_PASSWORD=correct horse battery staple",
 		"MAILROOM_DEBUG_TASKS=true",
 		"MAILROOM_TASK_POLL_INTERVAL=20ms",
@@ -68,7 +70,7 @@ func startProc(t *testing.T, dataDir string, env ...string) *proc {
 		cmd.Process.Kill()
 		<-p.exited
 	})
-	waitUntil(t, 30*time.Second, "the child's /readyz", func() bool {
+	apptest.WaitUntil(t, 30*time.Second, "the child's /readyz", func() bool {
 		select {
 		case <-p.exited:
 			t.Fatalf("mailroom exited early: %v\n%s", p.exitErr, out)
@@ -88,7 +90,7 @@ func (p *proc) post(path string, body any) {
 	p.t.Helper()
 	raw, _ := json.Marshal(body)
 	req, _ := http.NewRequest(http.MethodPost, p.url+path, bytes.NewReader(raw))
-	req.Header.Set("Authorization", "Bearer "+testToken)
+	req.Header.Set("Authorization", "Bearer "+apptest.Token)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -104,7 +106,7 @@ func (p *proc) post(path string, body any) {
 // completions reads the debug task log: how often each id completed.
 func completions(t *testing.T, dataDir string) map[string]int {
 	t.Helper()
-	f, err := os.Open(filepath.Join(dataDir, debugLogName))
+	f, err := os.Open(filepath.Join(dataDir, app.DebugLogName))
 	if err != nil {
 		if os.IsNotExist(err) {
 			return map[string]int{}
@@ -130,7 +132,7 @@ func TestCrashSafetyKill9(t *testing.T) {
 	dir := t.TempDir()
 	p := startProc(t, dir)
 	p.post("/api/v1/debug/tasks", map[string]any{"count": total, "sleepMs": 2})
-	waitUntil(t, 60*time.Second, "some tasks to complete", func() bool { return len(completions(t, dir)) >= total/5 })
+	apptest.WaitUntil(t, 60*time.Second, "some tasks to complete", func() bool { return len(completions(t, dir)) >= total/5 })
 	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +143,7 @@ func TestCrashSafetyKill9(t *testing.T) {
 	}
 
 	startProc(t, dir)
-	waitUntil(t, 90*time.Second, "every task to complete after the restart", func() bool { return len(completions(t, dir)) == total })
+	apptest.WaitUntil(t, 90*time.Second, "every task to complete after the restart", func() bool { return len(completions(t, dir)) == total })
 	twice := 0
 	for _, n := range completions(t, dir) {
 		if n > 1 {
@@ -160,7 +162,7 @@ func TestGracefulShutdownLosesNothing(t *testing.T) {
 	dir := t.TempDir()
 	p := startProc(t, dir, "MAILROOM_SHUTDOWN_TIMEOUT=3s")
 	p.post("/api/v1/debug/tasks", map[string]any{"count": total, "sleepMs": 100})
-	waitUntil(t, 30*time.Second, "some tasks to complete", func() bool { return len(completions(t, dir)) >= 20 })
+	apptest.WaitUntil(t, 30*time.Second, "some tasks to complete", func() bool { return len(completions(t, dir)) >= 20 })
 	start := time.Now()
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -178,14 +180,14 @@ func TestGracefulShutdownLosesNothing(t *testing.T) {
 		t.Fatalf("bbolt after shutdown: %v", err)
 	}
 	startProc(t, dir)
-	waitUntil(t, 60*time.Second, "every task to complete after the restart", func() bool { return len(completions(t, dir)) == total })
+	apptest.WaitUntil(t, 60*time.Second, "every task to complete after the restart", func() bool { return len(completions(t, dir)) == total })
 }
 
 func TestBadConfigExitsWithReason(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
-	cmd := exec.Command(buildBinary(t), "serve")
+	cmd := exec.Command(apptest.Binary(t), "serve")
 	cmd.Env = append(os.Environ(), "MAILROOM_DATA_DIR="+t.TempDir(), "MAILROOM_SHEETS_FLUSH_DELAY=often")
 	out, err := cmd.CombinedOutput()
 	var ee *exec.ExitError
@@ -203,7 +205,7 @@ func TestSecondInstanceFailsFast(t *testing.T) {
 	}
 	dir := t.TempDir()
 	startProc(t, dir)
-	cmd := exec.Command(buildBinary(t), "serve")
+	cmd := exec.Command(apptest.Binary(t), "serve")
 	cmd.Env = append(os.Environ(), "MAILROOM_DATA_DIR="+dir, "MAILROOM_HTTP_ADDR="+freeAddr(t))
 	start := time.Now()
 	out, err := cmd.CombinedOutput()

@@ -1,4 +1,4 @@
-package app
+package app_test
 
 import (
 	"encoding/json"
@@ -13,6 +13,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"mailroom/internal/app"
+	"mailroom/internal/app/apptest"
 	"mailroom/internal/bench/story"
 	"mailroom/queue/google/googlefake"
 	"mailroom/queue/rules"
@@ -25,10 +27,10 @@ func storyThreads(t testing.TB, fake *googlefake.Server, email string, threads i
 	}
 }
 
-func seedAccount(t testing.TB, ta *testApp, fake *googlefake.Server, userID, email string) string {
+func seedAccount(t testing.TB, ta *apptest.App, fake *googlefake.Server, userID, email string) string {
 	t.Helper()
 	refresh := fake.AddAccount(email)
-	id, err := story.SeedMirror(ta.App.db, userID, email, refresh, fake.Gmail.Messages(email), fake.Gmail.LabelNames(email), fake.Gmail.HistoryID(email))
+	id, err := story.SeedMirror(ta.DB(), userID, email, refresh, fake.Gmail.Messages(email), fake.Gmail.LabelNames(email), fake.Gmail.HistoryID(email))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,10 +82,10 @@ type reclassifyStatus struct {
 	} `json:"jobs"`
 }
 
-func (ta *testApp) reclassify(userID string) reclassifyStatus {
-	ta.t.Helper()
+func reclassify(ta *apptest.App, userID string) reclassifyStatus {
+	ta.T().Helper()
 	var st reclassifyStatus
-	ta.json(http.MethodGet, "/api/v1/users/"+userID+"/reclassify", nil, http.StatusOK, &st)
+	ta.JSON(http.MethodGet, "/api/v1/users/"+userID+"/reclassify", nil, http.StatusOK, &st)
 	return st
 }
 
@@ -95,12 +97,12 @@ func (ta *testApp) reclassify(userID string) reclassifyStatus {
 func TestRuleSaveStory(t *testing.T) {
 	t.Parallel()
 	fake := googlefake.StartForTest(t, googlefake.Options{})
-	ta := startApp(t, withGoogle(fake, func(cfg *Config) {
+	ta := apptest.Start(t, withGoogle(fake, func(cfg *app.Config) {
 		cfg.ReclassifyDebounce = 600 * time.Millisecond
 		cfg.ReclassifyMaxWait = 6 * time.Second
 		cfg.ReclassifyTick = 100 * time.Millisecond
 	}))
-	userID := ta.createUser("owner@example.com")
+	userID := createUser(ta, "owner@example.com")
 	fake.AddAccount(gmailAddr)
 	storyThreads(t, fake, gmailAddr, 3000)
 	seedAccount(t, ta, fake, userID, gmailAddr)
@@ -118,15 +120,15 @@ func TestRuleSaveStory(t *testing.T) {
 			}
 		}
 		if i == 0 {
-			ta.json(http.MethodPost, "/api/v1/users/"+userID+"/rules", body, http.StatusCreated, &saved)
+			ta.JSON(http.MethodPost, "/api/v1/users/"+userID+"/rules", body, http.StatusCreated, &saved)
 			ruleID = saved.Rule.ID
 		} else {
-			ta.json(http.MethodPut, "/api/v1/rules/"+ruleID, body, http.StatusOK, &saved)
+			ta.JSON(http.MethodPut, "/api/v1/rules/"+ruleID, body, http.StatusOK, &saved)
 		}
 		if saved.Reclassify.State != "pending" || saved.Reclassify.FiresAt.Before(time.Now()) {
 			t.Fatalf("save %d: reclassify %+v", i+1, saved.Reclassify)
 		}
-		if st := ta.reclassify(userID); len(st.Jobs) != 0 {
+		if st := reclassify(ta, userID); len(st.Jobs) != 0 {
 			t.Fatalf("a job was published %s after the first save, while the user was still editing", time.Since(start))
 		}
 		time.Sleep(120 * time.Millisecond)
@@ -134,8 +136,8 @@ func TestRuleSaveStory(t *testing.T) {
 	last := rules.Spec{Label: "GitHub", Match: "all", Conditions: []rules.Condition{{Field: "from", Op: "contains", Value: "@github.com"}}}
 
 	var st reclassifyStatus
-	waitUntil(t, 60*time.Second, "the reclassify to finish", func() bool {
-		st = ta.reclassify(userID)
+	apptest.WaitUntil(t, 60*time.Second, "the reclassify to finish", func() bool {
+		st = reclassify(ta, userID)
 		return len(st.Jobs) > 0 && st.Jobs[0].FinishedAt != nil
 	})
 	if len(st.Jobs) != 1 || st.Pending != nil {
@@ -151,7 +153,7 @@ func TestRuleSaveStory(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" || len(want) != 1000 {
 		t.Fatalf("labels in Gmail (-want +got), %d wanted:\n%s", len(want), diff)
 	}
-	metrics := ta.metrics()
+	metrics := scrapeMetrics(ta)
 	for series, value := range map[string]float64{
 		`mailroom_reclassify_publishes_total`:                   1,
 		`mailroom_reclassify_batches_total{outcome="run"}`:      60,
@@ -168,9 +170,9 @@ func TestRuleSaveStory(t *testing.T) {
 	// The limit: 20 saves a minute; 15 more pass, the 21st is refused.
 	for i := range 15 {
 		body := map[string]any{"label": fmt.Sprintf("Other %d", i), "conditions": []map[string]string{{"field": "subject", "op": "contains", "value": "x"}}}
-		ta.json(http.MethodPost, "/api/v1/users/"+userID+"/rules", body, http.StatusCreated, nil)
+		ta.JSON(http.MethodPost, "/api/v1/users/"+userID+"/rules", body, http.StatusCreated, nil)
 	}
-	status, raw := ta.do(http.MethodPost, "/api/v1/users/"+userID+"/rules", map[string]any{"label": "21st", "conditions": []map[string]string{{"field": "to", "op": "contains", "value": "x"}}})
+	status, raw := ta.Do(http.MethodPost, "/api/v1/users/"+userID+"/rules", map[string]any{"label": "21st", "conditions": []map[string]string{{"field": "to", "op": "contains", "value": "x"}}})
 	if status != http.StatusTooManyRequests {
 		t.Fatalf("21st save: %d %s", status, raw)
 	}
@@ -180,7 +182,7 @@ func TestRuleSaveStory(t *testing.T) {
 	if json.Unmarshal(raw, &e) != nil || e.Error.Code != "rate_limited" {
 		t.Fatalf("21st save answer %s", raw)
 	}
-	if m := ta.metrics(); m[`mailroom_rule_saves_total{outcome="rate_limited"}`] != 1 {
+	if m := scrapeMetrics(ta); m[`mailroom_rule_saves_total{outcome="rate_limited"}`] != 1 {
 		t.Errorf("refused saves metric %v", m[`mailroom_rule_saves_total{outcome="rate_limited"}`])
 	}
 }
@@ -191,7 +193,7 @@ func TestRuleSaveStory(t *testing.T) {
 func TestRulesApplyToNewMail(t *testing.T) {
 	t.Parallel()
 	fake := googlefake.StartForTest(t, googlefake.Options{PushAudience: pushAudience})
-	ta := startApp(t, withGoogle(fake, func(cfg *Config) {
+	ta := apptest.Start(t, withGoogle(fake, func(cfg *app.Config) {
 		cfg.ReclassifyDebounce, cfg.ReclassifyMaxWait, cfg.ReclassifyTick = 100*time.Millisecond, time.Second, 50*time.Millisecond
 	}))
 	fake.AddAccount(gmailAddr)
@@ -210,16 +212,16 @@ func TestRulesApplyToNewMail(t *testing.T) {
 	if err := fake.Gmail.AddLabels(gmailAddr, hand, dev); err != nil {
 		t.Fatal(err)
 	}
-	userID := ta.createUser("owner@example.com")
-	acc := ta.connectAccount(fake, userID, gmailAddr)
-	ta.waitMirror(fake, acc.ID, gmailAddr, 30*time.Second)
+	userID := createUser(ta, "owner@example.com")
+	acc := connectAccount(ta, fake, userID, gmailAddr)
+	waitMirror(ta, fake, acc.ID, gmailAddr, 30*time.Second)
 
 	v1 := rules.Spec{Label: "Dev", Match: "all", Conditions: []rules.Condition{{Field: "from", Op: "contains", Value: "@github.com"}},
 		Actions: rules.Actions{MarkRead: true}}
 	var saved struct{ Rule struct{ ID string } }
-	ta.json(http.MethodPost, "/api/v1/users/"+userID+"/rules", v1, http.StatusCreated, &saved)
-	waitUntil(t, 20*time.Second, "the first reclassify", func() bool {
-		st := ta.reclassify(userID)
+	ta.JSON(http.MethodPost, "/api/v1/users/"+userID+"/rules", v1, http.StatusCreated, &saved)
+	apptest.WaitUntil(t, 20*time.Second, "the first reclassify", func() bool {
+		st := reclassify(ta, userID)
 		return len(st.Jobs) == 1 && st.Jobs[0].FinishedAt != nil
 	})
 	set := func(ids ...[]string) map[string]bool {
@@ -240,10 +242,10 @@ func TestRulesApplyToNewMail(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st := ta.push(fake, gmailAddr, fake.Gmail.HistoryID(gmailAddr)); st != http.StatusNoContent {
+	if st := push(ta, fake, gmailAddr, fake.Gmail.HistoryID(gmailAddr)); st != http.StatusNoContent {
 		t.Fatalf("push: %d", st)
 	}
-	waitUntil(t, 20*time.Second, "the new message to be labelled", func() bool {
+	apptest.WaitUntil(t, 20*time.Second, "the new message to be labelled", func() bool {
 		m, _ := fake.Gmail.Message(gmailAddr, id)
 		return slices.Contains(m.LabelIDs, dev) && !m.Unread()
 	})
@@ -252,9 +254,9 @@ func TestRulesApplyToNewMail(t *testing.T) {
 	// new mail's too); the hand-applied one stays.
 	v2 := v1
 	v2.Conditions = []rules.Condition{{Field: "subject", Op: "equals", Value: "no such subject"}}
-	ta.json(http.MethodPut, "/api/v1/rules/"+saved.Rule.ID, v2, http.StatusOK, nil)
-	waitUntil(t, 20*time.Second, "the second reclassify", func() bool {
-		st := ta.reclassify(userID)
+	ta.JSON(http.MethodPut, "/api/v1/rules/"+saved.Rule.ID, v2, http.StatusOK, nil)
+	apptest.WaitUntil(t, 20*time.Second, "the second reclassify", func() bool {
+		st := reclassify(ta, userID)
 		return len(st.Jobs) == 2 && st.Jobs[0].FinishedAt != nil
 	})
 	if got := labelled(fake, gmailAddr, "Dev"); !slices.Equal(got, []string{hand}) {
@@ -262,17 +264,17 @@ func TestRulesApplyToNewMail(t *testing.T) {
 	}
 }
 
-// metrics reads /metrics into series → value.
-func (ta *testApp) metrics() map[string]float64 {
-	ta.t.Helper()
+// scrapeMetrics reads /metrics into series → value.
+func scrapeMetrics(ta *apptest.App) map[string]float64 {
+	ta.T().Helper()
 	resp, err := http.Get(ta.URL + "/metrics")
 	if err != nil {
-		ta.t.Fatal(err)
+		ta.T().Fatal(err)
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
 	if err != nil {
-		ta.t.Fatal(err)
+		ta.T().Fatal(err)
 	}
 	out := map[string]float64{}
 	for _, line := range strings.Split(string(raw), "\n") {
@@ -294,39 +296,39 @@ func (ta *testApp) metrics() map[string]float64 {
 func TestRulesApplyAfterFullSync(t *testing.T) {
 	t.Parallel()
 	fake := googlefake.StartForTest(t, googlefake.Options{PushAudience: pushAudience})
-	ta := startApp(t, withGoogle(fake, func(cfg *Config) {
+	ta := apptest.Start(t, withGoogle(fake, func(cfg *app.Config) {
 		cfg.ReclassifyDebounce, cfg.ReclassifyMaxWait, cfg.ReclassifyTick = 100*time.Millisecond, time.Second, 50*time.Millisecond
 	}))
-	userID := ta.createUser("owner@example.com")
+	userID := createUser(ta, "owner@example.com")
 	spec := rules.Spec{Label: "Dev", Match: "all", Conditions: []rules.Condition{{Field: "from", Op: "contains", Value: "@github.com"}}}
-	ta.json(http.MethodPost, "/api/v1/users/"+userID+"/rules", spec, http.StatusCreated, nil)
-	waitUntil(t, 20*time.Second, "the save's reclassify (no account yet)", func() bool {
-		st := ta.reclassify(userID)
+	ta.JSON(http.MethodPost, "/api/v1/users/"+userID+"/rules", spec, http.StatusCreated, nil)
+	apptest.WaitUntil(t, 20*time.Second, "the save's reclassify (no account yet)", func() bool {
+		st := reclassify(ta, userID)
 		return len(st.Jobs) == 1 && st.Jobs[0].FinishedAt != nil
 	})
 
 	fake.AddAccount(gmailAddr)
 	storyThreads(t, fake, gmailAddr, 30)
-	acc := ta.connectAccount(fake, userID, gmailAddr)
-	ta.waitMirror(fake, acc.ID, gmailAddr, 30*time.Second)
+	acc := connectAccount(ta, fake, userID, gmailAddr)
+	waitMirror(ta, fake, acc.ID, gmailAddr, 30*time.Second)
 	want := matching(t, fake, gmailAddr, spec)
 	slices.Sort(want)
-	waitUntil(t, 20*time.Second, "the rule's labels on the synced mail", func() bool {
+	apptest.WaitUntil(t, 20*time.Second, "the rule's labels on the synced mail", func() bool {
 		got := labelled(fake, gmailAddr, "Dev")
 		slices.Sort(got)
 		return len(want) > 0 && slices.Equal(want, got)
 	})
 	// The labels reach Gmail before the batch's bookkeeping commits: wait
 	// for the job to finish before reading its counts.
-	waitUntil(t, 20*time.Second, "the full sync's reclassify job to finish", func() bool {
-		st := ta.reclassify(userID)
+	apptest.WaitUntil(t, 20*time.Second, "the full sync's reclassify job to finish", func() bool {
+		st := reclassify(ta, userID)
 		return len(st.Jobs) == 2 && st.Jobs[0].FinishedAt != nil
 	})
-	st := ta.reclassify(userID)
+	st := reclassify(ta, userID)
 	if st.Jobs[0].ThreadsLabeled == 0 {
 		t.Fatalf("reclassify %+v: want the second job, after the full sync, to have labelled threads", st)
 	}
-	if m := ta.metrics(); m[`mailroom_rule_saves_total{outcome="accepted"}`] != 1 {
+	if m := scrapeMetrics(ta); m[`mailroom_rule_saves_total{outcome="accepted"}`] != 1 {
 		t.Errorf("accepted saves %v, want 1: the full sync's reclassify is not a save", m[`mailroom_rule_saves_total{outcome="accepted"}`])
 	}
 }

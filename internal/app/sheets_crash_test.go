@@ -1,4 +1,4 @@
-package app
+package app_test
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"mailroom/internal/app/apptest"
 	"mailroom/queue/google/googlefake"
 )
 
@@ -65,7 +66,7 @@ func (p *proc) json(method, path string, body any, want int, out any) error {
 		r = bytes.NewReader(raw)
 	}
 	req, _ := http.NewRequest(method, p.url+path, r)
-	req.Header.Set("Authorization", "Bearer "+testToken)
+	req.Header.Set("Authorization", "Bearer "+apptest.Token)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -160,7 +161,7 @@ func (s *submitter) run(p *proc, formID string, n int) {
 func checkSheet(t *testing.T, p *proc, f *crashFake, formID, book string, s *submitter) []string {
 	t.Helper()
 	var form sheetsForm
-	waitUntil(t, 60*time.Second, "the buffer to drain", func() bool {
+	apptest.WaitUntil(t, 60*time.Second, "the buffer to drain", func() bool {
 		if err := p.json(http.MethodGet, "/api/v1/forms/"+formID, nil, http.StatusOK, &form); err != nil {
 			return false
 		}
@@ -217,7 +218,7 @@ func TestSheetsCrashKill9MidBurst(t *testing.T) {
 	s := &submitter{}
 	done := make(chan struct{})
 	go func() { defer close(done); s.run(p, formID, 3000) }()
-	waitUntil(t, 60*time.Second, "300 rows in the sheet", func() bool {
+	apptest.WaitUntil(t, 60*time.Second, "300 rows in the sheet", func() bool {
 		rows, _ := f.Sheets.Rows(book, "Sheet1")
 		return len(rows) >= 300
 	})
@@ -254,7 +255,7 @@ func TestSheetsCrashBetweenWriteAndBookkeeping(t *testing.T) {
 	f.killOnNextWrite(p)
 	s := &submitter{}
 	s.run(p, formID, 40) // under the threshold: one flush after the delay
-	waitUntil(t, 30*time.Second, "the child to die on its write", func() bool {
+	apptest.WaitUntil(t, 30*time.Second, "the child to die on its write", func() bool {
 		select {
 		case <-p.exited:
 			return true

@@ -1,4 +1,4 @@
-package app
+package app_test
 
 import (
 	"bytes"
@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"mailroom/internal/app"
+	"mailroom/internal/app/apptest"
 	"mailroom/queue/google/googlefake"
 )
 
@@ -41,18 +43,18 @@ type apiErrorBody struct {
 	} `json:"error"`
 }
 
-func (ta *testApp) form(id string) sheetsForm {
-	ta.t.Helper()
+func getForm(ta *apptest.App, id string) sheetsForm {
+	ta.T().Helper()
 	var f sheetsForm
-	ta.json(http.MethodGet, "/api/v1/forms/"+id, nil, http.StatusOK, &f)
+	ta.JSON(http.MethodGet, "/api/v1/forms/"+id, nil, http.StatusOK, &f)
 	return f
 }
 
 // sheetsApp starts the app against the emulator with a user, a connected
 // account and a spreadsheet it owns.
-func sheetsApp(t *testing.T, fake *googlefake.Server, more func(*Config)) (ta *testApp, userID, accountID, book string) {
+func sheetsApp(t *testing.T, fake *googlefake.Server, more func(*app.Config)) (ta *apptest.App, userID, accountID, book string) {
 	t.Helper()
-	ta = startApp(t, withGoogle(fake, func(cfg *Config) {
+	ta = apptest.Start(t, withGoogle(fake, func(cfg *app.Config) {
 		cfg.PubSubTopic = ""
 		cfg.SheetsFlushDelay = 500 * time.Millisecond
 		cfg.SheetsQuotaWindow = time.Second
@@ -61,8 +63,8 @@ func sheetsApp(t *testing.T, fake *googlefake.Server, more func(*Config)) (ta *t
 			more(cfg)
 		}
 	}))
-	userID = ta.createUser("forms@example.com")
-	accountID = ta.connectAccount(fake, userID, "forms@example.com").ID
+	userID = createUser(ta, "forms@example.com")
+	accountID = connectAccount(ta, fake, userID, "forms@example.com").ID
 	book, err := fake.Sheets.CreateSpreadsheet("forms@example.com", "Survey", "Responses", "Other")
 	if err != nil {
 		t.Fatal(err)
@@ -79,7 +81,7 @@ func TestSheetsEndToEnd(t *testing.T) {
 	ta, userID, accountID, book := sheetsApp(t, fake, nil)
 
 	var f sheetsForm
-	ta.json(http.MethodPost, "/api/v1/forms", map[string]any{
+	ta.JSON(http.MethodPost, "/api/v1/forms", map[string]any{
 		"userId": userID, "accountId": accountID, "spreadsheetId": book, "sheet": "Responses", "columns": []string{"name", "email"},
 	}, http.StatusCreated, &f)
 	if f.ID == "" || f.Sheet != "Responses" || f.StartRow != 1 || f.Buffered != 0 || f.LastFlushAt != "" {
@@ -97,7 +99,7 @@ func TestSheetsEndToEnd(t *testing.T) {
 			defer wg.Done()
 			for i := range 10 {
 				var got struct{ ID string }
-				ta.json(http.MethodPost, "/api/v1/forms/"+f.ID+"/submissions", map[string]any{
+				ta.JSON(http.MethodPost, "/api/v1/forms/"+f.ID+"/submissions", map[string]any{
 					"answers": map[string]any{"name": fmt.Sprint("n", w, "-", i), "email": "=HYPERLINK(\"http://x\")"},
 				}, http.StatusAccepted, &got)
 				mu.Lock()
@@ -107,7 +109,7 @@ func TestSheetsEndToEnd(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	waitUntil(t, 15*time.Second, "100 rows written", func() bool { return ta.form(f.ID).RowsWritten == 100 })
+	apptest.WaitUntil(t, 15*time.Second, "100 rows written", func() bool { return getForm(ta, f.ID).RowsWritten == 100 })
 
 	cells, err := fake.Sheets.Cells(book, "Responses")
 	if err != nil {
@@ -139,17 +141,17 @@ func TestSheetsEndToEnd(t *testing.T) {
 			t.Fatalf("accepted submission %s is not in the sheet", id)
 		}
 	}
-	got := ta.form(f.ID)
+	got := getForm(ta, f.ID)
 	if got.Buffered != 0 || got.LastFlushAt == "" || got.LastError != "" || got.WriteCalls < 1 || got.WriteCalls > 4 {
 		t.Fatalf("form after the flush: %+v", got)
 	}
 	var list struct{ Forms []sheetsForm }
-	ta.json(http.MethodGet, "/api/v1/forms?userId="+userID, nil, http.StatusOK, &list)
+	ta.JSON(http.MethodGet, "/api/v1/forms?userId="+userID, nil, http.StatusOK, &list)
 	if len(list.Forms) != 1 || list.Forms[0].ID != f.ID {
 		t.Fatalf("list %+v", list)
 	}
 
-	status, metrics := ta.do(http.MethodGet, "/metrics", nil)
+	status, metrics := ta.Do(http.MethodGet, "/metrics", nil)
 	for _, want := range []string{
 		"mailroom_sheets_rows_written_total 100", "mailroom_sheets_rows_buffered 0",
 		fmt.Sprintf("mailroom_sheets_write_calls_total %d", got.WriteCalls), "mailroom_sheets_quota_waits_total",
@@ -169,11 +171,11 @@ func TestSheetsEndToEnd(t *testing.T) {
 }
 
 // adminGet logs in to the admin page and returns the body of path.
-func adminGet(t *testing.T, ta *testApp, path string) string {
+func adminGet(t *testing.T, ta *apptest.App, path string) string {
 	t.Helper()
 	jar, _ := cookiejar.New(nil)
 	c := &http.Client{Jar: jar}
-	resp, err := c.PostForm(ta.URL+"/admin/login", url.Values{"password": {ta.cfg.AdminPassword}, "next": {path}})
+	resp, err := c.PostForm(ta.URL+"/admin/login", url.Values{"password": {ta.Config().AdminPassword}, "next": {path}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +194,7 @@ func TestSheetsBadInput(t *testing.T) {
 	fake := googlefake.StartForTest(t, googlefake.Options{})
 	ta, userID, accountID, book := sheetsApp(t, fake, nil)
 	var f sheetsForm
-	ta.json(http.MethodPost, "/api/v1/forms", map[string]any{
+	ta.JSON(http.MethodPost, "/api/v1/forms", map[string]any{
 		"userId": userID, "accountId": accountID, "spreadsheetId": book, "sheet": "Responses", "columns": []string{"name", "email"},
 	}, http.StatusCreated, &f)
 	stranger, err := fake.Sheets.CreateSpreadsheet("stranger@example.com", "Not yours")
@@ -240,20 +242,20 @@ func TestSheetsBadInput(t *testing.T) {
 		if tc.body == nil {
 			method = http.MethodGet
 		}
-		status, raw := ta.do(method, tc.path, tc.body)
+		status, raw := ta.Do(method, tc.path, tc.body)
 		var e apiErrorBody
 		_ = json.Unmarshal(raw, &e)
 		if status != tc.status || e.Error.Code != tc.code || e.Error.Field != tc.field || e.Error.Message == "" {
 			t.Errorf("%s: %d %s, want %d %s on %q", tc.name, status, raw, tc.status, tc.code, tc.field)
 		}
 	}
-	if got := ta.form(f.ID); got.Buffered != 0 {
+	if got := getForm(ta, f.ID); got.Buffered != 0 {
 		t.Fatalf("a refused submission was buffered: %+v", got)
 	}
 	// Formula text is accepted and stays text.
 	var s struct{ ID string }
-	ta.json(http.MethodPost, sub, map[string]any{"answers": map[string]any{"name": "=1+1", "email": 42}}, http.StatusAccepted, &s)
-	waitUntil(t, 10*time.Second, "the row", func() bool { return ta.form(f.ID).RowsWritten == 1 })
+	ta.JSON(http.MethodPost, sub, map[string]any{"answers": map[string]any{"name": "=1+1", "email": 42}}, http.StatusAccepted, &s)
+	apptest.WaitUntil(t, 10*time.Second, "the row", func() bool { return getForm(ta, f.ID).RowsWritten == 1 })
 	cells, _ := fake.Sheets.Cells(book, "Responses")
 	if len(cells) != 1 || cells[0][1].Formula || cells[0][1].Value != "=1+1" || cells[0][2].Value != "42" || cells[0][3].Value != s.ID {
 		t.Fatalf("row %+v", cells)
@@ -266,31 +268,31 @@ func TestSheetsBadInput(t *testing.T) {
 func TestSheetsDeleteForm(t *testing.T) {
 	t.Parallel()
 	fake := googlefake.StartForTest(t, googlefake.Options{})
-	ta, userID, accountID, book := sheetsApp(t, fake, func(cfg *Config) { cfg.SheetsFlushDelay = time.Hour })
+	ta, userID, accountID, book := sheetsApp(t, fake, func(cfg *app.Config) { cfg.SheetsFlushDelay = time.Hour })
 	newForm := func(columns ...string) sheetsForm {
 		var f sheetsForm
-		ta.json(http.MethodPost, "/api/v1/forms", map[string]any{
+		ta.JSON(http.MethodPost, "/api/v1/forms", map[string]any{
 			"userId": userID, "accountId": accountID, "spreadsheetId": book, "sheet": "Responses", "columns": columns,
 		}, http.StatusCreated, &f)
 		return f
 	}
 	f := newForm("name")
 	sub := "/api/v1/forms/" + f.ID + "/submissions"
-	ta.json(http.MethodPost, sub, map[string]any{"answers": map[string]any{"name": "waits"}}, http.StatusAccepted, nil)
+	ta.JSON(http.MethodPost, sub, map[string]any{"answers": map[string]any{"name": "waits"}}, http.StatusAccepted, nil)
 
-	status, raw := ta.do(http.MethodDelete, "/api/v1/forms/"+f.ID, nil)
+	status, raw := ta.Do(http.MethodDelete, "/api/v1/forms/"+f.ID, nil)
 	var e apiErrorBody
 	_ = json.Unmarshal(raw, &e)
 	if status != http.StatusConflict || e.Error.Code != "rows_waiting" || !strings.Contains(e.Error.Message, "1 rows") {
 		t.Fatalf("delete with a row waiting: %d %s; want 409 rows_waiting", status, raw)
 	}
-	if status, raw := ta.do(http.MethodDelete, "/api/v1/forms/"+f.ID+"?discardWaiting=maybe", nil); status != http.StatusBadRequest {
+	if status, raw := ta.Do(http.MethodDelete, "/api/v1/forms/"+f.ID+"?discardWaiting=maybe", nil); status != http.StatusBadRequest {
 		t.Fatalf("discardWaiting=maybe: %d %s; want 400", status, raw)
 	}
-	if got := ta.form(f.ID); got.Buffered != 1 {
+	if got := getForm(ta, f.ID); got.Buffered != 1 {
 		t.Fatalf("a refused delete changed the form: %+v", got)
 	}
-	if status, raw := ta.do(http.MethodDelete, "/api/v1/forms/"+f.ID+"?discardWaiting=true", nil); status != http.StatusNoContent {
+	if status, raw := ta.Do(http.MethodDelete, "/api/v1/forms/"+f.ID+"?discardWaiting=true", nil); status != http.StatusNoContent {
 		t.Fatalf("delete dropping the waiting row: %d %s; want 204", status, raw)
 	}
 	for _, c := range []struct {
@@ -301,22 +303,22 @@ func TestSheetsDeleteForm(t *testing.T) {
 		{http.MethodPost, sub, map[string]any{"answers": map[string]any{"name": "late"}}},
 		{http.MethodDelete, "/api/v1/forms/" + f.ID, nil},
 	} {
-		if status, raw := ta.do(c.method, c.path, c.body); status != http.StatusNotFound {
+		if status, raw := ta.Do(c.method, c.path, c.body); status != http.StatusNotFound {
 			t.Errorf("%s %s after the delete: %d %s; want 404", c.method, c.path, status, raw)
 		}
 	}
 	// The sheet is free: a new form with other columns writes it.
 	g := newForm("email", "name")
-	ta.json(http.MethodPost, "/api/v1/forms/"+g.ID+"/submissions", map[string]any{"answers": map[string]any{"email": "a@example.com"}}, http.StatusAccepted, nil)
+	ta.JSON(http.MethodPost, "/api/v1/forms/"+g.ID+"/submissions", map[string]any{"answers": map[string]any{"email": "a@example.com"}}, http.StatusAccepted, nil)
 	var list struct{ Forms []sheetsForm }
-	ta.json(http.MethodGet, "/api/v1/forms", nil, http.StatusOK, &list)
+	ta.JSON(http.MethodGet, "/api/v1/forms", nil, http.StatusOK, &list)
 	if len(list.Forms) != 1 || list.Forms[0].ID != g.ID {
 		t.Fatalf("forms after the delete: %+v", list.Forms)
 	}
 
 	// From the admin page: the delete drops at most the waiting rows the
 	// page showed; one more since makes it refuse.
-	c := ta.adminClient()
+	c := adminClient(ta)
 	deleteFromPage := func() string {
 		t.Helper()
 		_, page := getPage(t, c, ta.URL+"/admin/forms")
@@ -325,7 +327,7 @@ func TestSheetsDeleteForm(t *testing.T) {
 		if m == nil || seen == nil {
 			t.Fatalf("no delete form for %s on the Forms page:\n%s", g.ID, page)
 		}
-		ta.json(http.MethodPost, "/api/v1/forms/"+g.ID+"/submissions", map[string]any{"answers": map[string]any{"name": "meanwhile"}}, http.StatusAccepted, nil)
+		ta.JSON(http.MethodPost, "/api/v1/forms/"+g.ID+"/submissions", map[string]any{"answers": map[string]any{"name": "meanwhile"}}, http.StatusAccepted, nil)
 		resp, err := c.PostForm(ta.URL+"/admin/forms/"+g.ID+"/delete", url.Values{"csrf": {m[1]}, "dropWaiting": {seen[1]}})
 		if err != nil {
 			t.Fatal(err)
@@ -337,7 +339,7 @@ func TestSheetsDeleteForm(t *testing.T) {
 	if page := deleteFromPage(); !strings.Contains(page, "was not deleted") {
 		t.Fatalf("a delete with more rows waiting than the page showed went through:\n%s", page)
 	}
-	if got := ta.form(g.ID); got.Buffered != 2 {
+	if got := getForm(ta, g.ID); got.Buffered != 2 {
 		t.Fatalf("after the refused delete: %+v", got)
 	}
 	// Confirmed again from a fresh page (2 waiting), but a third row comes.
@@ -355,7 +357,7 @@ func TestSheetsDeleteForm(t *testing.T) {
 	if !strings.Contains(string(raw), "3 waiting rows dropped") {
 		t.Fatalf("delete from the page:\n%s", raw)
 	}
-	if status, _ := ta.do(http.MethodGet, "/api/v1/forms/"+g.ID, nil); status != http.StatusNotFound {
+	if status, _ := ta.Do(http.MethodGet, "/api/v1/forms/"+g.ID, nil); status != http.StatusNotFound {
 		t.Fatalf("the form deleted from the page answers %d", status)
 	}
 }

@@ -92,5 +92,5 @@ func (o opsExtension) debugEnqueue(c *gin.Context) {
 		web.Fail(c, err)
 		return
 	}
-	web.JSON(c, http.StatusAccepted, gin.H{"enqueued": n, "log": strconv.Quote(debugLogName)})
+	web.JSON(c, http.StatusAccepted, gin.H{"enqueued": n, "log": strconv.Quote(DebugLogName)})
 }

@@ -3,6 +3,8 @@ package bench
 import (
 	"context"
 	"testing"
+
+	"mailroom/internal/app/apptest"
 )
 
 // TestBenchRulesQuick runs the rules benchmark scenarios in their quick
@@ -16,7 +18,7 @@ func TestBenchRulesQuick(t *testing.T) {
 		if s.Name != "rules-story" && s.Name != "rules-throughput" {
 			continue
 		}
-		r, err := s.Run(context.Background(), Options{Quick: true, Exe: buildBinary(t)})
+		r, err := s.Run(context.Background(), Options{Quick: true, Exe: apptest.Binary(t)})
 		if err != nil {
 			t.Fatalf("%s: %v", s.Name, err)
 		}

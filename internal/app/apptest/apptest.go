@@ -9,6 +9,10 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -72,6 +76,9 @@ func Start(t testing.TB, mutate func(*app.Config), opts ...app.Option) *App {
 	return &App{App: a, t: t, URL: "http://" + a.Addr(), Token: Token}
 }
 
+// T is the test the app runs for.
+func (ta *App) T() testing.TB { return ta.t }
+
 // Do sends a request with the API token; body is JSON-encoded unless it is
 // a []byte or nil.
 func (ta *App) Do(method, path string, body any) (int, []byte) {
@@ -134,4 +141,34 @@ type testWriter struct{ t testing.TB }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(string(bytes.TrimRight(p, "\n")))
 	return len(p), nil
+}
+
+var (
+	binaryOnce sync.Once
+	binaryPath string
+	binaryErr  error
+)
+
+// Binary builds the mailroom command once per test binary, for the tests
+// that run it as a process (crash safety, graceful shutdown, a benchmark's
+// helper processes).
+func Binary(t testing.TB) string {
+	t.Helper()
+	binaryOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "mailroom-bin-")
+		if err != nil {
+			binaryErr = err
+			return
+		}
+		binaryPath = filepath.Join(dir, "mailroom")
+		out, err := exec.Command("go", "build", "-o", binaryPath, "mailroom/cmd/mailroom").CombinedOutput()
+		if err != nil {
+			binaryErr = err
+			binaryPath = string(out)
+		}
+	})
+	if binaryErr != nil {
+		t.Fatalf("build mailroom: %v\n%s", binaryErr, binaryPath)
+	}
+	return binaryPath
 }
