@@ -31,8 +31,8 @@ type Loop interface {
 	Stop()
 }
 
-// app is the whole appliance, built by newApp for serve and for the
-// end-to-end tests alike.
+// App is the whole appliance, built by New for serve, the demo, the
+// end-to-end tests and every benchmark alike.
 type App struct {
 	cfg      *Config
 	log      *slog.Logger

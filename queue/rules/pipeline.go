@@ -117,8 +117,8 @@ type Gmail interface {
 
 var _ Gmail = (*google.Gmail)(nil)
 
-// GmailOpener returns the Gmail API of an account (the gmail pipeline
-// knows how: token, refresh, saving it).
+// GmailOpener returns the Gmail API of an account (the Google-accounts
+// service, queue/google/accounts, knows how: token, refresh, saving it).
 type GmailOpener func(ctx context.Context, accountID string) (Gmail, error)
 
 // Enqueuer records batch tasks in a transaction and cancels those a newer
