@@ -76,12 +76,19 @@ type Options struct {
 	// watermarks and per-message history ids. Zero: 0.
 	HistoryStart uint64
 
-	// SheetsWriteLimit is the number of Sheets write calls an account may make
-	// per SheetsWindow; further writes get 429 RESOURCE_EXHAUSTED. Zero: 60;
-	// negative: unlimited.
-	SheetsWriteLimit int
-	// SheetsWindow is the rolling window of SheetsWriteLimit. Zero: one minute.
+	// SheetsWriteLimit and SheetsReadLimit are the Sheets write and read
+	// calls an account may make per SheetsWindow, and
+	// SheetsProjectWriteLimit and SheetsProjectReadLimit those of all
+	// accounts together; further calls get 429 RESOURCE_EXHAUSTED. Zero:
+	// Google's 60, 60, 300 and 300; negative: unlimited.
+	SheetsWriteLimit, SheetsReadLimit               int
+	SheetsProjectWriteLimit, SheetsProjectReadLimit int
+	// SheetsWindow is the rolling window of the Sheets quotas. Zero: one
+	// minute.
 	SheetsWindow time.Duration
+	// SheetsGridRows and SheetsGridColumns are the grid of a new sheet.
+	// Zero: Google's 1,000 x 26.
+	SheetsGridRows, SheetsGridColumns int
 
 	// MaxBodyBytes limits request bodies; larger ones get 413. Zero: 10 MiB.
 	MaxBodyBytes int64
@@ -139,9 +146,7 @@ func New(opts Options) *Server {
 	if opts.WatchTTL <= 0 {
 		opts.WatchTTL = 7 * 24 * time.Hour
 	}
-	if opts.SheetsWriteLimit == 0 {
-		opts.SheetsWriteLimit = 60
-	}
+	opts.sheetsDefaults()
 	if opts.SheetsWindow <= 0 {
 		opts.SheetsWindow = time.Minute
 	}

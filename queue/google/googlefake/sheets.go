@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -26,19 +27,28 @@ type Cell struct {
 
 // SheetsStats are the Sheets counters.
 type SheetsStats struct {
-	// WriteCalls counts accepted write calls (append, update, batchUpdate,
-	// clear).
+	// WriteCalls counts accepted write calls (values append, update,
+	// batchUpdate, clear, and spreadsheets.batchUpdate).
 	WriteCalls int
-	// RejectedWrites counts write calls refused with 429 by the quota.
-	RejectedWrites int
+	// ReadCalls counts accepted read calls (spreadsheets.get, values.get).
+	ReadCalls int
+	// RejectedWrites and RejectedReads count calls refused with 429 by a
+	// quota (the account's or the project's).
+	RejectedWrites, RejectedReads int
 	// RowsWritten counts rows written by accepted calls.
 	RowsWritten int
-	// MaxWritesInWindow is the most accepted write calls one account made
-	// within any Options.SheetsWindow.
-	MaxWritesInWindow int
+	// GridGrows counts spreadsheets.batchUpdate calls that made a grid
+	// larger.
+	GridGrows int
+	// MaxWritesInWindow and MaxReadsInWindow are the most accepted calls
+	// one account made within any Options.SheetsWindow.
+	MaxWritesInWindow, MaxReadsInWindow int
+	// ProjectMaxWritesInWindow and ProjectMaxReadsInWindow are the most
+	// accepted calls of all accounts together within any window.
+	ProjectMaxWritesInWindow, ProjectMaxReadsInWindow int
 }
 
-// Sheets holds the spreadsheets and the per-account write quota.
+// Sheets holds the spreadsheets and the read and write quotas.
 type Sheets struct {
 	s   *Server
 	eps map[string]*endpoint // by method, built once
@@ -47,32 +57,85 @@ type Sheets struct {
 	books map[string]*spreadsheet
 
 	quotaMu sync.Mutex
-	windows map[string]*writeWindow // by account
+	windows map[windowKey]*callWindow
 	stats   SheetsStats
 }
 
-type writeWindow struct {
-	times []time.Time // accepted writes within the window, oldest first
+// quotaKind is what a call spends: Google counts read and write requests
+// apart.
+type quotaKind int
+
+const (
+	readCall quotaKind = iota
+	writeCall
+)
+
+// windowKey names one rolling window: a kind of call, for an account or,
+// with account "", for the project.
+type windowKey struct {
+	kind    quotaKind
+	account string
+}
+
+type callWindow struct {
+	times []time.Time // accepted calls within the window, oldest first
 	max   int
 }
 
 type spreadsheet struct {
-	mu          sync.Mutex
-	id, title   string
-	owner       string
-	readers     map[string]bool
+	mu        sync.Mutex
+	id, title string
+	owner     string
+	// access holds every account that may open the spreadsheet, its
+	// owner included (Unshare may take the owner's away too).
+	access      map[string]bool
 	sheets      []*sheet
 	nextSheetID int64
 }
 
+// sheet is one tab. rowCount x colCount is its grid: no cell outside it
+// can be written or read (rows holds the cells with data, and is never
+// longer than the grid).
 type sheet struct {
-	id    int64
-	title string
-	rows  [][]Cell
+	id                 int64
+	title              string
+	rows               [][]Cell
+	rowCount, colCount int
+}
+
+// Grid limits (Google Sheets API: "Spreadsheets limits" in the Sheets
+// help center, and the spreadsheets.batchUpdate reference).
+const (
+	// DefaultGridRows and DefaultGridColumns are the grid of a new sheet.
+	DefaultGridRows, DefaultGridColumns = 1000, 26
+	// MaxCells is the most cells a spreadsheet holds over all its sheets.
+	MaxCells = 10_000_000
+	// maxColumns is column ZZZ, the last one an A1 reference can name.
+	maxColumns = 18278
+)
+
+// MethodSpreadsheetsBatchUpdate names spreadsheets.batchUpdate in faults
+// and call counts.
+const MethodSpreadsheetsBatchUpdate = "sheets.batchUpdate"
+
+// sheetsDefaults gives the Sheets options their defaults.
+func (o *Options) sheetsDefaults() {
+	for _, l := range []struct {
+		v   *int
+		def int
+	}{
+		{&o.SheetsWriteLimit, 60}, {&o.SheetsReadLimit, 60}, {&o.SheetsProjectWriteLimit, 300},
+		{&o.SheetsProjectReadLimit, 300}, {&o.SheetsGridRows, DefaultGridRows}, {&o.SheetsGridColumns, DefaultGridColumns},
+	} {
+		if *l.v == 0 {
+			*l.v = l.def
+		}
+	}
+	o.SheetsGridRows, o.SheetsGridColumns = max(o.SheetsGridRows, 1), max(o.SheetsGridColumns, 1)
 }
 
 func newSheets(s *Server) *Sheets {
-	sh := &Sheets{s: s, eps: make(map[string]*endpoint), books: make(map[string]*spreadsheet), windows: make(map[string]*writeWindow)}
+	sh := &Sheets{s: s, eps: make(map[string]*endpoint), books: make(map[string]*spreadsheet), windows: make(map[windowKey]*callWindow)}
 	for _, m := range sheetsMethods() {
 		sh.eps[m] = sh.newEndpoint(m)
 	}
@@ -96,7 +159,7 @@ func (sh *Sheets) CreateSpreadsheet(owner, title string, sheetNames ...string) (
 	}
 	book := &spreadsheet{
 		id: spreadsheetID(sh.s.newID()), title: title, owner: normEmail(owner),
-		readers: make(map[string]bool), nextSheetID: 1_000_001,
+		access: map[string]bool{normEmail(owner): true}, nextSheetID: 1_000_001,
 	}
 	for i, name := range sheetNames {
 		if name == "" || slices.ContainsFunc(book.sheets, func(s *sheet) bool { return strings.EqualFold(s.title, name) }) {
@@ -107,7 +170,7 @@ func (sh *Sheets) CreateSpreadsheet(owner, title string, sheetNames ...string) (
 			id = book.nextSheetID
 			book.nextSheetID += 7919
 		}
-		book.sheets = append(book.sheets, &sheet{id: id, title: name})
+		book.sheets = append(book.sheets, &sheet{id: id, title: name, rowCount: sh.s.opts.SheetsGridRows, colCount: sh.s.opts.SheetsGridColumns})
 	}
 	sh.mu.Lock()
 	sh.books[book.id] = book
@@ -115,7 +178,7 @@ func (sh *Sheets) CreateSpreadsheet(owner, title string, sheetNames ...string) (
 	return book.id, nil
 }
 
-// Share lets another account read and write the spreadsheet.
+// Share lets an account read and write the spreadsheet (again).
 func (sh *Sheets) Share(spreadsheetID, email string) error {
 	book, err := sh.book(spreadsheetID)
 	if err != nil {
@@ -123,8 +186,138 @@ func (sh *Sheets) Share(spreadsheetID, email string) error {
 	}
 	book.mu.Lock()
 	defer book.mu.Unlock()
-	book.readers[normEmail(email)] = true
+	book.access[normEmail(email)] = true
 	return nil
+}
+
+// Unshare takes an account's access away, the owner's too (as when the
+// owner moves the file out of the account's Drive): its calls get 403
+// PERMISSION_DENIED until Share.
+func (sh *Sheets) Unshare(spreadsheetID, email string) error {
+	book, err := sh.book(spreadsheetID)
+	if err != nil {
+		return err
+	}
+	book.mu.Lock()
+	defer book.mu.Unlock()
+	delete(book.access, normEmail(email))
+	return nil
+}
+
+// DeleteSpreadsheet deletes a spreadsheet: every call on it gets 404.
+func (sh *Sheets) DeleteSpreadsheet(spreadsheetID string) error {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.books[spreadsheetID] == nil {
+		return fmt.Errorf("%w: %s", ErrUnknownSpreadsheet, spreadsheetID)
+	}
+	delete(sh.books, spreadsheetID)
+	return nil
+}
+
+// RenameSheet renames a tab (a range naming the old title then gets 400
+// "Unable to parse range"); an empty newTitle deletes the tab.
+func (sh *Sheets) RenameSheet(spreadsheetID, title, newTitle string) error {
+	book, err := sh.book(spreadsheetID)
+	if err != nil {
+		return err
+	}
+	book.mu.Lock()
+	defer book.mu.Unlock()
+	s := book.sheet(title)
+	if s == nil {
+		return fmt.Errorf("%w: %s", ErrUnknownSheet, title)
+	}
+	if newTitle == "" {
+		if len(book.sheets) == 1 {
+			return errors.New("googlefake: a spreadsheet keeps at least one sheet")
+		}
+		book.sheets = slices.DeleteFunc(book.sheets, func(x *sheet) bool { return x == s })
+		return nil
+	}
+	if o := book.sheet(newTitle); o != nil && o != s {
+		return fmt.Errorf("googlefake: a sheet named %q exists", newTitle)
+	}
+	s.title = newTitle
+	return nil
+}
+
+// AddSheet adds a tab with the default grid.
+func (sh *Sheets) AddSheet(spreadsheetID, title string) error {
+	book, err := sh.book(spreadsheetID)
+	if err != nil {
+		return err
+	}
+	book.mu.Lock()
+	defer book.mu.Unlock()
+	if title == "" || book.sheet(title) != nil {
+		return fmt.Errorf("googlefake: bad or duplicate sheet name %q", title)
+	}
+	book.sheets = append(book.sheets, &sheet{id: book.nextSheetID, title: title, rowCount: sh.s.opts.SheetsGridRows, colCount: sh.s.opts.SheetsGridColumns})
+	book.nextSheetID += 7919
+	return nil
+}
+
+// GridSize returns a tab's grid: its rows and columns.
+func (sh *Sheets) GridSize(spreadsheetID, title string) (rows, cols int, err error) {
+	book, err := sh.book(spreadsheetID)
+	if err != nil {
+		return 0, 0, err
+	}
+	book.mu.Lock()
+	defer book.mu.Unlock()
+	s := book.sheet(title)
+	if s == nil {
+		return 0, 0, fmt.Errorf("%w: %s", ErrUnknownSheet, title)
+	}
+	return s.rowCount, s.colCount, nil
+}
+
+// SetGridSize sets a tab's grid, as a test needs it (cells outside the new
+// grid are dropped, as Google drops them). The spreadsheet's cell cap
+// holds.
+func (sh *Sheets) SetGridSize(spreadsheetID, title string, rows, cols int) error {
+	book, err := sh.book(spreadsheetID)
+	if err != nil {
+		return err
+	}
+	book.mu.Lock()
+	defer book.mu.Unlock()
+	s := book.sheet(title)
+	if s == nil {
+		return fmt.Errorf("%w: %s", ErrUnknownSheet, title)
+	}
+	if rows < 1 || cols < 1 || cols > maxColumns || book.cells()-s.rowCount*s.colCount+rows*cols > MaxCells {
+		return fmt.Errorf("googlefake: grid %dx%d refused", rows, cols)
+	}
+	s.resize(rows, cols)
+	return nil
+}
+
+// cells is the number of cells of the spreadsheet's grids.
+func (b *spreadsheet) cells() int {
+	n := 0
+	for _, s := range b.sheets {
+		n += s.rowCount * s.colCount
+	}
+	return n
+}
+
+// resize sets the grid, dropping the cells outside it.
+func (s *sheet) resize(rows, cols int) {
+	s.rowCount, s.colCount = rows, cols
+	if len(s.rows) > rows {
+		s.rows = s.rows[:rows]
+	}
+	for i, r := range s.rows {
+		if len(r) > cols {
+			s.rows[i] = r[:cols]
+		}
+	}
+}
+
+func errCellCap() *apiError {
+	return errInvalid(fmt.Sprintf("This action would increase the number of cells in the workbook above the limit of %d cells.", MaxCells))
 }
 
 func (sh *Sheets) book(id string) (*spreadsheet, error) {
@@ -145,6 +338,15 @@ func (b *spreadsheet) sheet(name string) *sheet {
 	}
 	for _, s := range b.sheets {
 		if strings.EqualFold(s.title, name) {
+			return s
+		}
+	}
+	return nil
+}
+
+func (b *spreadsheet) sheetByID(id int64) *sheet {
+	for _, s := range b.sheets {
+		if s.id == id {
 			return s
 		}
 	}
@@ -197,9 +399,19 @@ func (sh *Sheets) Stats() SheetsStats {
 // MaxWritesInWindow returns the most accepted write calls the account made
 // within any Options.SheetsWindow.
 func (sh *Sheets) MaxWritesInWindow(email string) int {
+	return sh.maxInWindow(windowKey{writeCall, normEmail(email)})
+}
+
+// MaxReadsInWindow returns the most accepted read calls the account made
+// within any Options.SheetsWindow.
+func (sh *Sheets) MaxReadsInWindow(email string) int {
+	return sh.maxInWindow(windowKey{readCall, normEmail(email)})
+}
+
+func (sh *Sheets) maxInWindow(k windowKey) int {
 	sh.quotaMu.Lock()
 	defer sh.quotaMu.Unlock()
-	if w := sh.windows[normEmail(email)]; w != nil {
+	if w := sh.windows[k]; w != nil {
 		return w.max
 	}
 	return 0
@@ -214,39 +426,74 @@ func (sh *Sheets) resetStats() {
 	}
 }
 
-// admit counts a write call of account against its rolling quota, or
-// refuses it with 429 RESOURCE_EXHAUSTED.
-func (sh *Sheets) admit(account string) error {
+// admit counts a call of account against the rolling quotas of its kind,
+// the account's (per user per project) and the project's, or refuses it
+// with 429 RESOURCE_EXHAUSTED, as Google does
+// (developers.google.com/workspace/sheets/api/limits: 60 read and 60 write
+// requests per minute per user per project, 300 of each per minute per
+// project; "exceeding it results in a 429: Too many requests"). Every
+// request counts, whatever its outcome. Google's answer names no retry
+// time; neither does this one (the document says to back off
+// exponentially).
+func (sh *Sheets) admit(account string, kind quotaKind) error {
 	now := sh.s.now()
-	limit, window := sh.s.opts.SheetsWriteLimit, sh.s.opts.SheetsWindow
+	o := sh.s.opts
+	userLimit, projectLimit, metric := o.SheetsWriteLimit, o.SheetsProjectWriteLimit, "Write"
+	if kind == readCall {
+		userLimit, projectLimit, metric = o.SheetsReadLimit, o.SheetsProjectReadLimit, "Read"
+	}
 	sh.quotaMu.Lock()
 	defer sh.quotaMu.Unlock()
-	w := sh.windows[account]
-	if w == nil {
-		w = &writeWindow{}
-		sh.windows[account] = w
+	user, project := sh.window(windowKey{kind, account}, now), sh.window(windowKey{kind, ""}, now)
+	refuse := func(limitName string) error {
+		if kind == readCall {
+			sh.stats.RejectedReads++
+		} else {
+			sh.stats.RejectedWrites++
+		}
+		return &apiError{
+			Code: 429, Status: "RESOURCE_EXHAUSTED", Reason: "rateLimitExceeded",
+			Message: fmt.Sprintf("Quota exceeded for quota metric '%s requests' and limit '%s' of service "+
+				"'sheets.googleapis.com' for consumer 'project_number:000000000000'.", metric, limitName),
+		}
 	}
-	cutoff := now.Add(-window)
+	if userLimit > 0 && len(user.times) >= userLimit {
+		return refuse(metric + " requests per minute per user")
+	}
+	if projectLimit > 0 && len(project.times) >= projectLimit {
+		return refuse(metric + " requests per minute")
+	}
+	for _, w := range []*callWindow{user, project} {
+		w.times = append(w.times, now)
+		w.max = max(w.max, len(w.times))
+	}
+	if kind == readCall {
+		sh.stats.ReadCalls++
+		sh.stats.MaxReadsInWindow = max(sh.stats.MaxReadsInWindow, user.max)
+		sh.stats.ProjectMaxReadsInWindow = max(sh.stats.ProjectMaxReadsInWindow, project.max)
+	} else {
+		sh.stats.WriteCalls++
+		sh.stats.MaxWritesInWindow = max(sh.stats.MaxWritesInWindow, user.max)
+		sh.stats.ProjectMaxWritesInWindow = max(sh.stats.ProjectMaxWritesInWindow, project.max)
+	}
+	return nil
+}
+
+// window returns the window of k with the calls older than the window
+// dropped. The caller holds quotaMu.
+func (sh *Sheets) window(k windowKey, now time.Time) *callWindow {
+	w := sh.windows[k]
+	if w == nil {
+		w = &callWindow{}
+		sh.windows[k] = w
+	}
+	cutoff := now.Add(-sh.s.opts.SheetsWindow)
 	drop := 0
 	for drop < len(w.times) && !w.times[drop].After(cutoff) {
 		drop++
 	}
 	w.times = w.times[drop:]
-	if limit > 0 && len(w.times) >= limit {
-		sh.stats.RejectedWrites++
-		wait := w.times[0].Add(window).Sub(now)
-		return &apiError{
-			Code: 429, Status: "RESOURCE_EXHAUSTED", Reason: "rateLimitExceeded",
-			Message: fmt.Sprintf("Quota exceeded for quota metric 'Write requests' and limit "+
-				"'Write requests per minute per user' of service 'sheets.googleapis.com' for consumer "+
-				"'project_number:000000000000'. (%d per %s; next slot in %s)", limit, window, wait.Round(time.Millisecond)),
-		}
-	}
-	w.times = append(w.times, now)
-	w.max = max(w.max, len(w.times))
-	sh.stats.WriteCalls++
-	sh.stats.MaxWritesInWindow = max(sh.stats.MaxWritesInWindow, w.max)
-	return nil
+	return w
 }
 
 func (sh *Sheets) countRows(n int) {
@@ -259,17 +506,20 @@ func (sh *Sheets) countRows(n int) {
 
 // sheetsMethods are the Sheets methods the emulator serves.
 func sheetsMethods() []string {
-	return []string{MethodSheetsGet, MethodValuesGet, MethodValuesAppend, MethodValuesUpdate,
+	return []string{MethodSheetsGet, MethodSpreadsheetsBatchUpdate, MethodValuesGet, MethodValuesAppend, MethodValuesUpdate,
 		MethodValuesBatchUpdate, MethodValuesClear}
 }
 
 func (sh *Sheets) newEndpoint(method string) *endpoint {
 	ep := &endpoint{method: method, auth: true}
+	kind := writeCall
 	switch method {
 	case MethodSheetsGet:
-		ep.handle = sh.getSpreadsheet
+		ep.handle, kind = sh.getSpreadsheet, readCall
+	case MethodSpreadsheetsBatchUpdate:
+		ep.handle = sh.batchUpdate
 	case MethodValuesGet:
-		ep.handle = sh.getValues
+		ep.handle, kind = sh.getValues, readCall
 	case MethodValuesAppend:
 		ep.handle = sh.appendValues
 	case MethodValuesUpdate:
@@ -278,6 +528,13 @@ func (sh *Sheets) newEndpoint(method string) *endpoint {
 		ep.handle = sh.batchUpdateValues
 	case MethodValuesClear:
 		ep.handle = sh.clearValues
+	}
+	handle := ep.handle
+	ep.handle = func(c *call) (any, error) {
+		if err := sh.admit(c.account, kind); err != nil {
+			return nil, err
+		}
+		return handle(c)
 	}
 	return ep
 }
@@ -302,6 +559,12 @@ func (sh *Sheets) route(r *http.Request) (*endpoint, map[string]string, error) {
 	params := map[string]string{"spreadsheetId": unesc(raw[0])}
 	var method string
 	switch {
+	case len(raw) == 1 && strings.HasSuffix(raw[0], ":batchUpdate"):
+		if r.Method != http.MethodPost {
+			return nil, nil, errMethod()
+		}
+		params["spreadsheetId"] = unesc(strings.TrimSuffix(raw[0], ":batchUpdate"))
+		method = MethodSpreadsheetsBatchUpdate
 	case len(raw) == 1 && raw[0] != "":
 		if r.Method != http.MethodGet {
 			return nil, nil, errMethod()
@@ -344,7 +607,7 @@ func (sh *Sheets) open(c *call) (*spreadsheet, error) {
 		return nil, errNotFound("Requested entity was not found.")
 	}
 	book.mu.Lock()
-	if book.owner != c.account && !book.readers[c.account] {
+	if !book.access[c.account] {
 		book.mu.Unlock()
 		return nil, &apiError{Code: 403, Status: "PERMISSION_DENIED", Reason: "forbidden", Message: "The caller does not have permission"}
 	}
@@ -423,12 +686,21 @@ type gridRange struct {
 	r0, r1, c0, c1 int
 }
 
-func (s *sheet) gridSize() (rows, cols int) {
-	rows, cols = max(1000, len(s.rows)), 26
-	for _, r := range s.rows {
-		cols = max(cols, len(r))
+func (s *sheet) gridSize() (rows, cols int) { return s.rowCount, s.colCount }
+
+// errGrid is Google's answer to a range past the grid of its sheet.
+func errGrid(s *sheet, r0, r1, c0, c1 int) *apiError {
+	return errInvalid(fmt.Sprintf("Range ('%s'!%s%d:%s%d) exceeds grid limits. Max rows: %d, max columns: %d",
+		strings.ReplaceAll(s.title, "'", "''"), colName(c0), r0+1, colName(c1-1), r1, s.rowCount, s.colCount))
+}
+
+// checkGrid refuses a range whose cells [r0, r1) x [c0, c1) are not all in
+// the sheet's grid.
+func checkGrid(s *sheet, r0, r1, c0, c1 int) error {
+	if r0 >= s.rowCount || c0 >= s.colCount || r1 > s.rowCount || c1 > s.colCount {
+		return errGrid(s, r0, r1, c0, c1)
 	}
-	return rows, cols
+	return nil
 }
 
 // parseRange parses "Sheet1!A1:B2", "'My sheet'!A:C", "Sheet1", "A5:F" (the
@@ -636,6 +908,13 @@ func (sh *Sheets) getValues(c *call) (any, error) {
 	}
 	s := g.sheet
 	b := g.bounded()
+	// values.get of a range that starts past the grid is refused; one that
+	// starts inside it is cut at its edge.
+	if g.r0 >= s.rowCount || g.c0 >= s.colCount {
+		return nil, errGrid(s, b.r0, b.r1, b.c0, b.c1)
+	}
+	b.r1, b.c1 = min(b.r1, s.rowCount), min(b.c1, s.colCount)
+	g.r1, g.c1 = b.r1, b.c1
 	var rows [][]Cell
 	for r := b.r0; r < b.r1 && r < len(s.rows); r++ {
 		row := make([]Cell, 0)
@@ -759,9 +1038,6 @@ func (sh *Sheets) appendValues(c *call) (any, error) {
 	if insert != "" && insert != "OVERWRITE" && insert != "INSERT_ROWS" {
 		return nil, errInvalid("Invalid insertDataOption: " + insert)
 	}
-	if err := sh.admit(c.account); err != nil {
-		return nil, err
-	}
 	s, b := g.sheet, g.bounded()
 	// The table is the block of rows holding data in the range's columns;
 	// the new rows go after its last row.
@@ -787,6 +1063,22 @@ func (sh *Sheets) appendValues(c *call) (any, error) {
 		}
 		resp.TableRange = a1(s, first, last+1, b.c0, b.c0+max(width, 1))
 	}
+	// values.append is the one values call that grows the grid: by the
+	// rows inserted (INSERT_ROWS) or needed past its end, and the columns
+	// needed (the cell cap holds).
+	width := 0
+	for _, r := range cells {
+		width = max(width, len(r))
+	}
+	rows, cols := s.rowCount, max(s.colCount, b.c0+width)
+	if insert == "INSERT_ROWS" && at < s.rowCount {
+		rows += len(cells)
+	}
+	rows = max(rows, at+len(cells))
+	if book.cells()-s.rowCount*s.colCount+rows*cols > MaxCells || cols > maxColumns {
+		return nil, errCellCap()
+	}
+	s.rowCount, s.colCount = rows, cols
 	if insert == "INSERT_ROWS" && at < len(s.rows) {
 		s.rows = slices.Insert(s.rows, at, make([][]Cell, len(cells))...)
 	}
@@ -796,6 +1088,24 @@ func (sh *Sheets) appendValues(c *call) (any, error) {
 	}
 	sh.countRows(len(cells))
 	return resp, nil
+}
+
+// checkWriteGrid refuses a values.update (or one range of
+// values.batchUpdate) whose range, or whose values, reach past the grid:
+// only values.append grows a grid.
+func checkWriteGrid(g gridRange, cells [][]*Cell) error {
+	width := 0
+	for _, r := range cells {
+		width = max(width, len(r))
+	}
+	r1, c1 := g.r0+max(len(cells), 1), g.c0+max(width, 1)
+	if g.r1 >= 0 {
+		r1 = max(r1, g.r1)
+	}
+	if g.c1 >= 0 {
+		c1 = max(c1, g.c1)
+	}
+	return checkGrid(g.sheet, g.r0, r1, g.c0, c1)
 }
 
 // checkFits refuses values that do not fit a bounded range.
@@ -820,7 +1130,7 @@ func (sh *Sheets) updateValues(c *call) (any, error) {
 	if err := checkFits(w.g, w.cells); err != nil {
 		return nil, err
 	}
-	if err := sh.admit(c.account); err != nil {
+	if err := checkWriteGrid(w.g, w.cells); err != nil {
 		return nil, err
 	}
 	resp := write(w.book, w.g.sheet, w.g.r0, w.g.c0, w.cells)
@@ -858,13 +1168,13 @@ func (sh *Sheets) batchUpdateValues(c *call) (any, error) {
 		if err := checkFits(g, cells); err != nil {
 			return nil, err
 		}
+		if err := checkWriteGrid(g, cells); err != nil {
+			return nil, err
+		}
 		updates = append(updates, update{g, cells})
 	}
 	if req.ValueInputOption == "" {
 		return nil, errInvalid("'valueInputOption' is required but not specified")
-	}
-	if err := sh.admit(c.account); err != nil {
-		return nil, err
 	}
 	resp := &sheetsapi.BatchUpdateValuesResponse{SpreadsheetId: book.id}
 	touched := map[*sheet]bool{}
@@ -889,10 +1199,10 @@ func (sh *Sheets) clearValues(c *call) (any, error) {
 		return nil, err
 	}
 	defer book.mu.Unlock()
-	if err := sh.admit(c.account); err != nil {
-		return nil, err
-	}
 	s, b := g.sheet, g.bounded()
+	if g.r0 >= s.rowCount || g.c0 >= s.colCount {
+		return nil, errGrid(s, b.r0, b.r1, b.c0, b.c1)
+	}
 	for r := b.r0; r < b.r1 && r < len(s.rows); r++ {
 		for col := b.c0; col < b.c1 && col < len(s.rows[r]); col++ {
 			s.rows[r][col] = Cell{}

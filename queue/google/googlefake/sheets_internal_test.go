@@ -4,7 +4,10 @@ import "testing"
 
 func TestParseRange(t *testing.T) {
 	t.Parallel()
-	book := &spreadsheet{sheets: []*sheet{{title: "Sheet1"}, {title: "My Sheet"}, {title: "It's"}}}
+	grid := func(title string) *sheet {
+		return &sheet{title: title, rowCount: DefaultGridRows, colCount: DefaultGridColumns}
+	}
+	book := &spreadsheet{sheets: []*sheet{grid("Sheet1"), grid("My Sheet"), grid("It's")}}
 	for _, tc := range []struct {
 		in             string
 		sheet          string

@@ -73,7 +73,8 @@ func TestSheetsValues(t *testing.T) {
 		row("2025-01-01T10:00:00Z", "Ann", "s1"), row("2025-01-01T10:01:00Z", "Bob", "s2"),
 		row("2025-01-01T10:02:00Z", "=1+1", "42.5", "TRUE"),
 	}
-	if diff := cmp.Diff(want, got.Values); diff != "" || got.Range != "Sheet1!A1:Z1000" {
+	// INSERT_ROWS inserted two rows into the grid: 1,002 now.
+	if diff := cmp.Diff(want, got.Values); diff != "" || got.Range != "Sheet1!A1:Z1002" {
 		t.Errorf("values.get %s (-want +got):\n%s", got.Range, diff)
 	}
 	got, err = vals.Get(id, "Sheet1!B2:C9").Do()
@@ -127,9 +128,11 @@ func TestSheetsValues(t *testing.T) {
 		t.Errorf("unknown sheet: %d, want 400", code)
 	}
 	st := e.srv.Sheets.Stats()
-	// Three appends, one update, one batchUpdate; refused calls do not count.
-	if st.WriteCalls != 5 || st.RowsWritten != 2+1+1+1+2 {
-		t.Errorf("stats = %+v, want 5 writes, 7 rows", st)
+	// Three appends, two updates, one batchUpdate and one append refused
+	// for its missing option: Google counts every request against the
+	// quota, refused ones too.
+	if st.WriteCalls != 7 || st.RowsWritten != 2+1+1+1+2 {
+		t.Errorf("stats = %+v, want 7 writes, 7 rows", st)
 	}
 }
 

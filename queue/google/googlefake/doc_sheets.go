@@ -1,0 +1,42 @@
+// # Sheets fidelity
+//
+// The Sheets emulator is at least as strict as Google's documents on what
+// mailroom relies on; where a document is vague, it is stricter. Each
+// behaviour, the document it comes from, and the test that proves it with
+// the official client (google.golang.org/api/sheets/v4):
+//
+//	behaviour                                     | Google's document                                        | test
+//	----------------------------------------------|----------------------------------------------------------|--------------------------------------
+//	a new sheet is 1,000 rows x 26 columns        | Sheets help "Spreadsheets limits"; SheetProperties        | TestSheetsGridRefusesOutside
+//	  (Options.SheetsGridRows/Columns, SetGridSize)|   gridProperties (reference/rest/v4/spreadsheets/sheets)|
+//	values.update / values.batchUpdate past the   | reference/rest/v4/spreadsheets.values/update; the 400    | TestSheetsGridRefusesOutside
+//	  grid: 400 INVALID_ARGUMENT "Range ('S'!A1001:| "exceeds grid limits" answer (NOTES.md, measured)       |
+//	  E1001) exceeds grid limits. Max rows: 1000,  |                                                          |
+//	  max columns: 26"; a batch is all or nothing  |                                                          |
+//	values.get starting past the grid: the same   | reference/rest/v4/spreadsheets.values/get                | TestSheetsGridRefusesOutside
+//	  400; one starting inside is cut at the edge  |                                                          |
+//	values.append grows the grid (rows, columns)  | reference/rest/v4/spreadsheets.values/append ("the input | TestSheetsAppendGrowsGrid
+//	                                               |   data will be appended ... new rows or columns")        |
+//	spreadsheets.batchUpdate: appendDimension,    | reference/rest/v4/spreadsheets/request#AppendDimension-  | TestSheetsBatchUpdateGrid
+//	  insertDimension, updateSheetProperties with  |   Request, #InsertDimensionRequest,                      |
+//	  its required field mask; validated whole     |   #UpdateSheetPropertiesRequest; spreadsheets/batchUpdate|
+//	  before any is applied; other requests: 400   |   ("if any request is not valid ... nothing applied")    |
+//	at most 10,000,000 cells per spreadsheet over | Sheets help "Spreadsheets limits" ("up to 10 million     | TestSheetsCellCap
+//	  all sheets: a grow past it is 400 "This      |   cells"); the 400 text as Google answers it             |
+//	  action would increase the number of cells in |                                                          |
+//	  the workbook above the limit of 10000000     |                                                          |
+//	  cells."                                      |                                                          |
+//	60 reads and 60 writes a minute per user, 300 | developers.google.com/workspace/sheets/api/limits        | TestSheetsReadAndProjectQuotas,
+//	  and 300 per project, rolling; over either:   |   ("Read requests per minute per user per project: 60",  | TestSheetsWriteQuota
+//	  429 RESOURCE_EXHAUSTED; every request counts |   "... per project: 300"; over: "429: Too many requests")|
+//	  (refused ones too); no retry time is named   |   and its exponential-backoff advice                     |
+//	a deleted spreadsheet: 404 NOT_FOUND          | reference/rest/v4/spreadsheets/get; Drive trash          | TestSheetsGoneMissingTabAndRevoked
+//	a renamed or deleted tab: 400 "Unable to parse| reference/rest/v4/spreadsheets.values (A1 notation)      | TestSheetsGoneMissingTabAndRevoked
+//	  range: Tab!A1:C3"                            |                                                          |
+//	access taken away (Unshare): 403              | Drive sharing; Sheets API error model (PERMISSION_DENIED)| TestSheetsGoneMissingTabAndRevoked
+//	  PERMISSION_DENIED until Share                |                                                          |
+//
+// Test controls: Sheets.SetGridSize, GridSize, DeleteSpreadsheet,
+// RenameSheet (an empty new title deletes the tab), AddSheet, Share and
+// Unshare, and the Options above.
+package googlefake
