@@ -66,7 +66,16 @@ type SheetWrite struct {
 	// have landed since, and the range is read back before writing again.
 	Verified  int       `json:"verified,omitempty"`
 	PlannedAt time.Time `json:"plannedAt"`
+	// GrowRows and GrowCols are, when the write needs a grid larger than
+	// the one known, the grid to grow the sheet to before the write
+	// (planned with it, so a retry grows to the same size). Zero: no grow
+	// planned.
+	GrowRows int `json:"growRows,omitempty"`
+	GrowCols int `json:"growCols,omitempty"`
 }
+
+// LastRow is the last row (1-based) the write fills.
+func (p SheetWrite) LastRow() int { return p.Row + p.Count - 1 }
 
 // SheetWrites is a form's write bookkeeping.
 type SheetWrites struct {
@@ -82,6 +91,20 @@ type SheetWrites struct {
 	LastErrorAt time.Time `json:"lastErrorAt,omitzero"`
 	// Pending is the write in progress, if any.
 	Pending *SheetWrite `json:"pending,omitempty"`
+	// GridRows and GridCols are the grid of the form's sheet as last
+	// read or grown by mailroom. Zero: not known (read it before a write
+	// that could pass it).
+	GridRows int `json:"gridRows,omitempty"`
+	GridCols int `json:"gridCols,omitempty"`
+	// Grows counts the grid grows mailroom made for the form.
+	Grows int `json:"grows,omitempty"`
+}
+
+// GridPlan tells SheetPlanWrite how a write grows its sheet: Cols is the
+// width of a row, Step the rows to add beyond the write's last row when
+// the grid must grow (so that one grow serves many writes).
+type GridPlan struct {
+	Cols, Step int
 }
 
 // formSheetKey is the form_sheets key: one form per sheet.
@@ -241,20 +264,66 @@ func (tx *Tx) SheetOldestWaiting(formID string) (at time.Time, ok bool, err erro
 // the submissions of the write, in order. With nothing buffered it returns
 // a nil Pending.
 func (tx *Tx) SheetPlan(formID string, limit int, at time.Time) (SheetWrites, []Submission, error) {
+	w, err := tx.SheetPlanWrite(formID, limit, at, GridPlan{})
+	if err != nil || w.Pending == nil {
+		return w, nil, err
+	}
+	return tx.SheetAttempt(formID)
+}
+
+// SheetPlanWrite records the write of the form's next rows, at most limit
+// of them, with the grid it needs (see SheetWrite.GrowRows), before any
+// call is made. A write already pending is kept as it is. With nothing
+// buffered Pending stays nil. No attempt is counted (SheetAttempt).
+func (tx *Tx) SheetPlanWrite(formID string, limit int, at time.Time, g GridPlan) (SheetWrites, error) {
 	w, err := tx.SheetWrites(formID)
 	if err != nil {
+		return w, err
+	}
+	if w.Pending != nil {
+		return w, nil
+	}
+	buf, err := tx.formBuffer(formID)
+	if err != nil {
+		return w, err
+	}
+	k, _ := buf.Cursor().First()
+	if k == nil {
+		return w, nil
+	}
+	p := &SheetWrite{Row: w.NextRow, FirstSeq: seqOf(k), Count: min(limit, w.Buffered), PlannedAt: at.UTC()}
+	if g.Cols > 0 && (p.LastRow() > w.GridRows || g.Cols > w.GridCols) {
+		p.GrowRows, p.GrowCols = p.LastRow()+max(g.Step, 0), g.Cols
+	}
+	w.Pending = p
+	return w, tx.putSheetWrites(formID, w)
+}
+
+// SheetGrid records the grid of the form's sheet (rows, cols; zero: not
+// known), and counts a grow made by mailroom when grown is set.
+func (tx *Tx) SheetGrid(formID string, rows, cols int, grown bool) error {
+	w, err := tx.SheetWrites(formID)
+	if err != nil {
+		return err
+	}
+	w.GridRows, w.GridCols = rows, cols
+	if grown {
+		w.Grows++
+	}
+	return tx.putSheetWrites(formID, w)
+}
+
+// SheetAttempt counts a call about to start for the form's pending write
+// (Attempts and Calls) and returns the bookkeeping and the submissions of
+// the write, in order. Without a pending write it returns a nil Pending.
+func (tx *Tx) SheetAttempt(formID string) (SheetWrites, []Submission, error) {
+	w, err := tx.SheetWrites(formID)
+	if err != nil || w.Pending == nil {
 		return w, nil, err
 	}
 	buf, err := tx.formBuffer(formID)
 	if err != nil {
 		return w, nil, err
-	}
-	if w.Pending == nil {
-		k, _ := buf.Cursor().First()
-		if k == nil {
-			return w, nil, nil
-		}
-		w.Pending = &SheetWrite{Row: w.NextRow, FirstSeq: seqOf(k), Count: min(limit, w.Buffered), PlannedAt: at.UTC()}
 	}
 	w.Pending.Attempts++
 	w.Calls++

@@ -86,6 +86,9 @@ type envOptions struct {
 	// pipeline's).
 	fakeLimit  int
 	fakeWindow time.Duration
+	// fake holds further emulator options (its quotas and window above
+	// are set from the fields before).
+	fake googlefake.Options
 	// concurrency of the sheets-flush queue is the table's (4).
 }
 
@@ -115,7 +118,9 @@ func newEnv(t *testing.T, o envOptions) *env {
 	reg := prometheus.NewRegistry()
 	cfg.Registerer = reg
 
-	fake := googlefake.StartForTest(t, googlefake.Options{SheetsWriteLimit: o.fakeLimit, SheetsWindow: o.fakeWindow})
+	fo := o.fake
+	fo.SheetsWriteLimit, fo.SheetsWindow = o.fakeLimit, o.fakeWindow
+	fake := googlefake.StartForTest(t, fo)
 	b := brokertest.Embedded(t)
 	db := storetest.Open(t)
 	clients := &testClients{

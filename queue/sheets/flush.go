@@ -113,7 +113,22 @@ func (p *Pipeline) HandleFlush(ctx context.Context, t *queue.Task) error {
 		return p.failed(ctx, log, form, fmt.Errorf("sheets: flush %s: client of account %s: %w", form.ID, form.AccountID, err))
 	}
 
-	if pw := w.Pending; pw != nil && pw.Attempts > pw.Verified {
+	if w.Pending == nil {
+		// Plan the write, and the grow it needs, before any call.
+		err := p.db.Update(func(tx *store.Tx) error {
+			var err error
+			w, err = tx.SheetPlanWrite(form.ID, p.cfg.Threshold, p.cfg.Now(), store.GridPlan{Cols: width(form), Step: p.cfg.GrowStep})
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("sheets: flush %s: plan: %w", form.ID, err)
+		}
+		if w.Pending == nil {
+			return p.ackEmpty(t, form.ID)
+		}
+	}
+
+	if pw := w.Pending; pw.Attempts > pw.Verified {
 		landed, err := p.landed(ctx, client, form, *pw)
 		if err != nil {
 			return p.failed(ctx, log, form, err)
@@ -124,6 +139,17 @@ func (p *Pipeline) HandleFlush(ctx context.Context, t *queue.Task) error {
 		}
 		if err := p.db.Update(func(tx *store.Tx) error { return tx.SheetVerified(form.ID, *pw) }); err != nil {
 			return fmt.Errorf("sheets: flush %s: record read-back: %w", form.ID, err)
+		}
+	}
+
+	if pw := *w.Pending; pw.LastRow() > w.GridRows || width(form) > w.GridCols {
+		if err := p.grow(ctx, log, client, form, w); err != nil {
+			return p.failed(ctx, log, form, err)
+		}
+		if p.afterGrow != nil {
+			if err := p.afterGrow(); err != nil {
+				return err
+			}
 		}
 	}
 
@@ -140,7 +166,7 @@ func (p *Pipeline) HandleFlush(ctx context.Context, t *queue.Task) error {
 	var subs []store.Submission
 	err = p.db.Update(func(tx *store.Tx) error {
 		var err error
-		w, subs, err = tx.SheetPlan(form.ID, p.cfg.Threshold, p.cfg.Now())
+		w, subs, err = tx.SheetAttempt(form.ID)
 		return err
 	})
 	if err != nil {
@@ -169,6 +195,15 @@ func (p *Pipeline) HandleFlush(ctx context.Context, t *queue.Task) error {
 	if err == nil && p.afterWrite != nil {
 		err = p.afterWrite()
 	}
+	if errors.Is(err, google.ErrGridLimit) {
+		// The grid is smaller than mailroom knew (the owner shrank it):
+		// forget it, so the next run reads it and grows it again.
+		if gerr := p.db.Update(func(tx *store.Tx) error { return tx.SheetGrid(form.ID, 0, 0, false) }); gerr != nil {
+			log.Warn("forget the grid", "err", gerr)
+		}
+		log.Info("the sheet's grid is smaller than known; reading it again", "err", err)
+		return queue.RateLimited(fmt.Errorf("sheets: flush %s: %w", form.ID, errGridChanged), 0)
+	}
 	if err != nil {
 		return p.failed(ctx, log, form, err)
 	}
@@ -193,6 +228,9 @@ func (p *Pipeline) landed(ctx context.Context, client SheetsClient, form store.F
 	cctx, cancel := context.WithTimeout(ctx, p.cfg.CallTimeout)
 	defer cancel()
 	got, err := client.ReadRange(cctx, form.SpreadsheetID, writeRange(form, pw))
+	if errors.Is(err, google.ErrGridLimit) {
+		return false, nil // the range is past the grid: the rows cannot be there
+	}
 	if err != nil {
 		return false, fmt.Errorf("sheets: flush %s: read back: %w", form.ID, err)
 	}

@@ -10,6 +10,7 @@ import (
 type metrics struct {
 	written     prometheus.Counter
 	calls       prometheus.Counter
+	grows       prometheus.Counter
 	quotaWaits  prometheus.Counter
 	pruned      prometheus.Counter
 	submissions *prometheus.CounterVec
@@ -25,6 +26,9 @@ func newMetrics(reg prometheus.Registerer, buffered func() float64) (*metrics, e
 		}),
 		calls: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "mailroom_sheets_write_calls_total", Help: "Sheets write calls made (values.update), failed ones included.",
+		}),
+		grows: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "mailroom_sheets_grid_grows_total", Help: "Sheets grids grown before a write needed it (spreadsheets.batchUpdate appendDimension).",
 		}),
 		quotaWaits: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "mailroom_sheets_quota_waits_total", Help: "Flushes deferred because the account's write quota was used up (or Google answered 429).",
@@ -52,7 +56,7 @@ func newMetrics(reg prometheus.Registerer, buffered func() float64) (*metrics, e
 	gauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "mailroom_sheets_rows_buffered", Help: "Submissions waiting to be written, over all forms (read from bbolt).",
 	}, buffered)
-	for _, c := range []prometheus.Collector{m.written, m.calls, m.quotaWaits, m.pruned, m.submissions, m.latency, m.callTime, gauge} {
+	for _, c := range []prometheus.Collector{m.written, m.calls, m.grows, m.quotaWaits, m.pruned, m.submissions, m.latency, m.callTime, gauge} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -47,6 +47,9 @@ var (
 	ErrGoogleUnavailable = errors.New("Google Sheets did not answer")
 	// ErrQuota: the account's write quota is used up for now.
 	ErrQuota = errors.New("the account's Sheets write quota is used up")
+	// errGridChanged: a write found its sheet's grid smaller than known;
+	// the next run reads the grid and grows it.
+	errGridChanged = errors.New("the sheet's grid is smaller than mailroom knew")
 	// errNotDue: the flush ran before its time (asynq schedules in whole
 	// seconds and may run a task up to a second early).
 	errNotDue = errors.New("flush not due yet")
@@ -62,9 +65,10 @@ const (
 // SheetsClient is one Google account's Sheets, as the pipeline uses it
 // (google.Sheets).
 type SheetsClient interface {
-	SheetTitles(ctx context.Context, spreadsheetID string) ([]string, error)
+	Tabs(ctx context.Context, spreadsheetID string) ([]google.Tab, error)
 	ReadRange(ctx context.Context, spreadsheetID, a1 string) ([][]string, error)
 	WriteRange(ctx context.Context, spreadsheetID, a1 string, rows [][]string) error
+	Grow(ctx context.Context, spreadsheetID string, sheetID int64, rows, cols int) error
 }
 
 var _ SheetsClient = (*google.Sheets)(nil)
@@ -103,6 +107,10 @@ type Config struct {
 	// CallTimeout bounds one Sheets call. Default 30s; a write call is
 	// also bounded by 9/10 of QuotaWindow (see Quota).
 	CallTimeout time.Duration
+	// GrowStep is how many rows beyond a write's last row a grid grows
+	// when the write needs it to (one grow serves many writes). Default
+	// max(1000, 4 x Threshold).
+	GrowStep int
 	// Logger; nil: discard.
 	Logger *slog.Logger
 	// Registerer receives the metrics; nil: a private registry.
@@ -126,6 +134,9 @@ func (c *Config) defaults() {
 	}
 	if c.CallTimeout <= 0 {
 		c.CallTimeout = 30 * time.Second
+	}
+	if c.GrowStep <= 0 {
+		c.GrowStep = max(1000, 4*c.Threshold)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -165,6 +176,9 @@ type Pipeline struct {
 	// afterWrite, when set (tests), runs after a successful write call and
 	// before its bookkeeping; an error stands for a crash in between.
 	afterWrite func() error
+	// afterGrow, when set (tests), runs after a grow is recorded and
+	// before the write; an error stands for a crash in between.
+	afterGrow func() error
 }
 
 // New builds the pipeline.
@@ -233,6 +247,9 @@ type FormView struct {
 	Buffered      int       `json:"buffered"`
 	RowsWritten   int       `json:"rowsWritten"`
 	WriteCalls    int       `json:"writeCalls"`
+	// GridGrows counts the grows of the sheet's grid mailroom made for the
+	// form (not in WriteCalls, though each spends a write of the quota).
+	GridGrows int `json:"gridGrows"`
 	// LastFlushAt is RFC 3339, or empty before the first write.
 	LastFlushAt string `json:"lastFlushAt"`
 	LastError   string `json:"lastError"`
@@ -242,7 +259,7 @@ func view(f store.Form, w store.SheetWrites) FormView {
 	v := FormView{
 		ID: f.ID, UserID: f.UserID, AccountID: f.AccountID, SpreadsheetID: f.SpreadsheetID, Sheet: f.Sheet,
 		Columns: f.Columns, StartRow: f.StartRow, NextRow: w.NextRow, CreatedAt: f.CreatedAt,
-		Buffered: w.Buffered, RowsWritten: w.RowsWritten, WriteCalls: w.Calls, LastError: w.LastError,
+		Buffered: w.Buffered, RowsWritten: w.RowsWritten, WriteCalls: w.Calls, GridGrows: w.Grows, LastError: w.LastError,
 	}
 	if !w.LastFlushAt.IsZero() {
 		v.LastFlushAt = w.LastFlushAt.UTC().Format(time.RFC3339)
@@ -332,19 +349,24 @@ func (p *Pipeline) CreateForm(ctx context.Context, in FormInput) (FormView, erro
 	}
 	cctx, cancel := context.WithTimeout(ctx, p.cfg.CallTimeout)
 	defer cancel()
-	titles, err := client.SheetTitles(cctx, in.SpreadsheetID)
+	tabs, err := client.Tabs(cctx, in.SpreadsheetID)
 	if err != nil {
 		return FormView{}, p.googleInputErr(acct, in, err)
 	}
-	sheet := in.Sheet
-	switch i := slices.IndexFunc(titles, func(t string) bool { return strings.EqualFold(t, in.Sheet) }); {
-	case in.Sheet == "" && len(titles) > 0:
-		sheet = titles[0]
+	var tab google.Tab
+	switch i := slices.IndexFunc(tabs, func(t google.Tab) bool { return strings.EqualFold(t.Title, in.Sheet) }); {
+	case in.Sheet == "" && len(tabs) > 0:
+		tab = tabs[0]
 	case i >= 0:
-		sheet = titles[i]
+		tab = tabs[i]
 	default:
+		titles := make([]string, len(tabs))
+		for i, t := range tabs {
+			titles[i] = t.Title
+		}
 		return FormView{}, inputErr("sheet", "not_found", "The spreadsheet has no sheet named %q; its sheets are %q.", in.Sheet, titles)
 	}
+	sheet := tab.Title
 	used, err := client.ReadRange(cctx, in.SpreadsheetID, columnsRange(sheet, len(in.Columns)))
 	if err != nil {
 		return FormView{}, p.googleInputErr(acct, in, err)
@@ -357,6 +379,9 @@ func (p *Pipeline) CreateForm(ctx context.Context, in FormInput) (FormView, erro
 	err = p.db.Update(func(tx *store.Tx) error {
 		var err error
 		if f, err = tx.FormCreate(f); err != nil {
+			return err
+		}
+		if err := tx.SheetGrid(f.ID, tab.Rows, tab.Cols, false); err != nil {
 			return err
 		}
 		w, err = tx.SheetWrites(f.ID)
