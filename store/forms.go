@@ -102,9 +102,12 @@ type SheetWrites struct {
 
 // GridPlan tells SheetPlanWrite how a write grows its sheet: Cols is the
 // width of a row, Step the rows to add beyond the write's last row when
-// the grid must grow (so that one grow serves many writes).
+// the grid must grow (so that one grow serves many writes). With MaxRow
+// set instead, the write takes no more rows than end at MaxRow (the grid
+// known) and plans no grow.
 type GridPlan struct {
 	Cols, Step int
+	MaxRow     int
 }
 
 // formSheetKey is the form_sheets key: one form per sheet.
@@ -268,7 +271,7 @@ func (tx *Tx) SheetPlan(formID string, limit int, at time.Time) (SheetWrites, []
 	if err != nil || w.Pending == nil {
 		return w, nil, err
 	}
-	return tx.SheetAttempt(formID)
+	return tx.SheetAttempt(formID, limit)
 }
 
 // SheetPlanWrite records the write of the form's next rows, at most limit
@@ -292,6 +295,9 @@ func (tx *Tx) SheetPlanWrite(formID string, limit int, at time.Time, g GridPlan)
 		return w, nil
 	}
 	p := &SheetWrite{Row: w.NextRow, FirstSeq: seqOf(k), Count: min(limit, w.Buffered), PlannedAt: at.UTC()}
+	if g.MaxRow > 0 {
+		p.Count = max(min(p.Count, g.MaxRow-p.Row+1), 1)
+	}
 	if g.Cols > 0 && (p.LastRow() > w.GridRows || g.Cols > w.GridCols) {
 		p.GrowRows, p.GrowCols = p.LastRow()+max(g.Step, 0), g.Cols
 	}
@@ -315,8 +321,11 @@ func (tx *Tx) SheetGrid(formID string, rows, cols int, grown bool) error {
 
 // SheetAttempt counts a call about to start for the form's pending write
 // (Attempts and Calls) and returns the bookkeeping and the submissions of
-// the write, in order. Without a pending write it returns a nil Pending.
-func (tx *Tx) SheetAttempt(formID string) (SheetWrites, []Submission, error) {
+// the write, in order. Before its first attempt (nothing of it can have
+// landed) the write takes in the rows buffered since it was planned, up to
+// limit and to the known grid. Without a pending write it returns a nil
+// Pending.
+func (tx *Tx) SheetAttempt(formID string, limit int) (SheetWrites, []Submission, error) {
 	w, err := tx.SheetWrites(formID)
 	if err != nil || w.Pending == nil {
 		return w, nil, err
@@ -324,6 +333,13 @@ func (tx *Tx) SheetAttempt(formID string) (SheetWrites, []Submission, error) {
 	buf, err := tx.formBuffer(formID)
 	if err != nil {
 		return w, nil, err
+	}
+	if p := w.Pending; p.Attempts == 0 {
+		n := min(limit, w.Buffered)
+		if w.GridRows > 0 {
+			n = min(n, w.GridRows-p.Row+1)
+		}
+		p.Count = max(p.Count, n)
 	}
 	w.Pending.Attempts++
 	w.Calls++

@@ -113,8 +113,11 @@ func (p *Pipeline) HandleFlush(ctx context.Context, t *queue.Task) error {
 		return p.failed(ctx, log, form, fmt.Errorf("sheets: flush %s: client of account %s: %w", form.ID, form.AccountID, err))
 	}
 
-	if w.Pending == nil {
-		// Plan the write, and the grow it needs, before any call.
+	fits := func(lastRow int) bool { return lastRow <= w.GridRows && width(form) <= w.GridCols }
+	if w.Pending == nil && !fits(w.NextRow+min(p.cfg.Threshold, w.Buffered)-1) {
+		// The next write needs a larger grid: plan it, and the grow, before
+		// any call. (A write that fits is planned once its quota is
+		// granted, so it takes every row buffered by then.)
 		err := p.db.Update(func(tx *store.Tx) error {
 			var err error
 			w, err = tx.SheetPlanWrite(form.ID, p.cfg.Threshold, p.cfg.Now(), store.GridPlan{Cols: width(form), Step: p.cfg.GrowStep})
@@ -123,12 +126,12 @@ func (p *Pipeline) HandleFlush(ctx context.Context, t *queue.Task) error {
 		if err != nil {
 			return fmt.Errorf("sheets: flush %s: plan: %w", form.ID, err)
 		}
-		if w.Pending == nil {
+			if w.Pending == nil {
 			return p.ackEmpty(t, form.ID)
 		}
 	}
 
-	if pw := w.Pending; pw.Attempts > pw.Verified {
+	if pw := w.Pending; pw != nil && pw.Attempts > pw.Verified {
 		landed, err := p.landed(ctx, client, form, *pw)
 		if err != nil {
 			return p.failed(ctx, log, form, err)
@@ -142,7 +145,7 @@ func (p *Pipeline) HandleFlush(ctx context.Context, t *queue.Task) error {
 		}
 	}
 
-	if pw := *w.Pending; pw.LastRow() > w.GridRows || width(form) > w.GridCols {
+	if pw := w.Pending; pw != nil && !fits(pw.LastRow()) {
 		if err := p.grow(ctx, log, client, form, w); err != nil {
 			return p.failed(ctx, log, form, err)
 		}
@@ -166,7 +169,14 @@ func (p *Pipeline) HandleFlush(ctx context.Context, t *queue.Task) error {
 	var subs []store.Submission
 	err = p.db.Update(func(tx *store.Tx) error {
 		var err error
-		w, subs, err = tx.SheetAttempt(form.ID)
+		if w.Pending == nil {
+			// Planned now, within the grid known: the rows that came
+			// since the load and would pass it wait for the next write.
+			if _, err := tx.SheetPlanWrite(form.ID, p.cfg.Threshold, p.cfg.Now(), store.GridPlan{MaxRow: w.GridRows}); err != nil {
+				return err
+			}
+		}
+		w, subs, err = tx.SheetAttempt(form.ID, p.cfg.Threshold)
 		return err
 	})
 	if err != nil {
@@ -194,6 +204,13 @@ func (p *Pipeline) HandleFlush(ctx context.Context, t *queue.Task) error {
 	p.metrics.callTime.Observe(time.Since(start).Seconds())
 	if err == nil && p.afterWrite != nil {
 		err = p.afterWrite()
+	}
+	if _, limited := queue.RetryAfter(err); limited {
+		// Google refused the call for its quota (429): it did not land,
+		// so the next run needs no read-back.
+		if verr := p.db.Update(func(tx *store.Tx) error { return tx.SheetVerified(form.ID, pw) }); verr != nil {
+			log.Warn("record a refused write", "err", verr)
+		}
 	}
 	if errors.Is(err, google.ErrGridLimit) {
 		// The grid is smaller than mailroom knew (the owner shrank it):
@@ -225,9 +242,14 @@ func (p *Pipeline) landed(ctx context.Context, client SheetsClient, form store.F
 	for i, s := range subs {
 		want[i] = row(s)
 	}
-	cctx, cancel := context.WithTimeout(ctx, p.cfg.CallTimeout)
-	defer cancel()
-	got, err := client.ReadRange(cctx, form.SpreadsheetID, writeRange(form, pw))
+	var got [][]string
+	err := p.spend(ctx, p.reads, form.AccountID, form.ID, 0, func(ctx context.Context) (err error) {
+		got, err = client.ReadRange(ctx, form.SpreadsheetID, writeRange(form, pw))
+		return err
+	})
+	if _, limited := queue.RetryAfter(err); limited {
+		return false, err
+	}
 	if errors.Is(err, google.ErrGridLimit) {
 		return false, nil // the range is past the grid: the rows cannot be there
 	}

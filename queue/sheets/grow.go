@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"mailroom/queue"
 	"mailroom/queue/google"
 	"mailroom/store"
 )
@@ -35,9 +34,11 @@ import (
 // grow lands per plan that needs one.
 func (p *Pipeline) grow(ctx context.Context, log *slog.Logger, client SheetsClient, form store.Form, w store.SheetWrites) error {
 	pw := *w.Pending
-	cctx, cancel := context.WithTimeout(ctx, p.cfg.CallTimeout)
-	tabs, err := client.Tabs(cctx, form.SpreadsheetID)
-	cancel()
+	var tabs []google.Tab
+	err := p.spend(ctx, p.reads, form.AccountID, form.ID, 0, func(ctx context.Context) (err error) {
+		tabs, err = client.Tabs(ctx, form.SpreadsheetID)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("sheets: flush %s: read the grid: %w", form.ID, err)
 	}
@@ -70,21 +71,10 @@ func (p *Pipeline) grow(ctx context.Context, log *slog.Logger, client SheetsClie
 		}
 	}
 
-	g, err := p.quota.Acquire(ctx, form.AccountID, form.ID)
-	if err != nil {
-		return err
-	}
-	if !g.OK {
-		p.metrics.quotaWaits.Inc()
-		return queue.RateLimited(fmt.Errorf("sheets: flush %s: grow: %w", form.ID, ErrQuota), g.Wait)
-	}
-	cctx, cancel = context.WithTimeout(ctx, min(p.cfg.CallTimeout, p.cfg.QuotaWindow*9/10))
 	start := time.Now()
-	err = client.Grow(cctx, form.SpreadsheetID, tab.ID, rows-tab.Rows, cols-tab.Cols)
-	cancel()
-	if serr := p.quota.Settle(context.WithoutCancel(ctx), form.AccountID, g); serr != nil {
-		log.Warn("settle quota slot", "err", serr)
-	}
+	err = p.spend(ctx, p.quota, form.AccountID, form.ID, 0, func(ctx context.Context) error {
+		return client.Grow(ctx, form.SpreadsheetID, tab.ID, rows-tab.Rows, cols-tab.Cols)
+	})
 	if err != nil {
 		return fmt.Errorf("sheets: flush %s: grow: %w", form.ID, err)
 	}

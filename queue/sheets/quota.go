@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"mailroom/queue"
 )
 
 // scripter is the part of a Redis client the quota needs.
@@ -18,13 +20,20 @@ type scripter interface {
 	ZAddXX(ctx context.Context, key string, members ...redis.Z) *redis.IntCmd
 }
 
-// Quota counts Sheets write calls per Google account in the broker, so
-// that every process sharing the broker shares the count.
+// Quota counts one kind of Sheets call (writes, or reads: Google budgets
+// them apart) per Google account and for the whole project in the broker,
+// so that every process sharing the broker shares the count
+// (developers.google.com/workspace/sheets/api/limits: 60 requests a
+// minute per user per project and 300 per project, for reads and writes
+// each).
 //
-// It is a sliding log, not a token bucket: Google counts the writes of any
+// It is a sliding log, not a token bucket: Google counts the calls of any
 // rolling minute, and a bucket refilled at limit/minute lets limit+1 calls
-// into some minute after a burst. The log (a sorted set of call times)
-// admits a call only while fewer than Limit calls lie in the last Window.
+// into some minute after a burst. Each log (a sorted set of call times,
+// one per account and one for the project) admits a call only while fewer
+// than its limit lie in the last Window; a call is admitted only when both
+// the account's and the project's logs admit it, and then goes into both,
+// in one script.
 //
 // A call is counted from when the quota grants it, and counted again
 // (Settle) from when it returns: Google counts it when it arrives, which is
@@ -34,29 +43,41 @@ type scripter interface {
 // take (the pipeline keeps its write timeout under the window), so a
 // call in flight never leaves the log before it is settled.
 //
-// Fairness: forms of one account take turns. A refused form joins the
-// account's waiting line (a sorted set scored by when it first waited) and
-// keeps its place until it is served. A free slot goes to a caller only
-// when fewer waiters are ahead of it than there are free slots, so a busy
-// form that comes back for its next batch queues behind every form that
-// waited before it: one write per waiting form per turn (round robin, the
-// oldest waiter first). Each refusal names the wait until the slot that
-// would serve the caller frees, so waiters come back about when it is
-// theirs. A waiter that does not come back within Grace of its turn (its
-// task was dead-lettered, its form deleted) loses its place, so a vanished
-// form cannot hold a slot forever.
+// Fairness, at both levels: forms of one account take turns for the
+// account's budget, and accounts take turns for the project's. A refused
+// caller joins a waiting line (a sorted set scored by when it first
+// waited): the form in its account's line, the account in the project's
+// line, and keeps its place until it is served. A free slot goes to a
+// caller only when fewer waiters are ahead of it than there are free
+// slots, at each level, so a busy form (or account) that comes back for
+// its next call queues behind every one that waited before it: round
+// robin, the oldest waiter first, and with many accounts busy no account
+// starves. Each refusal names the wait until the slot that would serve the
+// caller frees, so waiters come back about when it is theirs. A waiter
+// that does not come back within Grace of its turn (its task was
+// dead-lettered, its form deleted) loses its place, so a vanished form
+// cannot hold a slot forever.
 type Quota struct {
-	rdb    scripter
-	limit  int
-	window time.Duration
-	grace  time.Duration
-	now    func() time.Time
+	rdb          scripter
+	kind         string
+	limit        int
+	projectLimit int
+	window       time.Duration
+	grace        time.Duration
+	now          func() time.Time
 }
 
 // QuotaConfig configures a Quota. Zero values take the defaults named.
 type QuotaConfig struct {
-	// Limit is the number of write calls allowed per Window. Default 60.
+	// Kind names what is counted: "writes" (default) or "reads"; each kind
+	// has its own logs.
+	Kind string
+	// Limit is the number of calls allowed per Window per account.
+	// Default 60.
 	Limit int
+	// ProjectLimit is the number of calls allowed per Window for all
+	// accounts together. Default 300.
+	ProjectLimit int
 	// Window is the rolling window. Default one minute. The log keeps each
 	// call a little longer (Margin), because Google counts a call when it
 	// arrives, a moment after we count it.
@@ -72,8 +93,14 @@ type QuotaConfig struct {
 
 // NewQuota returns the quota over the broker client rdb.
 func NewQuota(cfg QuotaConfig, rdb scripter) *Quota {
+	if cfg.Kind == "" {
+		cfg.Kind = "writes"
+	}
 	if cfg.Limit <= 0 {
 		cfg.Limit = 60
+	}
+	if cfg.ProjectLimit <= 0 {
+		cfg.ProjectLimit = 300
 	}
 	if cfg.Window <= 0 {
 		cfg.Window = time.Minute
@@ -87,7 +114,8 @@ func NewQuota(cfg QuotaConfig, rdb scripter) *Quota {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Quota{rdb: rdb, limit: cfg.Limit, window: cfg.Window + cfg.Margin, grace: cfg.Grace, now: cfg.Now}
+	return &Quota{rdb: rdb, kind: cfg.Kind, limit: cfg.Limit, projectLimit: cfg.ProjectLimit,
+		window: cfg.Window + cfg.Margin, grace: cfg.Grace, now: cfg.Now}
 }
 
 // Grant is the quota's answer to one caller.
@@ -96,91 +124,120 @@ type Grant struct {
 	OK bool
 	// Wait is, when refused, how long until the caller's turn.
 	Wait time.Duration
-	// Used is the number of calls in the window, this one included.
+	// Used is the number of the account's calls in the window, this one
+	// included.
 	Used int
 	// Slot names the granted call's entry, for Settle.
 	Slot string
 }
 
-// acquireScript: KEYS log, waiters, due; ARGV now_ms, window_ms, limit,
-// waiter, grace_ms, member. Returns {granted, wait_ms, used}.
+// acquireScript: KEYS account log, account waiters, account due, project
+// log, project waiters, project due; ARGV now_ms, window_ms, account
+// limit, waiter (form), grace_ms, member, project limit, project waiter
+// (account). Returns {granted, wait_ms, used}.
 var acquireScript = redis.NewScript(`
 local now = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
-local limit = tonumber(ARGV[3])
-local waiter = ARGV[4]
 local grace = tonumber(ARGV[5])
 local member = ARGV[6]
 
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
-local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)
-for _, w in ipairs(gone) do
-  if w ~= waiter then
-    redis.call('ZREM', KEYS[2], w)
-    redis.call('ZREM', KEYS[3], w)
+-- One level: its log, line and due keys, its limit and its waiter.
+local function level(log, line, due, limit, waiter)
+  redis.call('ZREMRANGEBYSCORE', log, '-inf', now - window)
+  local gone = redis.call('ZRANGEBYSCORE', due, '-inf', now)
+  for _, w in ipairs(gone) do
+    if w ~= waiter then
+      redis.call('ZREM', line, w)
+      redis.call('ZREM', due, w)
+    end
+  end
+  local used = redis.call('ZCARD', log)
+  local free = limit - used
+  local rank = redis.call('ZRANK', line, waiter)
+  local ahead = rank
+  if not ahead then ahead = redis.call('ZCARD', line) end
+  return {log = log, line = line, due = due, limit = limit, waiter = waiter,
+          used = used, free = free, rank = rank, ahead = ahead}
+end
+
+-- The wait until the caller's turn at a level that refused it: it is
+-- served once (ahead - free + 1) more calls have left the window; the
+-- calls leave in time order, and every waiter served before it adds one
+-- that leaves a window later.
+local function waitOf(l)
+  local j = l.ahead - l.free
+  if l.used == 0 then return math.floor(window / l.limit) end
+  local cycle = math.floor(j / l.used)
+  local idx = j % l.used
+  local at = redis.call('ZRANGE', l.log, idx, idx, 'WITHSCORES')
+  return tonumber(at[2]) + window * (cycle + 1) - now
+end
+
+local acct = level(KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[3]), ARGV[4])
+local proj = level(KEYS[4], KEYS[5], KEYS[6], tonumber(ARGV[7]), ARGV[8])
+
+if acct.free > acct.ahead and proj.free > proj.ahead then
+  for _, l in ipairs({acct, proj}) do
+    redis.call('ZADD', l.log, now, member)
+    redis.call('PEXPIRE', l.log, window + 1000)
+    if l.rank then
+      redis.call('ZREM', l.line, l.waiter)
+      redis.call('ZREM', l.due, l.waiter)
+    end
+  end
+  return {1, 0, acct.used + 1}
+end
+
+local wait = 1
+for _, l in ipairs({acct, proj}) do
+  if not (l.free > l.ahead) then
+    wait = math.max(wait, waitOf(l))
   end
 end
-
-local used = redis.call('ZCARD', KEYS[1])
-local free = limit - used
-local rank = redis.call('ZRANK', KEYS[2], waiter)
-local ahead = rank
-if not ahead then ahead = redis.call('ZCARD', KEYS[2]) end
-
-if free > ahead then
-  redis.call('ZADD', KEYS[1], now, member)
-  redis.call('PEXPIRE', KEYS[1], window + 1000)
-  if rank then
-    redis.call('ZREM', KEYS[2], waiter)
-    redis.call('ZREM', KEYS[3], waiter)
+for _, l in ipairs({acct, proj}) do
+  if not l.rank then
+    redis.call('ZADD', l.line, now, l.waiter)
   end
-  return {1, 0, used + 1}
+  redis.call('ZADD', l.due, now + wait + grace, l.waiter)
+  local ttl = wait + grace + window
+  redis.call('PEXPIRE', l.line, ttl)
+  redis.call('PEXPIRE', l.due, ttl)
 end
-
-if not rank then
-  redis.call('ZADD', KEYS[2], now, waiter)
-end
--- The caller is served once (ahead - free + 1) more calls have left the
--- window; the calls leave in time order, and every waiter served before it
--- adds one that leaves a window later.
-local j = ahead - free
-local wait
-if used == 0 then
-  wait = math.floor(window / limit)
-else
-  local cycle = math.floor(j / used)
-  local idx = j % used
-  local at = redis.call('ZRANGE', KEYS[1], idx, idx, 'WITHSCORES')
-  wait = tonumber(at[2]) + window * (cycle + 1) - now
-end
-if wait < 1 then wait = 1 end
-redis.call('ZADD', KEYS[3], now + wait + grace, waiter)
-local ttl = wait + grace + window
-redis.call('PEXPIRE', KEYS[2], ttl)
-redis.call('PEXPIRE', KEYS[3], ttl)
-return {0, wait, used}
+return {0, wait, acct.used}
 `)
 
-func quotaKeys(account string) []string {
-	// The hash tag keeps an account's keys in one Redis Cluster slot.
-	p := "mailroom:sheets:quota:{" + account + "}:"
+// quotaKeys are the keys of one level: the account's, or with account ""
+// the project's. One hash tag keeps every key the script touches in one
+// Redis Cluster slot.
+func (q *Quota) quotaKeys(account string) []string {
+	p := "mailroom:sheets:quota:{sheets}:"
+	if account == "" {
+		p += "project:"
+	} else {
+		p += "account:" + account + ":"
+	}
+	if q.kind != "writes" {
+		p += q.kind + ":"
+	}
 	return []string{p + "log", p + "waiters", p + "due"}
 }
 
-// Acquire asks for one write call of account on behalf of waiter (a form
-// id): granted now, or refused with the wait until the caller's turn.
+// Acquire asks for one call of account on behalf of waiter (a form id):
+// granted now, or refused with the wait until the caller's turn (at the
+// account's level or the project's, whichever is later).
 func (q *Quota) Acquire(ctx context.Context, account, waiter string) (Grant, error) {
 	now := q.now().UnixMilli()
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])
-	member := fmt.Sprintf("%d:%s:%s", now, waiter, hex.EncodeToString(rnd[:]))
-	res, err := acquireScript.Run(ctx, q.rdb, quotaKeys(account),
-		now, q.window.Milliseconds(), q.limit, waiter, q.grace.Milliseconds(), member).Int64Slice()
+	member := fmt.Sprintf("%d:%s:%s:%s", now, account, waiter, hex.EncodeToString(rnd[:]))
+	keys := append(q.quotaKeys(account), q.quotaKeys("")...)
+	res, err := acquireScript.Run(ctx, q.rdb, keys,
+		now, q.window.Milliseconds(), q.limit, waiter, q.grace.Milliseconds(), member, q.projectLimit, account).Int64Slice()
 	if err != nil {
-		return Grant{}, fmt.Errorf("sheets: quota of account %s: %w", account, err)
+		return Grant{}, fmt.Errorf("sheets: %s quota of account %s: %w", q.kind, account, err)
 	}
 	if len(res) != 3 {
-		return Grant{}, fmt.Errorf("sheets: quota of account %s: script answered %v", account, res)
+		return Grant{}, fmt.Errorf("sheets: %s quota of account %s: script answered %v", q.kind, account, res)
 	}
 	g := Grant{OK: res[0] == 1, Wait: time.Duration(res[1]) * time.Millisecond, Used: int(res[2])}
 	if g.OK {
@@ -190,34 +247,38 @@ func (q *Quota) Acquire(ctx context.Context, account, waiter string) (Grant, err
 }
 
 // Settle stamps a granted call with the time it returned, so that it stays
-// in the window for a whole window after Google saw it. Call it after the
+// in the windows for a whole window after Google saw it. Call it after the
 // call, whatever its outcome.
 func (q *Quota) Settle(ctx context.Context, account string, g Grant) error {
 	if !g.OK || g.Slot == "" {
 		return nil
 	}
-	err := q.rdb.ZAddXX(ctx, quotaKeys(account)[0], redis.Z{Score: float64(q.now().UnixMilli()), Member: g.Slot}).Err()
-	if err != nil {
-		return fmt.Errorf("sheets: settle quota slot of account %s: %w", account, err)
+	z := redis.Z{Score: float64(q.now().UnixMilli()), Member: g.Slot}
+	for _, k := range []string{q.quotaKeys(account)[0], q.quotaKeys("")[0]} {
+		if err := q.rdb.ZAddXX(ctx, k, z).Err(); err != nil {
+			return fmt.Errorf("sheets: settle %s quota slot of account %s: %w", q.kind, account, err)
+		}
 	}
 	return nil
 }
 
-// QuotaUse is one account's use of its write quota.
+// QuotaUse is one account's use of a quota.
 type QuotaUse struct {
-	// Used is the number of write calls in the current window.
+	// Used is the number of the account's calls in the current window.
 	Used int
-	// Limit is the most calls per window.
+	// Limit is the most calls per window per account.
 	Limit int
-	// Waiting is the number of forms waiting for a slot.
+	// Waiting is the number of the account's forms waiting for a slot.
 	Waiting int
+	// ProjectUsed and ProjectLimit are the same for all accounts together.
+	ProjectUsed, ProjectLimit int
 }
 
 // Usage reports the account's use of its quota now.
 func (q *Quota) Usage(ctx context.Context, account string) (QuotaUse, error) {
-	keys := quotaKeys(account)
-	from := q.now().Add(-q.window).UnixMilli()
-	used, err := q.rdb.ZCount(ctx, keys[0], fmt.Sprintf("(%d", from), "+inf").Result()
+	from := fmt.Sprintf("(%d", q.now().Add(-q.window).UnixMilli())
+	keys := q.quotaKeys(account)
+	used, err := q.rdb.ZCount(ctx, keys[0], from, "+inf").Result()
 	if err != nil {
 		return QuotaUse{}, fmt.Errorf("sheets: quota use of account %s: %w", account, err)
 	}
@@ -225,5 +286,47 @@ func (q *Quota) Usage(ctx context.Context, account string) (QuotaUse, error) {
 	if err != nil {
 		return QuotaUse{}, fmt.Errorf("sheets: quota waiters of account %s: %w", account, err)
 	}
-	return QuotaUse{Used: int(used), Limit: q.limit, Waiting: int(waiting)}, nil
+	project, err := q.rdb.ZCount(ctx, q.quotaKeys("")[0], from, "+inf").Result()
+	if err != nil {
+		return QuotaUse{}, fmt.Errorf("sheets: project quota use: %w", err)
+	}
+	return QuotaUse{Used: int(used), Limit: q.limit, Waiting: int(waiting), ProjectUsed: int(project), ProjectLimit: q.projectLimit}, nil
+}
+
+// spend makes one Sheets call from quota q (reads or writes) for account
+// on behalf of waiter (a form id): the quota first, then the call under a
+// timeout kept within most of the window (see Quota), then the slot
+// settled. Over the quota it does not call: with waitUpTo > 0 it waits for
+// its turn when that comes within waitUpTo (a request a person waits on),
+// else it returns a rate-limited error naming the wait (a task comes
+// back then, without counting a failure).
+func (p *Pipeline) spend(ctx context.Context, q *Quota, account, waiter string, waitUpTo time.Duration, call func(ctx context.Context) error) error {
+	deadline := time.Now().Add(waitUpTo)
+	for {
+		g, err := q.Acquire(ctx, account, waiter)
+		if err != nil {
+			return err
+		}
+		if !g.OK {
+			p.metrics.quotaWaits.Inc()
+			if time.Now().Add(g.Wait).After(deadline) {
+				return queue.RateLimited(fmt.Errorf("sheets: %s of account %s for %s: %w", q.kind, account, waiter, ErrQuota), g.Wait)
+			}
+			t := time.NewTimer(g.Wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return ctx.Err()
+			case <-t.C:
+			}
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, min(p.cfg.CallTimeout, p.cfg.QuotaWindow*9/10))
+		err = call(cctx)
+		cancel()
+		if serr := q.Settle(context.WithoutCancel(ctx), account, g); serr != nil {
+			p.log.Warn("settle quota slot", "kind", q.kind, "account_id", account, "err", serr)
+		}
+		return err
+	}
 }

@@ -45,8 +45,9 @@ var (
 	ErrRowsWaiting = errors.New("rows still wait to be written")
 	// ErrGoogleUnavailable: Google did not answer usefully (503).
 	ErrGoogleUnavailable = errors.New("Google Sheets did not answer")
-	// ErrQuota: the account's write quota is used up for now.
-	ErrQuota = errors.New("the account's Sheets write quota is used up")
+	// ErrQuota: the account's or the project's Sheets quota (of reads or
+	// of writes) is used up for now.
+	ErrQuota = errors.New("the Sheets quota is used up for now")
 	// errGridChanged: a write found its sheet's grid smaller than known;
 	// the next run reads the grid and grows it.
 	errGridChanged = errors.New("the sheet's grid is smaller than mailroom knew")
@@ -97,7 +98,15 @@ type Config struct {
 	// WritesPerMinute: Sheets write calls per QuotaWindow per Google
 	// account. Default 60 (MAILROOM_SHEETS_WRITES_PER_MINUTE).
 	WritesPerMinute int
-	// QuotaWindow is the "minute" of WritesPerMinute. Default one minute;
+	// ReadsPerMinute: Sheets read calls per QuotaWindow per Google
+	// account. Default 60 (MAILROOM_SHEETS_READS_PER_MINUTE).
+	ReadsPerMinute int
+	// ProjectWritesPerMinute and ProjectReadsPerMinute: Sheets write and
+	// read calls per QuotaWindow of all accounts together. Default 300
+	// each (MAILROOM_SHEETS_PROJECT_WRITES_PER_MINUTE,
+	// MAILROOM_SHEETS_PROJECT_READS_PER_MINUTE).
+	ProjectWritesPerMinute, ProjectReadsPerMinute int
+	// QuotaWindow is the "minute" of the quotas. Default one minute;
 	// tests compress it.
 	QuotaWindow time.Duration
 	// Retention: a submission whose row is in its sheet is deleted this
@@ -128,6 +137,15 @@ func (c *Config) defaults() {
 	}
 	if c.WritesPerMinute <= 0 {
 		c.WritesPerMinute = 60
+	}
+	if c.ReadsPerMinute <= 0 {
+		c.ReadsPerMinute = 60
+	}
+	if c.ProjectWritesPerMinute <= 0 {
+		c.ProjectWritesPerMinute = 300
+	}
+	if c.ProjectReadsPerMinute <= 0 {
+		c.ProjectReadsPerMinute = 300
 	}
 	if c.QuotaWindow <= 0 {
 		c.QuotaWindow = time.Minute
@@ -165,7 +183,8 @@ type Pipeline struct {
 	cfg     Config
 	db      *store.DB
 	clients Clients
-	quota   *Quota
+	quota   *Quota // writes
+	reads   *Quota
 	log     *slog.Logger
 	metrics *metrics
 
@@ -193,7 +212,10 @@ func New(cfg Config, deps Deps) (*Pipeline, error) {
 		clients: deps.Clients,
 		queue:   deps.Queue,
 		log:     cfg.Logger.With("component", "sheets"),
-		quota:   NewQuota(QuotaConfig{Limit: cfg.WritesPerMinute, Window: cfg.QuotaWindow, Now: cfg.Now}, deps.Broker),
+		quota: NewQuota(QuotaConfig{Kind: "writes", Limit: cfg.WritesPerMinute, ProjectLimit: cfg.ProjectWritesPerMinute,
+			Window: cfg.QuotaWindow, Now: cfg.Now}, deps.Broker),
+		reads: NewQuota(QuotaConfig{Kind: "reads", Limit: cfg.ReadsPerMinute, ProjectLimit: cfg.ProjectReadsPerMinute,
+			Window: cfg.QuotaWindow, Now: cfg.Now}, deps.Broker),
 	}
 	m, err := newMetrics(cfg.Registerer, p.bufferedGauge)
 	if err != nil {
@@ -203,8 +225,11 @@ func New(cfg Config, deps Deps) (*Pipeline, error) {
 	return p, nil
 }
 
-// Quota returns the per-account write quota.
+// Quota returns the write quota (per account and per project).
 func (p *Pipeline) Quota() *Quota { return p.quota }
+
+// ReadQuota returns the read quota (per account and per project).
+func (p *Pipeline) ReadQuota() *Quota { return p.reads }
 
 // Config returns the pipeline's settings, defaults applied.
 func (p *Pipeline) Config() Config { return p.cfg }
@@ -347,9 +372,14 @@ func (p *Pipeline) CreateForm(ctx context.Context, in FormInput) (FormView, erro
 	if err != nil {
 		return FormView{}, p.googleInputErr(acct, in, err)
 	}
-	cctx, cancel := context.WithTimeout(ctx, p.cfg.CallTimeout)
-	defer cancel()
-	tabs, err := client.Tabs(cctx, in.SpreadsheetID)
+	// A person waits on this request: it waits for the read quota a
+	// little, and answers 429 with the wait beyond that.
+	const waitUpTo = 5 * time.Second
+	var tabs []google.Tab
+	err = p.spend(ctx, p.reads, acct.ID, "create:"+in.SpreadsheetID, waitUpTo, func(ctx context.Context) (err error) {
+		tabs, err = client.Tabs(ctx, in.SpreadsheetID)
+		return err
+	})
 	if err != nil {
 		return FormView{}, p.googleInputErr(acct, in, err)
 	}
@@ -367,7 +397,11 @@ func (p *Pipeline) CreateForm(ctx context.Context, in FormInput) (FormView, erro
 		return FormView{}, inputErr("sheet", "not_found", "The spreadsheet has no sheet named %q; its sheets are %q.", in.Sheet, titles)
 	}
 	sheet := tab.Title
-	used, err := client.ReadRange(cctx, in.SpreadsheetID, columnsRange(sheet, len(in.Columns)))
+	var used [][]string
+	err = p.spend(ctx, p.reads, acct.ID, "create:"+in.SpreadsheetID, waitUpTo, func(ctx context.Context) (err error) {
+		used, err = client.ReadRange(ctx, in.SpreadsheetID, columnsRange(sheet, len(in.Columns)))
+		return err
+	})
 	if err != nil {
 		return FormView{}, p.googleInputErr(acct, in, err)
 	}
