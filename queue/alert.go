@@ -38,6 +38,8 @@ type Alerter struct {
 	mu      sync.Mutex
 	counts  map[string]int
 	newest  alertItem
+	notices map[string]int // by subject: things that wait for a person, not dead letters
+	notice  alertItem
 	pending bool
 	kick    chan struct{}
 	sent    int
@@ -65,7 +67,7 @@ func NewAlerter(cfg AlertConfig) *Alerter {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Alerter{cfg: cfg, log: cfg.Logger.With("component", "alerts"), counts: map[string]int{}, kick: make(chan struct{}, 1)}
+	return &Alerter{cfg: cfg, log: cfg.Logger.With("component", "alerts"), counts: map[string]int{}, notices: map[string]int{}, kick: make(chan struct{}, 1)}
 }
 
 // Notify records one dead letter for the next message.
@@ -73,6 +75,20 @@ func (a *Alerter) Notify(typ, id, errText string) {
 	a.mu.Lock()
 	a.counts[typ]++
 	a.newest = alertItem{typ: typ, id: id, err: errText}
+	a.pending = true
+	a.mu.Unlock()
+	select {
+	case a.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Notice records something that waits for a person (a form whose sheet is
+// gone) for the next message, grouped like dead letters. Never blocks.
+func (a *Alerter) Notice(subject, id, text string) {
+	a.mu.Lock()
+	a.notices[subject]++
+	a.notice = alertItem{typ: subject, id: id, err: text}
 	a.pending = true
 	a.mu.Unlock()
 	select {
@@ -149,13 +165,19 @@ func (a *Alerter) flush(ctx context.Context) {
 		a.mu.Unlock()
 		return
 	}
-	counts, newest := a.counts, a.newest
-	a.counts, a.pending = map[string]int{}, false
+	counts, newest, notices, notice := a.counts, a.newest, a.notices, a.notice
+	a.counts, a.notices, a.pending = map[string]int{}, map[string]int{}, false
 	a.mu.Unlock()
 	if a.cfg.WebhookURL == "" {
 		return
 	}
-	body := a.message(counts, newest)
+	var body []byte
+	if len(counts) > 0 {
+		body = a.message(counts, newest)
+	}
+	if len(notices) > 0 {
+		body = a.noticeMessage(body, notices, notice)
+	}
 	err := a.post(ctx, body)
 	a.mu.Lock()
 	if err != nil {
@@ -188,6 +210,35 @@ func (a *Alerter) message(counts map[string]int, newest alertItem) []byte {
 		fmt.Fprintf(&b, "\n%s/admin/deadletters", strings.TrimRight(a.cfg.PublicURL, "/"))
 	}
 	text := truncate(b.String(), 1900) // Discord's content limit is 2,000
+	raw, _ := json.Marshal(map[string]string{"content": text, "text": text})
+	return raw
+}
+
+// noticeMessage adds the grouped notices to a message body (or makes one).
+func (a *Alerter) noticeMessage(body []byte, notices map[string]int, newest alertItem) []byte {
+	var prev struct {
+		Content string `json:"content"`
+	}
+	if body != nil {
+		_ = json.Unmarshal(body, &prev)
+	}
+	var b strings.Builder
+	if prev.Content != "" {
+		b.WriteString(prev.Content + "\n")
+	}
+	subjects := make([]string, 0, len(notices))
+	for s := range notices {
+		subjects = append(subjects, s)
+	}
+	sort.Strings(subjects)
+	for _, s := range subjects {
+		fmt.Fprintf(&b, "mailroom: %d %s(s) need attention\n", notices[s], s)
+	}
+	fmt.Fprintf(&b, "Newest: %s %s: %s", newest.typ, newest.id, truncate(newest.err, 500))
+	if a.cfg.PublicURL != "" && strings.HasPrefix(newest.typ, "sheets") {
+		fmt.Fprintf(&b, "\n%s/admin/forms", strings.TrimRight(a.cfg.PublicURL, "/"))
+	}
+	text := truncate(b.String(), 1900)
 	raw, _ := json.Marshal(map[string]string{"content": text, "text": text})
 	return raw
 }

@@ -98,7 +98,17 @@ type SheetWrites struct {
 	GridCols int `json:"gridCols,omitempty"`
 	// Grows counts the grid grows mailroom made for the form.
 	Grows int `json:"grows,omitempty"`
+	// State is FormError while the form's sheet cannot take its rows (it
+	// is gone, unshared, missing its tab or full; LastError says which);
+	// rows wait meanwhile. Empty: ok.
+	State string `json:"state,omitempty"`
+	// ErrorChecks counts the checks that found the form in error since it
+	// was last ok (the backoff of the next check grows with it).
+	ErrorChecks int `json:"errorChecks,omitempty"`
 }
+
+// FormError is SheetWrites.State of a form whose sheet cannot take rows.
+const FormError = "error"
 
 // GridPlan tells SheetPlanWrite how a write grows its sheet: Cols is the
 // width of a row, Step the rows to add beyond the write's last row when
@@ -416,6 +426,7 @@ func (tx *Tx) SheetCommit(formID string, p SheetWrite, at time.Time) (w SheetWri
 	w.RowsWritten += p.Count
 	w.LastFlushAt = at.UTC()
 	w.LastError, w.LastErrorAt = "", time.Time{}
+	w.State, w.ErrorChecks = "", 0
 	w.Pending = nil
 	return w, true, tx.putSheetWrites(formID, w)
 }
@@ -442,6 +453,54 @@ func (tx *Tx) SheetFailed(formID, msg string, at time.Time) error {
 	}
 	w.LastError, w.LastErrorAt = msg, at.UTC()
 	return tx.putSheetWrites(formID, w)
+}
+
+// SheetWaiting puts the form in the error state with msg, counts the
+// check, and reports whether the form was ok before (entered).
+func (tx *Tx) SheetWaiting(formID, msg string, at time.Time) (w SheetWrites, entered bool, err error) {
+	w, err = tx.SheetWrites(formID)
+	if err != nil {
+		return w, false, err
+	}
+	entered = w.State != FormError
+	w.State, w.ErrorChecks = FormError, w.ErrorChecks+1
+	w.LastError, w.LastErrorAt = msg, at.UTC()
+	return w, entered, tx.putSheetWrites(formID, w)
+}
+
+// FormRepoint points a form at another sheet: its rows not yet written go
+// there from startRow down (a pending write is dropped: its rows are
+// planned again for the new sheet), the grid known is the new sheet's,
+// and the form is ok again. The rows already written stay where they are.
+// ErrConflict when another form writes that sheet.
+func (tx *Tx) FormRepoint(formID, spreadsheetID, sheet string, startRow, gridRows, gridCols int) (Form, SheetWrites, error) {
+	f, err := tx.FormGet(formID)
+	if err != nil {
+		return f, SheetWrites{}, err
+	}
+	w, err := tx.SheetWrites(formID)
+	if err != nil {
+		return f, w, err
+	}
+	sheets := tx.tx.Bucket(bucketFormSheets)
+	newKey := formSheetKey(spreadsheetID, sheet)
+	if held := sheets.Get(newKey); held != nil && string(held) != formID {
+		return f, w, fmt.Errorf("store: sheet %q of spreadsheet %s is written by form %s: %w", sheet, spreadsheetID, held, ErrConflict)
+	}
+	if err := sheets.Delete(formSheetKey(f.SpreadsheetID, f.Sheet)); err != nil {
+		return f, w, err
+	}
+	if err := sheets.Put(newKey, []byte(formID)); err != nil {
+		return f, w, err
+	}
+	f.SpreadsheetID, f.Sheet, f.StartRow = spreadsheetID, sheet, max(startRow, 1)
+	if err := putJSON(tx.tx.Bucket(bucketForms), []byte(f.ID), f); err != nil {
+		return f, w, fmt.Errorf("store: put form: %w", err)
+	}
+	w.NextRow, w.Pending = f.StartRow, nil
+	w.GridRows, w.GridCols = gridRows, gridCols
+	w.State, w.ErrorChecks, w.LastError, w.LastErrorAt = "", 0, "", time.Time{}
+	return f, w, tx.putSheetWrites(formID, w)
 }
 
 // SheetsBuffered returns the number of submissions waiting over all forms.

@@ -27,11 +27,14 @@ func (e *formsExt) Routes(r Routers) {
 	r.API.POST("/forms", e.apiCreate)
 	r.API.GET("/forms", e.apiList)
 	r.API.GET("/forms/:id", e.apiGet)
+	r.API.PUT("/forms/:id", e.apiRepoint)
 	r.API.DELETE("/forms/:id", e.apiDelete)
+	r.API.POST("/forms/:id/retry", e.apiRetry)
 	r.API.POST("/forms/:id/submissions", e.apiSubmit)
 
 	r.Admin.GET("/forms", e.formsPage)
 	r.Admin.POST("/forms/:id/delete", e.adminDelete)
+	r.Admin.POST("/forms/:id/retry", e.adminRetry)
 }
 
 // MapError turns the pipeline's errors into the contract's answers.
@@ -90,6 +93,33 @@ func (e *formsExt) apiGet(c *gin.Context) {
 		return
 	}
 	JSON(c, http.StatusOK, f)
+}
+
+// apiRepoint is PUT /api/v1/forms/{id} {"spreadsheetId","sheet"}: 200
+// with the form; the rows not yet written go to that sheet from now on.
+func (e *formsExt) apiRepoint(c *gin.Context) {
+	var in sheets.FormTarget
+	if err := BindJSON(c, &in); err != nil {
+		Fail(c, err)
+		return
+	}
+	f, err := e.p.Repoint(c.Request.Context(), c.Param("id"), in)
+	if err != nil {
+		Fail(c, err)
+		return
+	}
+	JSON(c, http.StatusOK, f)
+}
+
+// apiRetry is POST /api/v1/forms/{id}/retry: 202; the form (one in error
+// above all) is checked and flushed at once.
+func (e *formsExt) apiRetry(c *gin.Context) {
+	f, err := e.p.Retry(c.Param("id"))
+	if err != nil {
+		Fail(c, err)
+		return
+	}
+	JSON(c, http.StatusAccepted, f)
 }
 
 // apiDelete is DELETE /api/v1/forms/{id}[?discardWaiting=true]: 204.

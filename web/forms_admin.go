@@ -35,6 +35,16 @@ func (e *formsExt) adminDelete(c *gin.Context) {
 	Redirect(c, "/admin/forms")
 }
 
+// adminRetry is the Forms page's "Retry now": the form is checked at once.
+func (e *formsExt) adminRetry(c *gin.Context) {
+	if _, err := e.p.Retry(c.Param("id")); err != nil {
+		Fail(c, err)
+		return
+	}
+	SetFlash(c, "ok", fmt.Sprintf("Form %s is being checked now; reload in a moment.", c.Param("id")))
+	Redirect(c, "/admin/forms")
+}
+
 // formRow is one form on the admin Forms page.
 type formRow struct {
 	sheets.FormView

@@ -10,9 +10,9 @@ import (
 func formsSample(at time.Time) formsPage {
 	f := sheets.FormView{ID: "f1", UserID: "u1", AccountID: "a1", SpreadsheetID: "1AbC", Sheet: "Responses <2>",
 		Columns: []string{"name", "email"}, StartRow: 2, NextRow: 502, CreatedAt: at, Buffered: 7, RowsWritten: 500,
-		WriteCalls: 2, LastFlushAt: at.Format(time.RFC3339), LastError: "google: 503 <backend>"}
+		WriteCalls: 2, LastFlushAt: at.Format(time.RFC3339), State: "error", LastError: "Google says the spreadsheet <1AbC> does not exist; point the form at another sheet."}
 	idle := f
-	idle.ID, idle.LastFlushAt, idle.LastError, idle.WriteCalls, idle.RowsWritten = "f2", "", "", 0, 0
+	idle.ID, idle.LastFlushAt, idle.LastError, idle.WriteCalls, idle.RowsWritten, idle.State = "f2", "", "google: 503 <backend>", 0, 0, "ok"
 	perMinute := make([]int, 60)
 	perMinute[59], perMinute[30] = 500, 12
 	return formsPage{

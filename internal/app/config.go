@@ -52,7 +52,12 @@ type Config struct {
 	SheetsRetention       time.Duration
 	SheetsFlushThreshold  int
 	SheetsWritesPerMinute int
-	SheetsQuotaWindow     time.Duration // the "minute" of SheetsWritesPerMinute (tests compress it)
+	SheetsQuotaWindow     time.Duration // the "minute" of the Sheets quotas (tests compress it)
+
+	SheetsReadsPerMinute         int
+	SheetsProjectWritesPerMinute int
+	SheetsProjectReadsPerMinute  int
+	SheetsRecheckMax             time.Duration
 
 	RetryInitial    time.Duration
 	RetryMultiplier float64
@@ -150,6 +155,10 @@ func (c *Config) settings() []setting {
 		{"sheets-flush-delay", "MAILROOM_SHEETS_FLUSH_DELAY", "a sheet's buffer is flushed at most this long after its first unsent row", d(&c.SheetsFlushDelay, 10*time.Second), false, false},
 		{"sheets-flush-threshold", "MAILROOM_SHEETS_FLUSH_THRESHOLD", "a buffer this full is flushed at once; the most rows one write carries", n(&c.SheetsFlushThreshold, 500), false, false},
 		{"sheets-writes-per-minute", "MAILROOM_SHEETS_WRITES_PER_MINUTE", "Sheets write calls per minute per Google account", n(&c.SheetsWritesPerMinute, 60), false, false},
+		{"sheets-reads-per-minute", "MAILROOM_SHEETS_READS_PER_MINUTE", "Sheets read calls per minute per Google account", n(&c.SheetsReadsPerMinute, 60), false, false},
+		{"sheets-project-writes-per-minute", "MAILROOM_SHEETS_PROJECT_WRITES_PER_MINUTE", "Sheets write calls per minute for the whole Google Cloud project", n(&c.SheetsProjectWritesPerMinute, 300), false, false},
+		{"sheets-project-reads-per-minute", "MAILROOM_SHEETS_PROJECT_READS_PER_MINUTE", "Sheets read calls per minute for the whole Google Cloud project", n(&c.SheetsProjectReadsPerMinute, 300), false, false},
+		{"sheets-recheck-max", "MAILROOM_SHEETS_RECHECK_MAX", "longest wait between two checks of a form whose sheet is gone, unshared, missing its tab or full (the first after a twentieth of it, doubling)", d(&c.SheetsRecheckMax, 10*time.Minute), false, false},
 		{"sheets-retention", "MAILROOM_SHEETS_RETENTION", "a submission whose row is in its sheet is deleted this long after it came; 0 keeps them", d(&c.SheetsRetention, 30*24*time.Hour), false, false},
 		{"sheets-quota-window", "MAILROOM_SHEETS_QUOTA_WINDOW", "the window of --sheets-writes-per-minute (tests compress the minute)", d(&c.SheetsQuotaWindow, time.Minute), false, true},
 		{"retry-initial", "MAILROOM_RETRY_INITIAL", "first retry delay of a failed task", d(&c.RetryInitial, 30*time.Second), false, false},
@@ -303,7 +312,7 @@ func (c *Config) validateTimings() error {
 	}{
 		{"reclassify-debounce", c.ReclassifyDebounce}, {"reclassify-max-wait", c.ReclassifyMaxWait},
 		{"reclassify-tick", c.ReclassifyTick}, {"rule-save-window", c.RuleSaveWindow},
-		{"sheets-flush-delay", c.SheetsFlushDelay}, {"sheets-quota-window", c.SheetsQuotaWindow}, {"retry-initial", c.RetryInitial}, {"retry-max", c.RetryMax},
+		{"sheets-flush-delay", c.SheetsFlushDelay}, {"sheets-quota-window", c.SheetsQuotaWindow}, {"sheets-recheck-max", c.SheetsRecheckMax}, {"retry-initial", c.RetryInitial}, {"retry-max", c.RetryMax},
 		{"gmail-poll-interval", c.GmailPollInterval}, {"gmail-watch-renew", c.GmailWatchRenew},
 		{"task-poll-interval", c.TaskPollInterval}, {"delayed-check-interval", c.DelayedCheckInterval},
 		{"shutdown-timeout", c.ShutdownTimeout},
@@ -339,6 +348,9 @@ func (c *Config) validateCounts() error {
 		{"rule-save-limit", c.RuleSaveLimit, 1, 1 << 20},
 		{"sheets-flush-threshold", c.SheetsFlushThreshold, 1, 10000},
 		{"sheets-writes-per-minute", c.SheetsWritesPerMinute, 1, 1 << 20},
+		{"sheets-reads-per-minute", c.SheetsReadsPerMinute, 1, 1 << 20},
+		{"sheets-project-writes-per-minute", c.SheetsProjectWritesPerMinute, 1, 1 << 20},
+		{"sheets-project-reads-per-minute", c.SheetsProjectReadsPerMinute, 1, 1 << 20},
 		{"max-retries", c.MaxRetries, 0, 100},
 		{"concurrency-message-added", c.ConcurrencyMessageAdded, 1, 1000},
 		{"concurrency-state", c.ConcurrencyState, 1, 1000},

@@ -32,6 +32,7 @@ type sheetsForm struct {
 	RowsWritten   int      `json:"rowsWritten"`
 	WriteCalls    int      `json:"writeCalls"`
 	LastFlushAt   string   `json:"lastFlushAt"`
+	State         string   `json:"state"`
 	LastError     string   `json:"lastError"`
 }
 
@@ -259,6 +260,84 @@ func TestSheetsBadInput(t *testing.T) {
 	cells, _ := fake.Sheets.Cells(book, "Responses")
 	if len(cells) != 1 || cells[0][1].Formula || cells[0][1].Value != "=1+1" || cells[0][2].Value != "42" || cells[0][3].Value != s.ID {
 		t.Fatalf("row %+v", cells)
+	}
+}
+
+// TestSheetsFormErrorPutRetry: over HTTP, a form whose spreadsheet is
+// deleted is in state "error" with a lastError that says what to do, keeps
+// taking submissions (202), and PUT /api/v1/forms/{id} points it at a new
+// sheet (200) where its waiting rows land; POST .../retry answers 202; bad
+// input is a 4xx naming the field.
+func TestSheetsFormErrorPutRetry(t *testing.T) {
+	t.Parallel()
+	fake := googlefake.StartForTest(t, googlefake.Options{})
+	ta, userID, accountID, book := sheetsApp(t, fake, func(cfg *app.Config) { cfg.SheetsRecheckMax = 2 * time.Second })
+	var f sheetsForm
+	ta.JSON(http.MethodPost, "/api/v1/forms", map[string]any{
+		"userId": userID, "accountId": accountID, "spreadsheetId": book, "sheet": "Responses", "columns": []string{"name"},
+	}, http.StatusCreated, &f)
+	if f.State != "ok" {
+		t.Fatalf("new form state %q", f.State)
+	}
+	if err := fake.Sheets.DeleteSpreadsheet(book); err != nil {
+		t.Fatal(err)
+	}
+	sub := "/api/v1/forms/" + f.ID + "/submissions"
+	var ids []string
+	for i := range 3 {
+		var s struct{ ID string }
+		ta.JSON(http.MethodPost, sub, map[string]any{"answers": map[string]any{"name": fmt.Sprint("n", i)}}, http.StatusAccepted, &s)
+		ids = append(ids, s.ID)
+	}
+	apptest.WaitUntil(t, 10*time.Second, "form in error", func() bool { return getForm(ta, f.ID).State == "error" })
+	if got := getForm(ta, f.ID); !strings.Contains(got.LastError, "point the form at another sheet") || got.Buffered != 3 {
+		t.Fatalf("form in error: %+v", got)
+	}
+	ta.JSON(http.MethodPost, "/api/v1/forms/"+f.ID+"/retry", nil, http.StatusAccepted, nil)
+	page := adminGet(t, ta, "/admin/forms")
+	for _, want := range []string{`action="/admin/forms/` + f.ID + `/retry"`, "Retry now", "does not exist"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("Forms page of a form in error lacks %q", want)
+		}
+	}
+
+	for _, tc := range []struct {
+		name, path string
+		body       any
+		status     int
+		code       string
+		field      string
+	}{
+		{"no spreadsheet", "/api/v1/forms/" + f.ID, map[string]any{"sheet": "x"}, 400, "required", "spreadsheetId"},
+		{"bad spreadsheet id", "/api/v1/forms/" + f.ID, map[string]any{"spreadsheetId": "a b"}, 400, "invalid", "spreadsheetId"},
+		{"unknown field", "/api/v1/forms/" + f.ID, map[string]any{"spreadsheetId": "x", "columns": []string{"a"}}, 400, "unknown_field", "columns"},
+		{"broken JSON", "/api/v1/forms/" + f.ID, []byte(`{"spreadsheetId":`), 400, "malformed_json", ""},
+		{"unknown form", "/api/v1/forms/nope", map[string]any{"spreadsheetId": book}, 404, "not_found", ""},
+	} {
+		status, raw := ta.Do(http.MethodPut, tc.path, tc.body)
+		var e apiErrorBody
+		_ = json.Unmarshal(raw, &e)
+		if status != tc.status || e.Error.Code != tc.code || e.Error.Field != tc.field {
+			t.Errorf("PUT %s: %d %s, want %d %s on %q", tc.name, status, raw, tc.status, tc.code, tc.field)
+		}
+	}
+	if status, raw := ta.Do(http.MethodPost, "/api/v1/forms/nope/retry", nil); status != http.StatusNotFound {
+		t.Errorf("retry of an unknown form: %d %s", status, raw)
+	}
+
+	fresh, err := fake.Sheets.CreateSpreadsheet("forms@example.com", "Fresh", "Sheet1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var moved sheetsForm
+	ta.JSON(http.MethodPut, "/api/v1/forms/"+f.ID, map[string]any{"spreadsheetId": fresh, "sheet": "Sheet1"}, http.StatusOK, &moved)
+	if moved.SpreadsheetID != fresh || moved.State != "ok" {
+		t.Fatalf("after PUT: %+v", moved)
+	}
+	apptest.WaitUntil(t, 10*time.Second, "rows in the new sheet", func() bool { return getForm(ta, f.ID).RowsWritten == 3 })
+	rows, _ := fake.Sheets.Rows(fresh, "Sheet1")
+	if len(rows) != 3 || rows[0][2] != ids[0] || rows[2][2] != ids[2] {
+		t.Fatalf("new sheet rows %q, want the 3 submissions in order", rows)
 	}
 }
 

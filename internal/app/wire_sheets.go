@@ -19,7 +19,12 @@ func (a *App) wireSheets(ctx context.Context) error {
 		Retention:       a.cfg.SheetsRetention,
 		Logger:          a.log,
 		Registerer:      a.registry,
-	}, sheets.Deps{DB: a.db, Queue: a.queue, Broker: a.broker.Client(), Clients: accountSheets{a.accounts}})
+
+		ReadsPerMinute:         a.cfg.SheetsReadsPerMinute,
+		ProjectWritesPerMinute: a.cfg.SheetsProjectWritesPerMinute,
+		ProjectReadsPerMinute:  a.cfg.SheetsProjectReadsPerMinute,
+		RecheckMax:             a.cfg.SheetsRecheckMax,
+	}, sheets.Deps{DB: a.db, Queue: a.queue, Broker: a.broker.Client(), Clients: accountSheets{a.accounts}, Alerts: a.alerts})
 	if err != nil {
 		return err
 	}

@@ -77,7 +77,26 @@ type env struct {
 	p       *Pipeline
 	reg     *prometheus.Registry
 	clients *testClients
+	alerts  *recordingAlerts
 	user    store.User
+}
+
+// recordingAlerts keeps the notices the pipeline sends.
+type recordingAlerts struct {
+	mu      sync.Mutex
+	notices []string // "id: text"
+}
+
+func (a *recordingAlerts) Notice(_, id, text string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.notices = append(a.notices, id+": "+text)
+}
+
+func (a *recordingAlerts) list() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.notices)
 }
 
 type envOptions struct {
@@ -137,7 +156,8 @@ func newEnv(t *testing.T, o envOptions) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := New(cfg, Deps{DB: db, Queue: q, Broker: b.Client(), Clients: clients})
+	alerts := &recordingAlerts{}
+	p, err := New(cfg, Deps{DB: db, Queue: q, Broker: b.Client(), Clients: clients, Alerts: alerts})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +174,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(q.Stop)
-	e := &env{t: t, db: db, fake: fake, q: q, p: p, reg: reg, clients: clients}
+	e := &env{t: t, db: db, fake: fake, q: q, p: p, reg: reg, clients: clients, alerts: alerts}
 	err = db.Update(func(tx *store.Tx) error {
 		e.user, err = tx.UserCreate("owner@example.com", "Owner")
 		return err

@@ -110,7 +110,7 @@ func (p *Pipeline) HandleFlush(ctx context.Context, t *queue.Task) error {
 
 	client, err := p.clients.Sheets(ctx, form.AccountID)
 	if err != nil {
-		return p.failed(ctx, log, form, fmt.Errorf("sheets: flush %s: client of account %s: %w", form.ID, form.AccountID, err))
+		return p.failed(ctx, log, t, form, fmt.Errorf("sheets: flush %s: client of account %s: %w", form.ID, form.AccountID, err))
 	}
 
 	fits := func(lastRow int) bool { return lastRow <= w.GridRows && width(form) <= w.GridCols }
@@ -126,7 +126,7 @@ func (p *Pipeline) HandleFlush(ctx context.Context, t *queue.Task) error {
 		if err != nil {
 			return fmt.Errorf("sheets: flush %s: plan: %w", form.ID, err)
 		}
-			if w.Pending == nil {
+		if w.Pending == nil {
 			return p.ackEmpty(t, form.ID)
 		}
 	}
@@ -134,7 +134,7 @@ func (p *Pipeline) HandleFlush(ctx context.Context, t *queue.Task) error {
 	if pw := w.Pending; pw != nil && pw.Attempts > pw.Verified {
 		landed, err := p.landed(ctx, client, form, *pw)
 		if err != nil {
-			return p.failed(ctx, log, form, err)
+			return p.failed(ctx, log, t, form, err)
 		}
 		if landed {
 			log.Info("pending write found in the sheet; recording it", "row", pw.Row, "rows", pw.Count, "attempts", pw.Attempts)
@@ -147,7 +147,7 @@ func (p *Pipeline) HandleFlush(ctx context.Context, t *queue.Task) error {
 
 	if pw := w.Pending; pw != nil && !fits(pw.LastRow()) {
 		if err := p.grow(ctx, log, client, form, w); err != nil {
-			return p.failed(ctx, log, form, err)
+			return p.failed(ctx, log, t, form, err)
 		}
 		if p.afterGrow != nil {
 			if err := p.afterGrow(); err != nil {
@@ -222,7 +222,7 @@ func (p *Pipeline) HandleFlush(ctx context.Context, t *queue.Task) error {
 		return queue.RateLimited(fmt.Errorf("sheets: flush %s: %w", form.ID, errGridChanged), 0)
 	}
 	if err != nil {
-		return p.failed(ctx, log, form, err)
+		return p.failed(ctx, log, t, form, err)
 	}
 	log.Debug("rows written", "range", a1, "rows", len(rows), "attempt_of_write", pw.Attempts, "took", time.Since(start))
 	return p.commit(log, t, form, pw, true)
@@ -322,10 +322,11 @@ func (p *Pipeline) ackEmpty(t *queue.Task, formID string) error {
 }
 
 // failed records a flush error on the form and classes it for the queue:
-// Google's rate limits wait (and count as quota waits), a spreadsheet that
-// is gone or not shared, an unknown or revoked account are permanent, the
-// rest is retried.
-func (p *Pipeline) failed(ctx context.Context, log *slog.Logger, form store.Form, err error) error {
+// Google's rate limits wait (and count as quota waits); a sheet that is
+// gone, unshared, missing its tab or full puts the form in the error state
+// and checks it again later (wait); an unknown or revoked account is
+// permanent; the rest is retried.
+func (p *Pipeline) failed(ctx context.Context, log *slog.Logger, t *queue.Task, form store.Form, err error) error {
 	if ctx.Err() != nil {
 		return err
 	}
@@ -333,6 +334,9 @@ func (p *Pipeline) failed(ctx context.Context, log *slog.Logger, form store.Form
 		p.metrics.quotaWaits.Inc()
 		log.Info("Google rate-limited the flush", "err", err)
 		return err
+	}
+	if msg, ok := p.sheetProblem(form, err); ok {
+		return p.wait(ctx, log, t, form, msg, err)
 	}
 	if !queue.IsPermanent(err) && (errors.Is(err, google.ErrSpreadsheetNotFound) || errors.Is(err, google.ErrSpreadsheetForbidden) ||
 		errors.Is(err, google.ErrRevoked) || errors.Is(err, store.ErrNotFound)) {

@@ -11,6 +11,7 @@ type metrics struct {
 	written     prometheus.Counter
 	calls       prometheus.Counter
 	grows       prometheus.Counter
+	waiting     prometheus.Counter
 	quotaWaits  prometheus.Counter
 	pruned      prometheus.Counter
 	submissions *prometheus.CounterVec
@@ -29,6 +30,9 @@ func newMetrics(reg prometheus.Registerer, buffered func() float64) (*metrics, e
 		}),
 		grows: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "mailroom_sheets_grid_grows_total", Help: "Sheets grids grown before a write needed it (spreadsheets.batchUpdate appendDimension).",
+		}),
+		waiting: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "mailroom_sheets_form_errors_total", Help: "Checks that found a form's sheet gone, unshared, missing its tab or full (its rows wait).",
 		}),
 		quotaWaits: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "mailroom_sheets_quota_waits_total", Help: "Flushes deferred because the account's write quota was used up (or Google answered 429).",
@@ -56,7 +60,7 @@ func newMetrics(reg prometheus.Registerer, buffered func() float64) (*metrics, e
 	gauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "mailroom_sheets_rows_buffered", Help: "Submissions waiting to be written, over all forms (read from bbolt).",
 	}, buffered)
-	for _, c := range []prometheus.Collector{m.written, m.calls, m.grows, m.quotaWaits, m.pruned, m.submissions, m.latency, m.callTime, gauge} {
+	for _, c := range []prometheus.Collector{m.written, m.calls, m.grows, m.waiting, m.quotaWaits, m.pruned, m.submissions, m.latency, m.callTime, gauge} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -116,6 +116,11 @@ type Config struct {
 	// CallTimeout bounds one Sheets call. Default 30s; a write call is
 	// also bounded by 9/10 of QuotaWindow (see Quota).
 	CallTimeout time.Duration
+	// RecheckMax is the longest wait between two checks of a form in
+	// error (its sheet gone, unshared, missing its tab or full); the
+	// first comes after RecheckMax/20, doubling. Default 10m
+	// (MAILROOM_SHEETS_RECHECK_MAX).
+	RecheckMax time.Duration
 	// GrowStep is how many rows beyond a write's last row a grid grows
 	// when the write needs it to (one grow serves many writes). Default
 	// max(1000, 4 x Threshold).
@@ -153,6 +158,9 @@ func (c *Config) defaults() {
 	if c.CallTimeout <= 0 {
 		c.CallTimeout = 30 * time.Second
 	}
+	if c.RecheckMax <= 0 {
+		c.RecheckMax = 10 * time.Minute
+	}
 	if c.GrowStep <= 0 {
 		c.GrowStep = max(1000, 4*c.Threshold)
 	}
@@ -176,6 +184,8 @@ type Deps struct {
 	Broker scripter
 	// Clients gives each account's Sheets client.
 	Clients Clients
+	// Alerts announces forms that enter the error state; nil: none.
+	Alerts Alerts
 }
 
 // Pipeline is the Sheets pipeline.
@@ -183,6 +193,7 @@ type Pipeline struct {
 	cfg     Config
 	db      *store.DB
 	clients Clients
+	alerts  Alerts
 	quota   *Quota // writes
 	reads   *Quota
 	log     *slog.Logger
@@ -210,6 +221,7 @@ func New(cfg Config, deps Deps) (*Pipeline, error) {
 		cfg:     cfg,
 		db:      deps.DB,
 		clients: deps.Clients,
+		alerts:  deps.Alerts,
 		queue:   deps.Queue,
 		log:     cfg.Logger.With("component", "sheets"),
 		quota: NewQuota(QuotaConfig{Kind: "writes", Limit: cfg.WritesPerMinute, ProjectLimit: cfg.ProjectWritesPerMinute,
@@ -277,7 +289,11 @@ type FormView struct {
 	GridGrows int `json:"gridGrows"`
 	// LastFlushAt is RFC 3339, or empty before the first write.
 	LastFlushAt string `json:"lastFlushAt"`
-	LastError   string `json:"lastError"`
+	// State is "ok", or "error" while the sheet cannot take rows (gone,
+	// unshared, missing its tab or full): rows wait, and LastError says
+	// what happened and how to fix it.
+	State     string `json:"state"`
+	LastError string `json:"lastError"`
 }
 
 func view(f store.Form, w store.SheetWrites) FormView {
@@ -285,6 +301,10 @@ func view(f store.Form, w store.SheetWrites) FormView {
 		ID: f.ID, UserID: f.UserID, AccountID: f.AccountID, SpreadsheetID: f.SpreadsheetID, Sheet: f.Sheet,
 		Columns: f.Columns, StartRow: f.StartRow, NextRow: w.NextRow, CreatedAt: f.CreatedAt,
 		Buffered: w.Buffered, RowsWritten: w.RowsWritten, WriteCalls: w.Calls, GridGrows: w.Grows, LastError: w.LastError,
+	}
+	v.State = "ok"
+	if w.State == store.FormError {
+		v.State = "error"
 	}
 	if !w.LastFlushAt.IsZero() {
 		v.LastFlushAt = w.LastFlushAt.UTC().Format(time.RFC3339)
@@ -368,46 +388,14 @@ func (p *Pipeline) CreateForm(ctx context.Context, in FormInput) (FormView, erro
 	if err != nil {
 		return FormView{}, err
 	}
-	client, err := p.clients.Sheets(ctx, acct.ID)
+	tab, startRow, err := p.checkSheet(ctx, acct, in)
 	if err != nil {
-		return FormView{}, p.googleInputErr(acct, in, err)
-	}
-	// A person waits on this request: it waits for the read quota a
-	// little, and answers 429 with the wait beyond that.
-	const waitUpTo = 5 * time.Second
-	var tabs []google.Tab
-	err = p.spend(ctx, p.reads, acct.ID, "create:"+in.SpreadsheetID, waitUpTo, func(ctx context.Context) (err error) {
-		tabs, err = client.Tabs(ctx, in.SpreadsheetID)
-		return err
-	})
-	if err != nil {
-		return FormView{}, p.googleInputErr(acct, in, err)
-	}
-	var tab google.Tab
-	switch i := slices.IndexFunc(tabs, func(t google.Tab) bool { return strings.EqualFold(t.Title, in.Sheet) }); {
-	case in.Sheet == "" && len(tabs) > 0:
-		tab = tabs[0]
-	case i >= 0:
-		tab = tabs[i]
-	default:
-		titles := make([]string, len(tabs))
-		for i, t := range tabs {
-			titles[i] = t.Title
-		}
-		return FormView{}, inputErr("sheet", "not_found", "The spreadsheet has no sheet named %q; its sheets are %q.", in.Sheet, titles)
+		return FormView{}, err
 	}
 	sheet := tab.Title
-	var used [][]string
-	err = p.spend(ctx, p.reads, acct.ID, "create:"+in.SpreadsheetID, waitUpTo, func(ctx context.Context) (err error) {
-		used, err = client.ReadRange(ctx, in.SpreadsheetID, columnsRange(sheet, len(in.Columns)))
-		return err
-	})
-	if err != nil {
-		return FormView{}, p.googleInputErr(acct, in, err)
-	}
 	f := store.Form{
 		UserID: in.UserID, AccountID: in.AccountID, SpreadsheetID: in.SpreadsheetID, Sheet: sheet,
-		Columns: slices.Clone(in.Columns), StartRow: len(used) + 1, CreatedAt: p.cfg.Now().UTC(),
+		Columns: slices.Clone(in.Columns), StartRow: startRow, CreatedAt: p.cfg.Now().UTC(),
 	}
 	var w store.SheetWrites
 	err = p.db.Update(func(tx *store.Tx) error {
@@ -608,8 +596,8 @@ func (p *Pipeline) scheduleFlush(tx *store.Tx, q enqueuer, formID string, w stor
 		return nil
 	}
 	key := flushKey(formID)
-	if w.Buffered < p.cfg.Threshold && q.Pending(tx, queue.TypeSheetsFlush, key) {
-		return nil // the usual case: the flush is already waiting
+	if (w.Buffered < p.cfg.Threshold || w.State == store.FormError) && q.Pending(tx, queue.TypeSheetsFlush, key) {
+		return nil // the usual case: the flush (or a form in error's next check) is already waiting
 	}
 	opts := []queue.Option{queue.Key(key)}
 	if w.Buffered >= p.cfg.Threshold {
