@@ -1,0 +1,138 @@
+package sheets
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"mailroom/queue/google/googlefake"
+	"mailroom/store"
+)
+
+// TestQuotaProjectTenAccounts: 40 forms on 10 accounts, a burst on every
+// form at once, with Google's quotas scaled down (a "minute" of 1s, 6
+// writes and 6 reads per account, 30 per project: the 60/300 ratio). The
+// project's budget binds (10 accounts x 6 > 30). mailroom's own plan never
+// goes over any of them (the emulator, as strict as Google, refuses
+// nothing and counts no window over a limit), every row lands once and in
+// order (the grids grow on the way: reads and writes both spent), and the
+// accounts share the project fairly: the slowest account's p99 latency is
+// within 2x the fastest's.
+func TestQuotaProjectTenAccounts(t *testing.T) {
+	t.Parallel()
+	const (
+		accounts, formsPer, rowsPer = 10, 4, 30
+		perAccount, perProject      = 6, 30
+		window                      = time.Second
+	)
+	e := newEnv(t, envOptions{
+		cfg: Config{FlushDelay: 200 * time.Millisecond, Threshold: 10, GrowStep: rowsPer, QuotaWindow: window,
+			WritesPerMinute: perAccount, ReadsPerMinute: perAccount, ProjectWritesPerMinute: perProject, ProjectReadsPerMinute: perProject},
+		fakeLimit: perAccount, fakeWindow: window,
+		fake: googlefake.Options{SheetsReadLimit: perAccount, SheetsProjectWriteLimit: perProject, SheetsProjectReadLimit: perProject, SheetsGridRows: 15},
+	})
+	var (
+		forms   []FormView
+		emails  []string
+		acctOf  = map[string]int{} // spreadsheet id -> account index
+		formOf  = map[string]int{} // spreadsheet id -> form index
+		written = make([][]time.Time, accounts*formsPer)
+		mu      sync.Mutex
+	)
+	for a := range accounts {
+		acct := e.account(fmt.Sprintf("acct%d@example.com", a))
+		emails = append(emails, acct.Email)
+		for range formsPer {
+			f := e.form(acct, "q")
+			acctOf[f.SpreadsheetID], formOf[f.SpreadsheetID] = a, len(forms)
+			forms = append(forms, f)
+		}
+	}
+	e.fake.ResetCounters() // the setup's reads are not part of the burst
+	e.clients.mu.Lock()
+	e.clients.onWrite = func(id string, n int) {
+		now := time.Now()
+		mu.Lock()
+		defer mu.Unlock()
+		i := formOf[id]
+		for range n {
+			written[i] = append(written[i], now)
+		}
+	}
+	e.clients.mu.Unlock()
+
+	start := time.Now()
+	subs := make([][]store.Submission, len(forms))
+	var wg sync.WaitGroup
+	for i, f := range forms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			subs[i] = e.submitN(f.ID, "r", rowsPer)
+		}()
+	}
+	wg.Wait()
+	waitUntil(t, 60*time.Second, "every row written", func() bool {
+		for _, f := range forms {
+			if e.formView(f.ID).RowsWritten != rowsPer {
+				return false
+			}
+		}
+		return true
+	})
+	t.Logf("%d rows on %d forms of %d accounts written in %s", accounts*formsPer*rowsPer, len(forms), accounts, time.Since(start))
+	for i, f := range forms {
+		checkOnceInOrder(t, subs[i], e.sheetRows(f.SpreadsheetID, f.Sheet))
+	}
+
+	st := e.fake.Sheets.Stats()
+	if st.RejectedWrites != 0 || st.RejectedReads != 0 {
+		t.Errorf("Google refused %d writes and %d reads: mailroom's plan went over a quota", st.RejectedWrites, st.RejectedReads)
+	}
+	if st.ProjectMaxWritesInWindow > perProject || st.ProjectMaxReadsInWindow > perProject {
+		t.Errorf("the project made %d writes and %d reads within one window (limit %d)", st.ProjectMaxWritesInWindow, st.ProjectMaxReadsInWindow, perProject)
+	}
+	for _, m := range emails {
+		if w, r := e.fake.Sheets.MaxWritesInWindow(m), e.fake.Sheets.MaxReadsInWindow(m); w > perAccount || r > perAccount {
+			t.Errorf("account %s made %d writes and %d reads within one window (limit %d)", m, w, r, perAccount)
+		}
+	}
+	if st.GridGrows != len(forms) || st.ReadCalls < len(forms) {
+		t.Errorf("%d grows and %d reads; want one grow (after one grid read) per form", st.GridGrows, st.ReadCalls)
+	}
+	if st.ProjectMaxWritesInWindow < perProject-5 {
+		t.Errorf("the project's busiest window held %d writes: the test never pressed on its budget of %d", st.ProjectMaxWritesInWindow, perProject)
+	}
+
+	// Fairness: p99 of each account's row latencies (submission to the
+	// write that carried the row).
+	p99 := make([]time.Duration, accounts)
+	for a := range accounts {
+		var lat []time.Duration
+		for i, f := range forms {
+			if acctOf[f.SpreadsheetID] != a {
+				continue
+			}
+			s := slices.Clone(subs[i])
+			slices.SortFunc(s, func(x, y store.Submission) int { return x.SubmittedAt.Compare(y.SubmittedAt) })
+			mu.Lock()
+			times := slices.Clone(written[i])
+			mu.Unlock()
+			if len(times) != len(s) {
+				t.Fatalf("form %d: %d rows seen written, want %d", i, len(times), len(s))
+			}
+			for k := range s {
+				lat = append(lat, times[k].Sub(s[k].SubmittedAt))
+			}
+		}
+		slices.Sort(lat)
+		p99[a] = lat[len(lat)*99/100]
+	}
+	slowest, fastest := slices.Max(p99), slices.Min(p99)
+	t.Logf("p99 latency per account: fastest %s, slowest %s", fastest, slowest)
+	if slowest > 2*fastest {
+		t.Errorf("unfair: slowest account's p99 %s is over 2x the fastest's %s (%v)", slowest, fastest, p99)
+	}
+}
