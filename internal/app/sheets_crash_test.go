@@ -23,14 +23,22 @@ import (
 // bookkeeping: the write lands, then the child dies before it hears back.
 type crashFake struct {
 	*googlefake.Server
-	url    string
-	killer atomic.Pointer[func()]
+	url        string
+	killer     atomic.Pointer[func()]
+	growKiller atomic.Pointer[func()]
 }
 
 func newCrashFake(t *testing.T) *crashFake {
 	t.Helper()
 	f := &crashFake{Server: googlefake.New(googlefake.Options{})}
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, "/v4/spreadsheets/") && strings.HasSuffix(r.URL.Path, ":batchUpdate") && !strings.Contains(r.URL.Path, "/values") {
+			if kill := f.growKiller.Swap(nil); kill != nil {
+				f.Handler().ServeHTTP(httptest.NewRecorder(), r) // the grow lands
+				(*kill)()                                        // kill -9 before the answer
+				panic(http.ErrAbortHandler)
+			}
+		}
 		if r.Method == http.MethodPut && strings.HasPrefix(r.URL.Path, "/v4/spreadsheets/") {
 			if kill := f.killer.Swap(nil); kill != nil {
 				f.Handler().ServeHTTP(httptest.NewRecorder(), r) // the write lands
@@ -50,6 +58,13 @@ func newCrashFake(t *testing.T) *crashFake {
 func (f *crashFake) killOnNextWrite(p *proc) {
 	kill := func() { kill9(p) }
 	f.killer.Store(&kill)
+}
+
+// killOnNextGrow arms the handler: the next grid grow
+// (spreadsheets.batchUpdate) that lands kills p.
+func (f *crashFake) killOnNextGrow(p *proc) {
+	kill := func() { kill9(p) }
+	f.growKiller.Store(&kill)
 }
 
 // kill9 kills the child with SIGKILL and waits for it to be gone.
@@ -104,10 +119,22 @@ func sheetsProc(t *testing.T, dir string, f *crashFake) *proc {
 // fresh spreadsheet.
 func setupForm(t *testing.T, p *proc, f *crashFake) (formID, book string) {
 	t.Helper()
+	return setupFormGrid(t, p, f, 0)
+}
+
+// setupFormGrid is setupForm on a sheet of gridRows rows (0: Google's
+// 1,000).
+func setupFormGrid(t *testing.T, p *proc, f *crashFake, gridRows int) (formID, book string) {
+	t.Helper()
 	const email = "crash@example.com"
 	book, err := f.Sheets.CreateSpreadsheet(email, "Crash survey")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if gridRows > 0 {
+		if err := f.Sheets.SetGridSize(book, "Sheet1", gridRows, 26); err != nil {
+			t.Fatal(err)
+		}
 	}
 	var u, a, form struct{ ID string }
 	p.must(http.MethodPost, "/api/v1/users", map[string]string{"email": "owner-" + email, "name": "Owner"}, http.StatusCreated, &u)
@@ -294,5 +321,50 @@ func TestSheetsCrashBetweenWriteAndBookkeeping(t *testing.T) {
 	p.must(http.MethodGet, "/api/v1/forms/"+formID, nil, http.StatusOK, &form)
 	if form.LastError != "" {
 		t.Fatalf("last error %q", form.LastError)
+	}
+}
+
+// TestSheetsCrashBetweenGrowAndWrite kills the binary exactly after the
+// grow of a sheet's grid landed and before mailroom heard back: after the
+// restart the flush reads the grid, finds it grown, does not grow it
+// again, and writes every row once, in order.
+func TestSheetsCrashBetweenGrowAndWrite(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and kills the binary")
+	}
+	f := newCrashFake(t)
+	dir := t.TempDir()
+	p := sheetsProc(t, dir, f)
+	formID, book := setupFormGrid(t, p, f, 30)
+
+	f.killOnNextGrow(p)
+	s := &submitter{}
+	s.run(p, formID, 40) // one flush of 40 rows: past the 30-row grid
+	waitUntil(t, 30*time.Second, "the child to die on its grow", func() bool {
+		select {
+		case <-p.exited:
+			return true
+		default:
+			return false
+		}
+	})
+	if f.growKiller.Load() != nil {
+		t.Fatal("no grow reached the emulator")
+	}
+	gridRows, _, _ := f.Sheets.GridSize(book, "Sheet1")
+	if rows, _ := f.Sheets.Rows(book, "Sheet1"); len(rows) != 0 || gridRows != 40+1000 || f.Calls(googlefake.MethodValuesUpdate) != 0 {
+		t.Fatalf("before the restart: %d rows, grid %d, %d writes; want the grow to 1,040 rows (40 plus the step) and no write", len(rows), gridRows, f.Calls(googlefake.MethodValuesUpdate))
+	}
+
+	p = sheetsProc(t, dir, f)
+	ids := checkSheet(t, p, f, formID, book, s)
+	if len(ids) != 40 {
+		t.Fatalf("%d rows after the restart, want 40", len(ids))
+	}
+	if g := f.Sheets.Stats().GridGrows; g != 1 {
+		t.Fatalf("%d grows landed, want 1 (the restart must read the grid, not grow it again)", g)
+	}
+	if r, _, _ := f.Sheets.GridSize(book, "Sheet1"); r != gridRows {
+		t.Fatalf("grid %d rows after the restart, want %d", r, gridRows)
 	}
 }
