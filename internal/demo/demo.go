@@ -151,13 +151,18 @@ func newDemo(log *slog.Logger, cfg *app.Config, pushURL string, api *demoAPI, pu
 		// Clients keep watermarks and per-message history ids across a
 		// restart on the same data dir, but the emulator starts empty: its
 		// history ids must start above the ones of any earlier run.
-		HistoryStart:       uint64(now.UnixMicro()),
-		SheetsWriteLimit:   cfg.SheetsWritesPerMinute,
-		SheetsWindow:       cfg.SheetsQuotaWindow,
-		PushURL:            pushURL,
-		PushAudience:       cfg.PushAudience,
-		PushServiceAccount: cfg.PushServiceAccount,
-		PushClient:         &http.Client{Transport: push, Timeout: 30 * time.Second},
+		HistoryStart:     uint64(now.UnixMicro()),
+		SheetsWriteLimit: cfg.SheetsWritesPerMinute,
+		SheetsWindow:     cfg.SheetsQuotaWindow,
+		// Google's read and project quotas as mailroom is told them; the
+		// grid and the cell cap are Google's (the emulator's defaults).
+		SheetsReadLimit:         cfg.SheetsReadsPerMinute,
+		SheetsProjectWriteLimit: cfg.SheetsProjectWritesPerMinute,
+		SheetsProjectReadLimit:  cfg.SheetsProjectReadsPerMinute,
+		PushURL:                 pushURL,
+		PushAudience:            cfg.PushAudience,
+		PushServiceAccount:      cfg.PushServiceAccount,
+		PushClient:              &http.Client{Transport: push, Timeout: 30 * time.Second},
 	})
 	if _, err := d.fake.Start(); err != nil {
 		return nil, fmt.Errorf("demo: start the emulated Google: %w", err)
