@@ -119,27 +119,6 @@ func (c *Client) Sheets(ctx context.Context, ts *TokenSource) (*Sheets, error) {
 	return &Sheets{c: c, svc: svc, ts: ts}, nil
 }
 
-// SheetTitles returns the titles of a spreadsheet's sheets, in order
-// (spreadsheets.get). ErrSpreadsheetNotFound or ErrSpreadsheetForbidden
-// say why it cannot be opened.
-func (s *Sheets) SheetTitles(ctx context.Context, spreadsheetID string) ([]string, error) {
-	var book *sheetsapi.Spreadsheet
-	err := call(ctx, s.c, s.ts, true, func() (err error) {
-		book, err = s.svc.Spreadsheets.Get(spreadsheetID).Fields("sheets.properties.title").Context(ctx).Do()
-		return err
-	})
-	if err != nil {
-		return nil, s.fail("spreadsheets.get "+spreadsheetID, err)
-	}
-	titles := make([]string, 0, len(book.Sheets))
-	for _, sh := range book.Sheets {
-		if sh != nil && sh.Properties != nil {
-			titles = append(titles, sh.Properties.Title)
-		}
-	}
-	return titles, nil
-}
-
 // ReadRange returns the formatted text of the cells of an A1 range, row by
 // row, as values.get gives them (trailing empty cells and rows left out).
 func (s *Sheets) ReadRange(ctx context.Context, spreadsheetID, a1 string) ([][]string, error) {

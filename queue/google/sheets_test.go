@@ -50,3 +50,60 @@ func TestSheetsRefreshesThenReportsARevokedGrant(t *testing.T) {
 		t.Errorf("%d revoked reports, want 1", n)
 	}
 }
+
+// Tabs reads the grids, Grow appends to one, and Google's answers map to
+// the sentinels the pipeline acts on: a range past the grid, a missing tab,
+// the cell cap, a deleted spreadsheet and access taken away.
+func TestSheetsGridAndSentinels(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	fake := googlefake.StartForTest(t, googlefake.Options{})
+	const ann = "ann@example.com"
+	refresh := fake.AddAccount(ann)
+	book, err := fake.Sheets.CreateSpreadsheet(ann, "Forms", "Sheet1", "Big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := New(Config{APIURL: fake.URL(), TokenURL: fake.TokenURL(), ReadRetries: -1})
+	sh, err := c.Sheets(ctx, c.TokenSource(Token{RefreshToken: refresh}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tabs, err := sh.Tabs(ctx, book)
+	if err != nil || len(tabs) != 2 || tabs[0] != (Tab{ID: 0, Title: "Sheet1", Rows: 1000, Cols: 26}) || tabs[1].Title != "Big" || tabs[1].ID == 0 {
+		t.Fatalf("tabs %+v %v", tabs, err)
+	}
+	if err := sh.WriteRange(ctx, book, "'Sheet1'!A1001:B1001", [][]string{{"a", "b"}}); !errors.Is(err, ErrGridLimit) {
+		t.Errorf("write past the grid: %v, want ErrGridLimit", err)
+	}
+	if err := sh.Grow(ctx, book, 0, 500, 4); err != nil {
+		t.Fatal(err)
+	}
+	if tabs, _ := sh.Tabs(ctx, book); tabs[0].Rows != 1500 || tabs[0].Cols != 30 {
+		t.Errorf("after Grow: %+v, want 1500x30", tabs[0])
+	}
+	if err := sh.WriteRange(ctx, book, "'Sheet1'!A1500:AD1500", [][]string{make([]string, 30)}); err != nil {
+		t.Errorf("write in the grown grid: %v", err)
+	}
+	if _, err := sh.ReadRange(ctx, book, "'Nope'!A1:B2"); !errors.Is(err, ErrSheetMissing) {
+		t.Errorf("missing tab: %v, want ErrSheetMissing", err)
+	}
+	if err := fake.Sheets.SetGridSize(book, "Big", 382_000, 26); err != nil {
+		t.Fatal(err)
+	}
+	if err := sh.Grow(ctx, book, tabs[1].ID, 10_000, 0); !errors.Is(err, ErrCellLimit) {
+		t.Errorf("grow past the cap: %v, want ErrCellLimit", err)
+	}
+	if err := fake.Sheets.Unshare(book, ann); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sh.Tabs(ctx, book); !errors.Is(err, ErrSpreadsheetForbidden) {
+		t.Errorf("unshared: %v, want ErrSpreadsheetForbidden", err)
+	}
+	if err := fake.Sheets.DeleteSpreadsheet(book); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sh.ReadRange(ctx, book, "'Sheet1'!A1"); !errors.Is(err, ErrSpreadsheetNotFound) {
+		t.Errorf("deleted: %v, want ErrSpreadsheetNotFound", err)
+	}
+}
