@@ -85,7 +85,7 @@ func Classify(err error) error {
 	if errors.As(err, &ge) {
 		switch {
 		case ge.Code == http.StatusTooManyRequests || (ge.Code == http.StatusForbidden && rateLimitReason(ge)):
-			return queue.RateLimited(err, retryAfter(ge.Header))
+			return queue.RateLimited(err, retryHint(ge))
 		case ge.Code >= 500:
 			return err
 		case ge.Code == http.StatusUnauthorized:

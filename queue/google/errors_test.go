@@ -38,6 +38,10 @@ func TestClassify(t *testing.T) {
 	}{
 		{"429 with Retry-After", gerr(429, "rateLimitExceeded", http.Header{"Retry-After": {"7"}}), limited, nil, 7 * time.Second},
 		{"429 without", gerr(429, "", nil), limited, nil, defaultRateWait},
+		{"429 with RetryInfo", fmt.Errorf("call: %w", &googleapi.Error{Code: 429, Header: http.Header{"Retry-After": {"7"}}, Details: []any{
+			map[string]any{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "RATE_LIMIT_EXCEEDED"},
+			map[string]any{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "42s"},
+		}}), limited, nil, 42 * time.Second},
 		{"403 user rate", gerr(403, "userRateLimitExceeded", nil), limited, nil, defaultRateWait},
 		{"403 quota", gerr(403, "quotaExceeded", nil), limited, nil, defaultRateWait},
 		{"403 forbidden", gerr(403, "forbidden", nil), permanent, nil, 0},

@@ -1,0 +1,26 @@
+package google
+
+import (
+	"time"
+
+	"google.golang.org/api/googleapi"
+)
+
+// retryHint is the wait a Google error names: a google.rpc.RetryInfo in
+// its details ({"@type": "type.googleapis.com/google.rpc.RetryInfo",
+// "retryDelay": "30s"}, Google's error model:
+// cloud.google.com/apis/design/errors#retryinfo), else its Retry-After
+// header, else defaultRateWait.
+func retryHint(ge *googleapi.Error) time.Duration {
+	for _, d := range ge.Details {
+		m, ok := d.(map[string]any)
+		if !ok || m["@type"] != "type.googleapis.com/google.rpc.RetryInfo" {
+			continue
+		}
+		s, _ := m["retryDelay"].(string)
+		if wait, err := time.ParseDuration(s); err == nil && wait > 0 {
+			return max(wait, time.Second)
+		}
+	}
+	return retryAfter(ge.Header)
+}
