@@ -29,6 +29,11 @@ import (
 //     submission order, bound to rows NextRow..NextRow+n-1, and the attempt
 //     about to start is counted. A plan never changes until its write is
 //     known to have landed; a retry reuses it as it is.
+//     When the write would pass the sheet's grid as last known (Google
+//     refuses a values.update past it), it is planned first, with the grid
+//     it needs, and the grid is grown before the write (grow.go), from the
+//     read and write quotas; otherwise it is planned once the write's
+//     quota is granted, so it takes every row buffered by then.
 //  2. Write those rows with values.update to that explicit range, RAW.
 //     Writing the same values to the same cells twice leaves the sheet as
 //     one write does, so a retry of an unknown outcome cannot double a row,
@@ -43,6 +48,8 @@ import (
 // until step 3 commits, so the task always runs again):
 //
 //   - kill -9 before step 1 commits: nothing was planned; the next run plans.
+//   - after a grow landed, before it was recorded: the next run reads the
+//     grid, finds it grown and records it; it never grows twice.
 //   - after step 1, before or during step 2 (crash, timeout, 5xx, or a 500
 //     after the write landed): the pending write has more attempts than
 //     verifications, so the next run first reads the range back
