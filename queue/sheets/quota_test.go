@@ -141,3 +141,62 @@ func TestQuotaFairness(t *testing.T) {
 		}
 	})
 }
+
+// TestQuotaProjectLevel: a call is granted only when both the account's
+// and the project's budgets allow it; accounts take turns for the
+// project's budget (the account that waited first is served first, even
+// when another comes back sooner), and reads and writes count apart.
+func TestQuotaProjectLevel(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, b *broker.Broker) {
+		ctx := context.Background()
+		clock := &fakeClock{t: time.UnixMilli(1_900_000_000_000)}
+		cfg := QuotaConfig{Limit: 2, ProjectLimit: 3, Window: time.Second, Margin: time.Millisecond, Grace: 500 * time.Millisecond, Now: clock.Now}
+		writes := NewQuota(cfg, b.Client())
+		cfg.Kind = "reads"
+		reads := NewQuota(cfg, b.Client())
+		acquire := func(q *Quota, account, form string) Grant {
+			t.Helper()
+			g, err := q.Acquire(ctx, account, form)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return g
+		}
+		for i, acct := range []string{"a", "a", "b"} { // at 0, 100 and 200ms
+			if i > 0 {
+				clock.Add(100 * time.Millisecond)
+			}
+			if !acquire(writes, acct, "f"+acct).OK {
+				t.Fatalf("write %d refused", i+1)
+			}
+		}
+		// b has room of its own, the project has none until the first call
+		// leaves the window (1001ms after it, at 1001ms).
+		if g := acquire(writes, "b", "fb"); g.OK || g.Wait != 801*time.Millisecond {
+			t.Fatalf("b over the project's budget: %+v, want a refusal of 801ms", g)
+		}
+		clock.Add(10 * time.Millisecond)
+		if g := acquire(writes, "c", "fc"); g.OK {
+			t.Fatal("c jumped the project's line")
+		}
+		// Reads are counted apart.
+		if !acquire(reads, "b", "fb").OK {
+			t.Fatal("a read refused for the writes' budget")
+		}
+		use, err := writes.Usage(ctx, "b")
+		if err != nil || use.Used != 1 || use.ProjectUsed != 3 || use.ProjectLimit != 3 {
+			t.Fatalf("usage %+v %v", use, err)
+		}
+		// One slot frees at 1001ms: b waited first, so c waits for the next.
+		clock.Add(791 * time.Millisecond)
+		if g := acquire(writes, "c", "fc"); g.OK {
+			t.Fatal("c served before b, who waited first")
+		}
+		if !acquire(writes, "b", "fb").OK {
+			t.Fatal("b not served at its turn")
+		}
+		if g := acquire(writes, "a", "fa"); g.OK {
+			t.Fatal("a served over the project's budget")
+		}
+	})
+}
