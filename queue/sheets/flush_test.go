@@ -48,9 +48,8 @@ func TestFlushAfterDelayOneCall(t *testing.T) {
 		t.Fatalf("values.append used %d times", n)
 	}
 	waitUntil(t, 2*time.Second, "outbox empty", e.outboxEmpty)
-	if got := e.metric("mailroom_sheets_rows_written_total"); got != 5 {
-		t.Fatalf("rows written metric %v", got)
-	}
+	// The metric is counted just after the commit that the view reads.
+	waitUntil(t, 2*time.Second, "rows written metric 5", func() bool { return e.metric("mailroom_sheets_rows_written_total") == 5 })
 	if got := e.metric("mailroom_sheets_rows_buffered"); got != 0 {
 		t.Fatalf("rows buffered metric %v", got)
 	}
@@ -140,31 +139,30 @@ func TestFlushGoogleRateLimitWaits(t *testing.T) {
 	}
 }
 
-func TestFlushSpreadsheetGoneIsPermanent(t *testing.T) {
+// TestFlushSpreadsheetGoneWaits: a 404 on the write (the spreadsheet is
+// gone) is not a dead letter nor a failed attempt: the form waits in
+// error with its row buffered, and once the spreadsheet answers again a
+// retry writes it.
+func TestFlushSpreadsheetGoneWaits(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, envOptions{cfg: Config{FlushDelay: 200 * time.Millisecond}})
+	e := newEnv(t, envOptions{cfg: Config{FlushDelay: 200 * time.Millisecond, RecheckMax: time.Hour}})
 	a := e.account("dee@example.com")
 	f := e.form(a, "q")
 	if _, err := e.fake.InjectFault(googlefake.Fault{Method: googlefake.MethodValuesUpdate, Code: 404}); err != nil {
 		t.Fatal(err)
 	}
-	e.submit(f.ID, map[string]string{"q": "x"})
-	waitUntil(t, 10*time.Second, "dead letter", func() bool {
-		n := 0
-		_ = e.db.View(func(tx *store.Tx) error {
-			dls, _, err := tx.DeadLetters("sheets:flush", "", 10)
-			n = len(dls)
-			return err
-		})
-		return n == 1
-	})
-	v := e.formView(f.ID)
+	subs := []store.Submission{e.submit(f.ID, map[string]string{"q": "x"})}
+	v := e.waitState(f.ID, "error")
 	if v.LastError == "" || v.Buffered != 1 || v.RowsWritten != 0 {
-		t.Fatalf("after a permanent error: %+v", v)
+		t.Fatalf("after a 404: %+v", v)
 	}
-	if got := e.metric("mailroom_tasks_failed_total"); got != 1 {
-		t.Fatalf("failed attempts %v, want 1", got)
+	e.noDeadLetters()
+	e.fake.ClearFaults()
+	if _, err := e.p.Retry(f.ID); err != nil {
+		t.Fatal(err)
 	}
+	waitUntil(t, 10*time.Second, "the row written after the retry", func() bool { return e.formView(f.ID).RowsWritten == 1 })
+	e.checkRows(f, subs)
 }
 
 func TestCreateFormChecks(t *testing.T) {
