@@ -7,8 +7,8 @@
 //
 //	behaviour                                     | Google's document                                        | test
 //	----------------------------------------------|----------------------------------------------------------|--------------------------------------
-//	a new sheet is 1,000 rows x 26 columns        | Sheets help "Spreadsheets limits"; SheetProperties        | TestSheetsGridRefusesOutside
-//	  (Options.SheetsGridRows/Columns, SetGridSize)|   gridProperties (reference/rest/v4/spreadsheets/sheets)|
+//	a new sheet is 1,000 rows x 26 columns        | NOTES.md (measured); SheetProperties gridProperties      | TestSheetsGridRefusesOutside
+//	  (Options.SheetsGridRows/Columns, SetGridSize)|   (reference/rest/v4/spreadsheets/sheets)                |
 //	values.update / values.batchUpdate past the   | reference/rest/v4/spreadsheets.values/update; the 400    | TestSheetsGridRefusesOutside
 //	  grid: 400 INVALID_ARGUMENT "Range ('S'!A1001:| "exceeds grid limits" answer (NOTES.md, measured)       |
 //	  E1001) exceeds grid limits. Max rows: 1000,  |                                                          |
@@ -21,15 +21,17 @@
 //	  insertDimension, updateSheetProperties with  |   Request, #InsertDimensionRequest,                      |
 //	  its required field mask; validated whole     |   #UpdateSheetPropertiesRequest; spreadsheets/batchUpdate|
 //	  before any is applied; other requests: 400   |   ("if any request is not valid ... nothing applied")    |
-//	at most 10,000,000 cells per spreadsheet over | Sheets help "Spreadsheets limits" ("up to 10 million     | TestSheetsCellCap
-//	  all sheets: a grow past it is 400 "This      |   cells"); the 400 text as Google answers it             |
-//	  action would increase the number of cells in |                                                          |
-//	  the workbook above the limit of 10000000     |                                                          |
+//	at most 10,000,000 cells per spreadsheet over | Drive help "Files you can store in Google Drive"         | TestSheetsCellCap
+//	  all sheets: a grow past it is 400 "This      |   (support.google.com/drive/answer/37603: 10 million     |
+//	  action would increase the number of cells in |   cells, 18,278 columns); the 400 text as Google answers |
+//	  the workbook above the limit of 10000000     |   it                                                     |
 //	  cells."                                      |                                                          |
 //	60 reads and 60 writes a minute per user, 300 | developers.google.com/workspace/sheets/api/limits        | TestSheetsReadAndProjectQuotas,
-//	  and 300 per project, rolling; over either:   |   ("Read requests per minute per user per project: 60",  | TestSheetsWriteQuota
-//	  429 RESOURCE_EXHAUSTED; every request counts |   "... per project: 300"; over: "429: Too many requests")|
-//	  (refused ones too); no retry time is named   |   and its exponential-backoff advice                     |
+//	  and 300 per project, over any rolling minute |   ("Per minute per user per project 60", "Per minute per | TestSheetsWriteQuota
+//	  (stricter than a refill each minute); over   |   project 300", reads and writes apart; over: "429: Too  |
+//	  either: 429 RESOURCE_EXHAUSTED; every request|   many requests"; get is a read, update/clear writes)    |
+//	  counts (refused ones too)                    |                                                          |
+//	no retry time is named in a 429               | the same page: "use an exponential backoff algorithm"    | TestSheetsReadAndProjectQuotas
 //	a deleted spreadsheet: 404 NOT_FOUND          | reference/rest/v4/spreadsheets/get; Drive trash          | TestSheetsGoneMissingTabAndRevoked
 //	a renamed or deleted tab: 400 "Unable to parse| reference/rest/v4/spreadsheets.values (A1 notation)      | TestSheetsGoneMissingTabAndRevoked
 //	  range: Tab!A1:C3"                            |                                                          |
