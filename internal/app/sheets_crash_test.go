@@ -340,7 +340,7 @@ func TestSheetsCrashBetweenGrowAndWrite(t *testing.T) {
 	f.killOnNextGrow(p)
 	s := &submitter{}
 	s.run(p, formID, 40) // one flush of 40 rows: past the 30-row grid
-	waitUntil(t, 30*time.Second, "the child to die on its grow", func() bool {
+	apptest.WaitUntil(t, 30*time.Second, "the child to die on its grow", func() bool {
 		select {
 		case <-p.exited:
 			return true

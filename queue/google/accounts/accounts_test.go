@@ -70,7 +70,7 @@ func TestAccountsServiceSharesOneConnectionPerAccount(t *testing.T) {
 	if g1 != g2 || sh1 != sh2 {
 		t.Fatal("the account's clients were made again; want them kept")
 	}
-	if _, err := sh1.SheetTitles(ctx, book); err != nil {
+	if _, err := sh1.Tabs(ctx, book); err != nil {
 		t.Fatalf("sheets through the shared token: %v", err)
 	}
 
