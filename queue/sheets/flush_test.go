@@ -79,7 +79,8 @@ func TestFlushUnknownOutcomes(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t, envOptions{cfg: Config{FlushDelay: 300 * time.Millisecond, CallTimeout: 500 * time.Millisecond}})
+			// The delay leaves time for the 7 submissions to be one write even on a busy machine.
+			e := newEnv(t, envOptions{cfg: Config{FlushDelay: 3 * time.Second, CallTimeout: 500 * time.Millisecond}})
 			crashes := tc.crashes
 			e.p.afterWrite = func() error {
 				if crashes > 0 {
