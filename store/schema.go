@@ -57,6 +57,41 @@ var migrations = []migration{
 		})
 	}},
 	{"tombstone index", indexTombstones},
+	{"API tokens made before user tokens are admin tokens", markTokensAdmin},
+}
+
+// markTokensAdmin makes every token without a user an admin token: before
+// user tokens, every token reached everything, and a token that is neither
+// admin nor a user's is refused.
+func markTokensAdmin(tx *bolt.Tx) error {
+	b := tx.Bucket(bucketTokens)
+	type kv struct{ k, v []byte }
+	var changed []kv
+	err := b.ForEach(func(k, v []byte) error {
+		var t map[string]json.RawMessage
+		if err := json.Unmarshal(v, &t); err != nil {
+			return err
+		}
+		if _, hasUser := t["userId"]; hasUser {
+			return nil
+		}
+		t["admin"] = json.RawMessage("true")
+		raw, err := json.Marshal(t)
+		if err != nil {
+			return err
+		}
+		changed = append(changed, kv{append([]byte(nil), k...), raw})
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, c := range changed {
+		if err := b.Put(c.k, c.v); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // SchemaVersion is the version this build migrates to.

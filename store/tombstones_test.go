@@ -84,6 +84,18 @@ func TestTombstonesPrune(t *testing.T) {
 	})
 }
 
+// versionBefore is the schema version just before the named migration.
+func versionBefore(t testing.TB, name string) int {
+	t.Helper()
+	for i, m := range migrations {
+		if m.name == name {
+			return i
+		}
+	}
+	t.Fatalf("no migration %q", name)
+	return 0
+}
+
 // The "tombstone index" migration stamps and indexes the tombstones a file
 // made before it holds, so they are pruned too.
 func TestTombstoneIndexMigration(t *testing.T) {
@@ -107,7 +119,7 @@ func TestTombstoneIndexMigration(t *testing.T) {
 		if err := putJSON(data.Bucket(subMessages), []byte("old"), Message{ID: "old", Deleted: true, DeletedHID: 5}); err != nil {
 			return err
 		}
-		return tx.Bucket(bucketMeta).Put(keySchemaVersion, fmt.Appendf(nil, "%d", SchemaVersion()-1))
+		return tx.Bucket(bucketMeta).Put(keySchemaVersion, fmt.Appendf(nil, "%d", versionBefore(t, "tombstone index")))
 	})
 	if err != nil {
 		t.Fatal(err)

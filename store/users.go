@@ -51,14 +51,26 @@ func (tx *Tx) Users() ([]User, error) {
 	return out, err
 }
 
-// APIToken is a bearer token made in the admin page. Only its hash is kept.
+// APIToken is a bearer token made in the admin page or the API. Only its
+// hash is kept. An admin token (Admin) reaches everything; a user token
+// (UserID set, Admin false) reaches only its user. A token that is neither
+// is refused.
 type APIToken struct {
 	ID        string    `json:"id"`
 	Name      string    `json:"name"`
 	Hash      []byte    `json:"hash"`
 	Prefix    string    `json:"prefix"`
+	Admin     bool      `json:"admin,omitempty"`
+	UserID    string    `json:"userId,omitempty"`
 	CreatedAt time.Time `json:"createdAt"`
+	// ExpiresAt is when the token stops working; zero: never.
+	ExpiresAt time.Time `json:"expiresAt,omitzero"`
 	LastUsed  time.Time `json:"lastUsed,omitzero"`
+}
+
+// Expired reports whether the token no longer works at now.
+func (t APIToken) Expired(now time.Time) bool {
+	return !t.ExpiresAt.IsZero() && !now.Before(t.ExpiresAt)
 }
 
 func tokenHash(token string) []byte {
@@ -66,9 +78,20 @@ func tokenHash(token string) []byte {
 	return h[:]
 }
 
-// APITokenCreate stores the hash of a new token.
-func (tx *Tx) APITokenCreate(name, token string) (APIToken, error) {
-	t := APIToken{ID: NewID(), Name: name, Hash: tokenHash(token), Prefix: token[:min(8, len(token))], CreatedAt: time.Now().UTC()}
+// APITokenCreate stores the hash of a new token: an admin token when userID
+// is empty, else a token of that user (ErrNotFound when there is no such
+// user). A zero expiresAt never expires.
+func (tx *Tx) APITokenCreate(name, token, userID string, expiresAt time.Time) (APIToken, error) {
+	if userID != "" {
+		if _, err := tx.UserGet(userID); err != nil {
+			return APIToken{}, fmt.Errorf("store: token for user %s: %w", userID, err)
+		}
+	}
+	t := APIToken{ID: NewID(), Name: name, Hash: tokenHash(token), Prefix: token[:min(8, len(token))],
+		Admin: userID == "", UserID: userID, CreatedAt: time.Now().UTC()}
+	if !expiresAt.IsZero() {
+		t.ExpiresAt = expiresAt.UTC()
+	}
 	return t, putJSON(tx.tx.Bucket(bucketTokens), t.Hash, t)
 }
 
@@ -132,6 +155,32 @@ func (tx *Tx) SessionGet(cookie string, now time.Time) (Session, error) {
 // SessionDelete ends a session.
 func (tx *Tx) SessionDelete(cookie string) error {
 	return tx.tx.Bucket(bucketSessions).Delete(tokenHash(cookie))
+}
+
+// SessionsDeleteAll ends every session but the one with the cookie keep
+// (empty: all of them), and returns how many it ended.
+func (tx *Tx) SessionsDeleteAll(keep string) (int, error) {
+	b := tx.tx.Bucket(bucketSessions)
+	var keepKey []byte
+	if keep != "" {
+		keepKey = tokenHash(keep)
+	}
+	var dead [][]byte
+	err := b.ForEach(func(k, _ []byte) error {
+		if keepKey == nil || string(k) != string(keepKey) {
+			dead = append(dead, append([]byte(nil), k...))
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	for _, k := range dead {
+		if err := b.Delete(k); err != nil {
+			return 0, err
+		}
+	}
+	return len(dead), nil
 }
 
 // SessionsExpire deletes sessions that ended before now.
