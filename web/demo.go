@@ -82,30 +82,15 @@ type DemoAlert struct {
 	Text string
 }
 
-// DemoPages returns the extension with the demo-only admin pages: the
-// emulated mailboxes with their labels, the emulated spreadsheets, and the
-// alerts the demo webhook received.
-func DemoPages(src DemoSource) Extension { return demoPages{src: src} }
-
+// demoPages are the demo-only admin pages: the emulated mailboxes with
+// their labels, the emulated spreadsheets, and the alerts the demo webhook
+// received.
 type demoPages struct{ src DemoSource }
 
 const (
 	demoPageSize  = 50
 	demoSheetRows = 25
 )
-
-// Nav: "Demo mailbox" is /admin/demo so that it is the active entry on
-// every demo page but the sheets (the alerts page is one of its tabs).
-func (d demoPages) Nav() []NavItem {
-	return []NavItem{{Title: "Demo mailbox", Path: "/admin/demo"}, {Title: "Demo sheets", Path: "/admin/demo/sheets"}}
-}
-
-func (d demoPages) Routes(r Routers) {
-	r.Admin.GET("/demo", d.mailbox)
-	r.Admin.GET("/demo/mailbox", d.mailbox)
-	r.Admin.GET("/demo/sheets", d.sheets)
-	r.Admin.GET("/demo/alerts", d.alerts)
-}
 
 type demoMailboxView struct {
 	Mailboxes []DemoMailbox

@@ -16,6 +16,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"mailroom/queue"
+	"mailroom/queue/rules"
 	"mailroom/store"
 )
 
@@ -74,7 +75,8 @@ func AbortError(c *gin.Context, status int, code, message, field string) {
 }
 
 // Fail answers err and stops the handler chain. *Error answers as itself;
-// an Extension's ErrorMapper is asked next; then store.ErrNotFound is 404,
+// the pipelines' errors are mapped next (mapGmailError, mapRulesError,
+// mapFormsError); then store.ErrNotFound is 404,
 // store.ErrConflict 409, a queue rate limit 429 with Retry-After, an
 // oversized body 413; anything else is a logged 500.
 func Fail(c *gin.Context, err error) {
@@ -113,12 +115,18 @@ func (s *server) mapError(err error) *Error {
 		}
 		return e
 	}
-	if s != nil {
-		for _, m := range s.mappers {
-			if e := m.MapError(err); e != nil {
-				return e
-			}
-		}
+	if e := mapGmailError(err); e != nil {
+		return e
+	}
+	if e := mapFormsError(err); e != nil {
+		return e
+	}
+	var rulesCfg rules.Config
+	if s != nil && s.deps.Rules != nil {
+		rulesCfg = s.deps.Rules.Config()
+	}
+	if e := mapRulesError(rulesCfg, err); e != nil {
+		return e
 	}
 	var tooBig *http.MaxBytesError
 	var limited *queue.RateLimitedError

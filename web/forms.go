@@ -13,32 +13,13 @@ import (
 	"mailroom/queue/sheets"
 )
 
-// Forms returns the extension of the Google Sheets pipeline: the forms API
-// of the contract (forms and submissions) and the admin Forms page.
-func Forms(p *sheets.Pipeline) Extension { return &formsExt{p: p} }
+// formsHandlers are the Google Sheets pipeline's routes: the forms API of
+// the contract (forms and submissions) and the admin Forms page.
+type formsHandlers struct{ p FormsPipeline }
 
-type formsExt struct{ p *sheets.Pipeline }
-
-var _ ErrorMapper = (*formsExt)(nil)
-
-func (e *formsExt) Nav() []NavItem { return []NavItem{{Title: "Forms", Path: "/admin/forms"}} }
-
-func (e *formsExt) Routes(r Routers) {
-	r.API.POST("/forms", e.apiCreate)
-	r.API.GET("/forms", e.apiList)
-	r.API.GET("/forms/:id", e.apiGet)
-	r.API.PUT("/forms/:id", e.apiRepoint)
-	r.API.DELETE("/forms/:id", e.apiDelete)
-	r.API.POST("/forms/:id/retry", e.apiRetry)
-	r.API.POST("/forms/:id/submissions", e.apiSubmit)
-
-	r.Admin.GET("/forms", e.formsPage)
-	r.Admin.POST("/forms/:id/delete", e.adminDelete)
-	r.Admin.POST("/forms/:id/retry", e.adminRetry)
-}
-
-// MapError turns the pipeline's errors into the contract's answers.
-func (e *formsExt) MapError(err error) *Error {
+// mapFormsError turns the Sheets pipeline's errors into the contract's
+// answers; nil for others.
+func mapFormsError(err error) *Error {
 	var (
 		invalid *sheets.InputError
 		waiting *sheets.WaitingError
@@ -60,7 +41,7 @@ func (e *formsExt) MapError(err error) *Error {
 	return nil
 }
 
-func (e *formsExt) apiCreate(c *gin.Context) {
+func (e *formsHandlers) apiCreate(c *gin.Context) {
 	var in sheets.FormInput
 	if err := BindJSON(c, &in); err != nil {
 		Fail(c, err)
@@ -74,7 +55,7 @@ func (e *formsExt) apiCreate(c *gin.Context) {
 	JSON(c, http.StatusCreated, f)
 }
 
-func (e *formsExt) apiList(c *gin.Context) {
+func (e *formsHandlers) apiList(c *gin.Context) {
 	forms, err := e.p.Forms(c.Query("userId"))
 	if err != nil {
 		Fail(c, err)
@@ -86,7 +67,7 @@ func (e *formsExt) apiList(c *gin.Context) {
 	JSON(c, http.StatusOK, gin.H{"forms": forms})
 }
 
-func (e *formsExt) apiGet(c *gin.Context) {
+func (e *formsHandlers) apiGet(c *gin.Context) {
 	f, err := e.p.Form(c.Param("id"))
 	if err != nil {
 		Fail(c, err)
@@ -97,7 +78,7 @@ func (e *formsExt) apiGet(c *gin.Context) {
 
 // apiRepoint is PUT /api/v1/forms/{id} {"spreadsheetId","sheet"}: 200
 // with the form; the rows not yet written go to that sheet from now on.
-func (e *formsExt) apiRepoint(c *gin.Context) {
+func (e *formsHandlers) apiRepoint(c *gin.Context) {
 	var in sheets.FormTarget
 	if err := BindJSON(c, &in); err != nil {
 		Fail(c, err)
@@ -113,7 +94,7 @@ func (e *formsExt) apiRepoint(c *gin.Context) {
 
 // apiRetry is POST /api/v1/forms/{id}/retry: 202; the form (one in error
 // above all) is checked and flushed at once.
-func (e *formsExt) apiRetry(c *gin.Context) {
+func (e *formsHandlers) apiRetry(c *gin.Context) {
 	f, err := e.p.Retry(c.Param("id"))
 	if err != nil {
 		Fail(c, err)
@@ -123,7 +104,7 @@ func (e *formsExt) apiRetry(c *gin.Context) {
 }
 
 // apiDelete is DELETE /api/v1/forms/{id}[?discardWaiting=true]: 204.
-func (e *formsExt) apiDelete(c *gin.Context) {
+func (e *formsHandlers) apiDelete(c *gin.Context) {
 	discard, err := boolParam(c, "discardWaiting")
 	if err != nil {
 		Fail(c, err)
@@ -145,7 +126,7 @@ type submissionRequest struct {
 	Answers map[string]json.RawMessage `json:"answers"`
 }
 
-func (e *formsExt) apiSubmit(c *gin.Context) {
+func (e *formsHandlers) apiSubmit(c *gin.Context) {
 	var req submissionRequest
 	if err := BindJSON(c, &req); err != nil {
 		Fail(c, err)

@@ -17,7 +17,7 @@ import (
 // adminDelete deletes a form from the Forms page. It drops at most the
 // waiting rows the page showed when the admin confirmed (dropWaiting);
 // more rows waiting now make it refuse.
-func (e *formsExt) adminDelete(c *gin.Context) {
+func (e *formsHandlers) adminDelete(c *gin.Context) {
 	seen, _ := strconv.Atoi(c.PostForm("dropWaiting"))
 	dropped, err := e.p.DeleteForm(c.Param("id"), max(seen, 0))
 	var waiting *sheets.WaitingError
@@ -36,7 +36,7 @@ func (e *formsExt) adminDelete(c *gin.Context) {
 }
 
 // adminRetry is the Forms page's "Retry now": the form is checked at once.
-func (e *formsExt) adminRetry(c *gin.Context) {
+func (e *formsHandlers) adminRetry(c *gin.Context) {
 	if _, err := e.p.Retry(c.Param("id")); err != nil {
 		Fail(c, err)
 		return
@@ -76,7 +76,7 @@ type formsPage struct {
 	QuotaWindow     time.Duration
 }
 
-func (e *formsExt) formsPage(c *gin.Context) {
+func (e *formsHandlers) formsPage(c *gin.Context) {
 	o, err := e.p.Overview(c.Request.Context())
 	if err != nil {
 		Fail(c, err)

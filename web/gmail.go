@@ -23,42 +23,15 @@ type GmailOptions struct {
 	PushToken bool
 }
 
-// Gmail is the Extension of the Gmail pipeline: the accounts and messages
+// gmailHandlers are the Gmail pipeline's routes: the accounts and messages
 // API, the push endpoint, the OAuth consent routes and the Accounts pages.
-func Gmail(p *gmail.Pipeline, opts GmailOptions) Extension {
-	return &gmailExt{p: p, opts: opts}
-}
-
-type gmailExt struct {
-	p    *gmail.Pipeline
+type gmailHandlers struct {
+	p    GmailPipeline
 	opts GmailOptions
 }
 
-var _ ErrorMapper = (*gmailExt)(nil)
-
-func (g *gmailExt) Nav() []NavItem { return []NavItem{{Title: "Accounts", Path: "/admin/accounts"}} }
-
-func (g *gmailExt) Routes(r Routers) {
-	r.API.POST("/accounts", g.apiConnect)
-	r.API.GET("/accounts", g.apiAccounts)
-	r.API.GET("/accounts/:id", g.apiAccount)
-	r.API.POST("/accounts/:id/resync", g.apiResync)
-	r.API.DELETE("/accounts/:id", g.apiDelete)
-	r.API.GET("/accounts/:id/messages", g.apiMessages)
-	r.API.GET("/accounts/:id/messages/:messageId", g.apiMessage)
-
-	r.Public.POST("/push/gmail", g.push)
-	r.Public.GET("/oauth/google/start", r.RequireAdmin, g.oauthStart)
-	r.Public.GET("/oauth/google/callback", r.RequireAdmin, g.oauthCallback)
-
-	r.Admin.GET("/accounts", g.accountsPage)
-	r.Admin.GET("/accounts/:id", g.accountPage)
-	r.Admin.POST("/accounts/:id/resync", g.adminResync)
-	r.Admin.POST("/accounts/:id/delete", g.adminDelete)
-}
-
-// MapError answers the pipeline's errors.
-func (g *gmailExt) MapError(err error) *Error {
+// mapGmailError answers the Gmail pipeline's errors; nil for others.
+func mapGmailError(err error) *Error {
 	var inv *gmail.InvalidError
 	switch {
 	case errors.As(err, &inv):
@@ -94,7 +67,7 @@ type connectRequest struct {
 	RefreshToken string `json:"refreshToken"`
 }
 
-func (g *gmailExt) apiConnect(c *gin.Context) {
+func (g *gmailHandlers) apiConnect(c *gin.Context) {
 	var req connectRequest
 	if err := BindJSON(c, &req); err != nil {
 		Fail(c, err)
@@ -115,16 +88,24 @@ func (g *gmailExt) apiConnect(c *gin.Context) {
 	JSON(c, http.StatusCreated, v)
 }
 
-func (g *gmailExt) apiAccounts(c *gin.Context) {
+// apiAccounts is GET /api/v1/accounts[?userId=U]: every account, or one
+// user's (a user token always sees only its own).
+func (g *gmailHandlers) apiAccounts(c *gin.Context) {
 	accs, err := g.p.Accounts()
 	if err != nil {
 		Fail(c, err)
 		return
 	}
-	JSON(c, http.StatusOK, gin.H{"accounts": accs})
+	out := make([]gmail.AccountView, 0, len(accs))
+	for _, a := range accs {
+		if uid := c.Query("userId"); uid == "" || a.UserID == uid {
+			out = append(out, a)
+		}
+	}
+	JSON(c, http.StatusOK, gin.H{"accounts": out})
 }
 
-func (g *gmailExt) apiAccount(c *gin.Context) {
+func (g *gmailHandlers) apiAccount(c *gin.Context) {
 	v, err := g.p.Account(c.Param("id"))
 	if err != nil {
 		Fail(c, err)
@@ -133,7 +114,7 @@ func (g *gmailExt) apiAccount(c *gin.Context) {
 	JSON(c, http.StatusOK, v)
 }
 
-func (g *gmailExt) apiResync(c *gin.Context) {
+func (g *gmailHandlers) apiResync(c *gin.Context) {
 	if err := g.p.Resync(c.Request.Context(), c.Param("id")); err != nil {
 		Fail(c, err)
 		return
@@ -141,7 +122,7 @@ func (g *gmailExt) apiResync(c *gin.Context) {
 	JSON(c, http.StatusAccepted, gin.H{"id": c.Param("id"), "resync": "queued"})
 }
 
-func (g *gmailExt) apiDelete(c *gin.Context) {
+func (g *gmailHandlers) apiDelete(c *gin.Context) {
 	if err := g.p.Delete(c.Request.Context(), c.Param("id")); err != nil {
 		Fail(c, err)
 		return
@@ -162,7 +143,7 @@ func boolParam(c *gin.Context, name string) (*bool, error) {
 	return &b, nil
 }
 
-func (g *gmailExt) apiMessages(c *gin.Context) {
+func (g *gmailHandlers) apiMessages(c *gin.Context) {
 	q := gmail.MessageQuery{Label: c.Query("label"), Cursor: c.Query("cursor")}
 	var err error
 	if q.Unread, err = boolParam(c, "unread"); err != nil {
@@ -189,7 +170,7 @@ func (g *gmailExt) apiMessages(c *gin.Context) {
 	JSON(c, http.StatusOK, gin.H{"messages": msgs, "next": next})
 }
 
-func (g *gmailExt) apiMessage(c *gin.Context) {
+func (g *gmailHandlers) apiMessage(c *gin.Context) {
 	m, err := g.p.Message(c.Param("id"), c.Param("messageId"))
 	if err != nil {
 		Fail(c, err)
@@ -203,7 +184,7 @@ func (g *gmailExt) apiMessage(c *gin.Context) {
 // push is POST /push/gmail: the body is read up to its limit, then the
 // pipeline checks auth (401, 403) before the body (413, 400) and answers
 // once the notification is in bbolt (204).
-func (g *gmailExt) push(c *gin.Context) {
+func (g *gmailHandlers) push(c *gin.Context) {
 	var body []byte
 	tooLarge := false
 	if c.Request.Body != nil {
@@ -232,7 +213,7 @@ func (g *gmailExt) push(c *gin.Context) {
 
 // oauthStart is GET /oauth/google/start?userId=U[&email=hint]: it sends the
 // admin to Google's consent page.
-func (g *gmailExt) oauthStart(c *gin.Context) {
+func (g *gmailHandlers) oauthStart(c *gin.Context) {
 	u, err := g.p.OAuthStart(c.Query("userId"), c.Query("email"))
 	if err != nil {
 		g.oauthFailed(c, err)
@@ -243,9 +224,10 @@ func (g *gmailExt) oauthStart(c *gin.Context) {
 }
 
 // oauthCallback is GET /oauth/google/callback?code=C&state=S.
-func (g *gmailExt) oauthCallback(c *gin.Context) {
+func (g *gmailHandlers) oauthCallback(c *gin.Context) {
 	if e := c.Query("error"); e != "" {
-		SetFlash(c, "error", "Google did not connect the account ("+e+").")
+		// The text is never echoed: anyone can send the admin this link.
+		SetFlash(c, "error", oauthErrorText(e))
 		Redirect(c, "/admin/accounts")
 		return
 	}
@@ -258,9 +240,23 @@ func (g *gmailExt) oauthCallback(c *gin.Context) {
 	Redirect(c, "/admin/accounts/"+acc.ID)
 }
 
+// oauthErrorText says what an OAuth error code from Google means, in our
+// words; an unknown code is not repeated.
+func oauthErrorText(code string) string {
+	switch code {
+	case "access_denied":
+		return "Google did not connect the account: the sign-in was cancelled or consent was refused."
+	case "invalid_scope", "unauthorized_client", "invalid_request", "invalid_client":
+		return "Google did not connect the account: it refused the OAuth client's request (" + code + "); check the OAuth client in Google Cloud."
+	case "server_error", "temporarily_unavailable":
+		return "Google did not connect the account: Google had a problem (" + code + "); try again."
+	}
+	return "Google did not connect the account: it answered with an error."
+}
+
 // oauthFailed tells the admin on the Accounts page what went wrong, or
 // answers the error page for server-side failures.
-func (g *gmailExt) oauthFailed(c *gin.Context, err error) {
+func (g *gmailHandlers) oauthFailed(c *gin.Context, err error) {
 	e := serverOf(c).mapError(err)
 	if e.Status >= 500 && !errors.Is(err, gmail.ErrOAuthUnavailable) {
 		Fail(c, err)

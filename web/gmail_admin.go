@@ -33,7 +33,7 @@ type accountPageView struct {
 	PollInterval time.Duration
 }
 
-func (g *gmailExt) accountsPage(c *gin.Context) {
+func (g *gmailHandlers) accountsPage(c *gin.Context) {
 	accs, err := g.p.Accounts()
 	if err != nil {
 		Fail(c, err)
@@ -51,7 +51,7 @@ func (g *gmailExt) accountsPage(c *gin.Context) {
 	})
 }
 
-func (g *gmailExt) accountPage(c *gin.Context) {
+func (g *gmailHandlers) accountPage(c *gin.Context) {
 	d, err := g.p.Detail(c.Param("id"), 30)
 	if err != nil {
 		Fail(c, err)
@@ -62,7 +62,7 @@ func (g *gmailExt) accountPage(c *gin.Context) {
 	Render(c, "account", v)
 }
 
-func (g *gmailExt) adminResync(c *gin.Context) {
+func (g *gmailHandlers) adminResync(c *gin.Context) {
 	id := c.Param("id")
 	if err := g.p.Resync(c.Request.Context(), id); err != nil {
 		Fail(c, err)
@@ -72,7 +72,7 @@ func (g *gmailExt) adminResync(c *gin.Context) {
 	Redirect(c, "/admin/accounts/"+id)
 }
 
-func (g *gmailExt) adminDelete(c *gin.Context) {
+func (g *gmailHandlers) adminDelete(c *gin.Context) {
 	v, err := g.p.Account(c.Param("id"))
 	if err != nil {
 		Fail(c, err)

@@ -2,11 +2,11 @@ package web
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"html/template"
 	"net/http"
-	"net/url"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -69,7 +69,7 @@ func (s *server) render(c *gin.Context, status int, name string, data any) {
 		Nav:       s.nav,
 		Demo:      s.deps.Demo,
 		PublicURL: s.deps.PublicURL,
-		Flash:     takeFlash(c),
+		Flash:     s.takeFlash(c),
 		Now:       s.now(),
 		Data:      data,
 	}
@@ -103,16 +103,17 @@ func (s *server) active(path string) string {
 	return best
 }
 
-const flashCookie = "mailroom_flash"
-
 // SetFlash shows text once on the next admin page (kind "ok" or "error").
+// The cookie is signed with the server's key, so a flash that another site
+// or a sibling subdomain planted is never shown.
 func SetFlash(c *gin.Context, kind, text string) {
 	s := serverOf(c)
+	if s == nil {
+		return
+	}
 	raw, _ := json.Marshal(Flash{Kind: kind, Text: text})
-	http.SetCookie(c.Writer, &http.Cookie{
-		Name: flashCookie, Value: url.QueryEscape(string(raw)), Path: "/",
-		MaxAge: 60, HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: s != nil && s.secure,
-	})
+	v := base64.RawURLEncoding.EncodeToString(raw)
+	http.SetCookie(c.Writer, s.cookie(s.cookies.flash, v+"."+s.keys.sign("flash", v), 60))
 }
 
 // Redirect answers 303 See Other (after a form post).
@@ -121,18 +122,22 @@ func Redirect(c *gin.Context, location string) {
 	c.Abort()
 }
 
-func takeFlash(c *gin.Context) *Flash {
-	ck, err := c.Request.Cookie(flashCookie)
+func (s *server) takeFlash(c *gin.Context) *Flash {
+	ck, err := c.Request.Cookie(s.cookies.flash)
 	if err != nil {
 		return nil
 	}
-	http.SetCookie(c.Writer, &http.Cookie{Name: flashCookie, Value: "", Path: "/", MaxAge: -1})
-	raw, err := url.QueryUnescape(ck.Value)
+	http.SetCookie(c.Writer, s.cookie(s.cookies.flash, "", -1))
+	v, mac, _ := strings.Cut(ck.Value, ".")
+	if !s.keys.verify("flash", v, mac) {
+		return nil
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(v)
 	if err != nil {
 		return nil
 	}
 	var f Flash
-	if json.Unmarshal([]byte(raw), &f) != nil || f.Text == "" {
+	if json.Unmarshal(raw, &f) != nil || f.Text == "" {
 		return nil
 	}
 	if f.Kind != "error" {

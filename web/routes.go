@@ -2,35 +2,45 @@ package web
 
 import "github.com/gin-gonic/gin"
 
-// routes registers every route of this package, one a line, then the
-// extensions'.
+// routes registers every route of the app, one a line, grouped by who may
+// call it. Who may call is decided here, by each group's middleware and, for
+// the user-scoped API, by the scope named on the line; handlers never check.
+//
+//   - public: anyone (health, metrics with its own token when set, static
+//     files, the login form);
+//   - push: Google's Pub/Sub (its OIDC token or the shared ?token=,
+//     checked by the Gmail pipeline; failed tokens rate limited per client);
+//   - admin session: the admin page (a session cookie; CSRF on every
+//     state-changing method);
+//   - API, admin only: an admin token (a user token: 403 forbidden);
+//   - API, user-scoped: an admin token, or a user token for its own user
+//     (another user's resource: 404 not_found, as if it did not exist).
 func (s *server) routes(e *gin.Engine) {
+	gm, rl, fm := &gmailHandlers{p: s.deps.Gmail, opts: s.deps.GmailOptions}, &rulesHandlers{p: s.deps.Rules}, &formsHandlers{p: s.deps.Forms}
+
+	// Public.
 	e.GET("/healthz", s.healthz)
 	e.HEAD("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
 	e.HEAD("/readyz", s.readyz)
-	e.GET("/metrics", s.metricsHandler())
+	e.GET("/metrics", s.metricsAuth, s.metricsHandler())
 	e.GET("/static/*filepath", s.serveStatic)
 	e.GET("/", func(c *gin.Context) { Redirect(c, "/admin") })
-
-	api := e.Group("/api/v1", s.apiAuth)
-	api.POST("/users", s.createUser)
-	api.GET("/users", s.listUsers)
-	api.GET("/deadletters", s.apiListDeadLetters)
-	api.POST("/deadletters/redrive", s.apiRedrive)
-	api.GET("/deadletters/:id", s.apiGetDeadLetter)
-	api.DELETE("/deadletters/:id", s.apiDiscardDeadLetter)
-	api.POST("/deadletters/:id/redrive", s.apiRedriveOne)
-	api.GET("/queues", s.apiQueues)
-
 	e.GET("/admin/login", s.loginPage)
 	e.POST("/admin/login", s.login)
 
+	// Push.
+	if s.deps.Gmail != nil {
+		e.POST("/push/gmail", s.pushLimit, gm.push)
+	}
+
+	// Admin session.
 	admin := e.Group("/admin", s.requireAdmin)
 	admin.GET("", s.overviewPage)
 	admin.GET("/overview.json", s.overviewJSON)
 	admin.GET("/logout", s.logoutPage)
 	admin.POST("/logout", s.logout)
+	admin.POST("/sessions/end", s.endSessions)
 	admin.GET("/deadletters", s.deadLettersPage)
 	admin.POST("/deadletters/redrive", s.adminRedriveType)
 	admin.GET("/deadletters/:id", s.deadLetterPage)
@@ -40,9 +50,107 @@ func (s *server) routes(e *gin.Engine) {
 	admin.GET("/tokens", s.tokensPage)
 	admin.POST("/tokens", s.createToken)
 	admin.POST("/tokens/:id/revoke", s.revokeToken)
-
-	r := Routers{API: api, Admin: admin, Public: &e.RouterGroup, RequireAdmin: s.requireAdmin}
-	for _, ext := range s.deps.Extensions {
-		ext.Routes(r)
+	if s.deps.Gmail != nil {
+		e.GET("/oauth/google/start", s.requireAdmin, gm.oauthStart)
+		e.GET("/oauth/google/callback", s.requireAdmin, gm.oauthCallback)
+		admin.GET("/accounts", gm.accountsPage)
+		admin.GET("/accounts/:id", gm.accountPage)
+		admin.POST("/accounts/:id/resync", gm.adminResync)
+		admin.POST("/accounts/:id/delete", gm.adminDelete)
 	}
+	if s.deps.Rules != nil {
+		admin.GET("/rules", rl.usersPage)
+		admin.GET("/rules/:uid", rl.rulesPage)
+		admin.POST("/rules/:uid/save", rl.saveForm)
+		admin.POST("/rules/:uid/delete", rl.deleteForm)
+		admin.POST("/rules/:uid/preview.json", rl.previewJSON)
+		admin.GET("/rules/:uid/status.json", rl.statusJSON)
+	}
+	if s.deps.Forms != nil {
+		admin.GET("/forms", fm.formsPage)
+		admin.POST("/forms/:id/delete", fm.adminDelete)
+		admin.POST("/forms/:id/retry", fm.adminRetry)
+	}
+	if d := s.deps.DemoSource; d != nil {
+		dp := demoPages{src: d}
+		admin.GET("/demo", dp.mailbox)
+		admin.GET("/demo/mailbox", dp.mailbox)
+		admin.GET("/demo/sheets", dp.sheets)
+		admin.GET("/demo/alerts", dp.alerts)
+	}
+	if o := s.deps.Setup; o != nil {
+		x := &setupHandlers{opts: *o}
+		admin.GET("/setup", x.page)
+		admin.POST("/setup/alert", x.testAlert)
+		admin.POST("/setup/google", x.checkGoogle)
+	}
+
+	api := e.Group("/api/v1", s.apiAuth)
+
+	// API, admin only.
+	adm := api.Group("", s.adminOnly)
+	adm.POST("/users", s.createUser)
+	adm.GET("/users", s.listUsers)
+	adm.POST("/tokens", s.apiCreateToken)
+	adm.GET("/tokens", s.apiListTokens)
+	adm.DELETE("/tokens/:id", s.apiDeleteToken)
+	adm.GET("/deadletters", s.apiListDeadLetters)
+	adm.POST("/deadletters/redrive", s.apiRedrive)
+	adm.GET("/deadletters/:id", s.apiGetDeadLetter)
+	adm.DELETE("/deadletters/:id", s.apiDiscardDeadLetter)
+	adm.POST("/deadletters/:id/redrive", s.apiRedriveOne)
+	adm.GET("/queues", s.apiQueues)
+	adm.GET("/backup", s.apiBackup)
+	if s.deps.DebugTasks != nil {
+		adm.POST("/debug/tasks", s.apiDebugTasks)
+	}
+
+	// API, user-scoped.
+	if s.deps.Gmail != nil {
+		api.POST("/accounts", s.scope(inBody), gm.apiConnect)
+		api.GET("/accounts", s.scope(inQuery("userId")), gm.apiAccounts)
+		api.GET("/accounts/:id", s.scope(accountIn("id")), gm.apiAccount)
+		api.POST("/accounts/:id/resync", s.scope(accountIn("id")), gm.apiResync)
+		api.DELETE("/accounts/:id", s.scope(accountIn("id")), gm.apiDelete)
+		api.GET("/accounts/:id/messages", s.scope(accountIn("id")), gm.apiMessages)
+		api.GET("/accounts/:id/messages/:messageId", s.scope(accountIn("id")), gm.apiMessage)
+	}
+	if s.deps.Rules != nil {
+		api.GET("/users/:uid/rules", s.scope(userIn("uid")), rl.apiList)
+		api.POST("/users/:uid/rules", s.scope(userIn("uid")), rl.apiCreate)
+		api.GET("/users/:uid/reclassify", s.scope(userIn("uid")), rl.apiStatus)
+		api.GET("/rules/:id", s.scope(ruleIn("id")), rl.apiGet)
+		api.PUT("/rules/:id", s.scope(ruleIn("id")), rl.apiUpdate)
+		api.DELETE("/rules/:id", s.scope(ruleIn("id")), rl.apiDelete)
+	}
+	if s.deps.Forms != nil {
+		api.POST("/forms", s.scope(inBody), fm.apiCreate)
+		api.GET("/forms", s.scope(inQuery("userId")), fm.apiList)
+		api.GET("/forms/:id", s.scope(formIn("id")), fm.apiGet)
+		api.PUT("/forms/:id", s.scope(formIn("id")), fm.apiRepoint)
+		api.DELETE("/forms/:id", s.scope(formIn("id")), fm.apiDelete)
+		api.POST("/forms/:id/retry", s.scope(formIn("id")), fm.apiRetry)
+		api.POST("/forms/:id/submissions", s.scope(formIn("id")), fm.apiSubmit)
+	}
+}
+
+// buildNav is the admin navigation, in the order of the pages above.
+func (s *server) buildNav() []NavItem {
+	nav := []NavItem{{Title: "Overview", Path: "/admin"}, {Title: "Dead letters", Path: "/admin/deadletters"}}
+	if s.deps.DemoSource != nil {
+		nav = append(nav, NavItem{Title: "Demo mailbox", Path: "/admin/demo"}, NavItem{Title: "Demo sheets", Path: "/admin/demo/sheets"})
+	}
+	if s.deps.Gmail != nil {
+		nav = append(nav, NavItem{Title: "Accounts", Path: "/admin/accounts"})
+	}
+	if s.deps.Rules != nil {
+		nav = append(nav, NavItem{Title: "Rules", Path: "/admin/rules"})
+	}
+	if s.deps.Forms != nil {
+		nav = append(nav, NavItem{Title: "Forms", Path: "/admin/forms"})
+	}
+	if s.deps.Setup != nil {
+		nav = append(nav, NavItem{Title: "Setup", Path: "/admin/setup"})
+	}
+	return append(nav, NavItem{Title: "API tokens", Path: "/admin/tokens"})
 }

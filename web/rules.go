@@ -14,34 +14,13 @@ import (
 	"mailroom/store"
 )
 
-// Rules returns the extension of the label rules pipeline: the rules API
-// of the contract and the admin Rules page.
-func Rules(p *rules.Pipeline) Extension { return &rulesExt{p: p} }
+// rulesHandlers are the label rules pipeline's routes: the rules API of
+// the contract and the admin Rules page.
+type rulesHandlers struct{ p RulesPipeline }
 
-type rulesExt struct{ p *rules.Pipeline }
-
-var _ ErrorMapper = (*rulesExt)(nil)
-
-func (e *rulesExt) Nav() []NavItem { return []NavItem{{Title: "Rules", Path: "/admin/rules"}} }
-
-func (e *rulesExt) Routes(r Routers) {
-	r.API.GET("/users/:uid/rules", e.apiList)
-	r.API.POST("/users/:uid/rules", e.apiCreate)
-	r.API.GET("/users/:uid/reclassify", e.apiStatus)
-	r.API.GET("/rules/:id", e.apiGet)
-	r.API.PUT("/rules/:id", e.apiUpdate)
-	r.API.DELETE("/rules/:id", e.apiDelete)
-
-	r.Admin.GET("/rules", e.usersPage)
-	r.Admin.GET("/rules/:uid", e.rulesPage)
-	r.Admin.POST("/rules/:uid/save", e.saveForm)
-	r.Admin.POST("/rules/:uid/delete", e.deleteForm)
-	r.Admin.POST("/rules/:uid/preview.json", e.previewJSON)
-	r.Admin.GET("/rules/:uid/status.json", e.statusJSON)
-}
-
-// MapError turns the pipeline's errors into the contract's answers.
-func (e *rulesExt) MapError(err error) *Error {
+// mapRulesError turns the rules pipeline's errors into the contract's
+// answers (cfg words the rate limit); nil for others.
+func mapRulesError(cfg rules.Config, err error) *Error {
 	var (
 		invalid *rules.ValidationError
 		refused *rules.RefusedError
@@ -50,7 +29,6 @@ func (e *rulesExt) MapError(err error) *Error {
 	case errors.As(err, &invalid):
 		return &Error{Status: http.StatusBadRequest, Code: "invalid", Message: invalid.Message, Field: invalid.Field}
 	case errors.As(err, &refused):
-		cfg := e.p.Config()
 		return &Error{Status: http.StatusTooManyRequests, Code: "rate_limited", RetryAfter: refused.RetryAfter,
 			Message: fmt.Sprintf("Too many rule saves: at most %d per %s for a user. Try again in %d seconds.",
 				cfg.SaveLimit, humanWindow(cfg.SaveWindow), int(math.Ceil(refused.RetryAfter.Seconds())))}
@@ -115,7 +93,7 @@ type savedJSON struct {
 // readRule reads a rule from the request body: at most MaxBodyBytes, one
 // JSON value, parsed strictly so that errors name the field as a path
 // ("conditions[2].value").
-func (e *rulesExt) readRule(c *gin.Context) (rules.Spec, error) {
+func (e *rulesHandlers) readRule(c *gin.Context) (rules.Spec, error) {
 	var raw json.RawMessage
 	if err := BindJSON(c, &raw); err != nil {
 		return rules.Spec{}, err
@@ -123,7 +101,7 @@ func (e *rulesExt) readRule(c *gin.Context) (rules.Spec, error) {
 	return e.p.ParseSpec(raw)
 }
 
-func (e *rulesExt) apiList(c *gin.Context) {
+func (e *rulesHandlers) apiList(c *gin.Context) {
 	rs, err := e.p.Rules(c.Param("uid"))
 	if err != nil {
 		Fail(c, err)
@@ -136,7 +114,7 @@ func (e *rulesExt) apiList(c *gin.Context) {
 	JSON(c, http.StatusOK, gin.H{"rules": out})
 }
 
-func (e *rulesExt) apiGet(c *gin.Context) {
+func (e *rulesHandlers) apiGet(c *gin.Context) {
 	r, err := e.p.Rule(c.Param("id"))
 	if err != nil {
 		Fail(c, err)
@@ -145,7 +123,7 @@ func (e *rulesExt) apiGet(c *gin.Context) {
 	JSON(c, http.StatusOK, toRuleJSON(r))
 }
 
-func (e *rulesExt) apiCreate(c *gin.Context) {
+func (e *rulesHandlers) apiCreate(c *gin.Context) {
 	spec, err := e.readRule(c)
 	if err != nil {
 		Fail(c, err)
@@ -159,7 +137,7 @@ func (e *rulesExt) apiCreate(c *gin.Context) {
 	JSON(c, http.StatusCreated, savedJSON{Rule: toRuleJSON(saved.Rule), Reclassify: toPendingJSON(saved.Pending)})
 }
 
-func (e *rulesExt) apiUpdate(c *gin.Context) {
+func (e *rulesHandlers) apiUpdate(c *gin.Context) {
 	spec, err := e.readRule(c)
 	if err != nil {
 		Fail(c, err)
@@ -173,7 +151,7 @@ func (e *rulesExt) apiUpdate(c *gin.Context) {
 	JSON(c, http.StatusOK, savedJSON{Rule: toRuleJSON(saved.Rule), Reclassify: toPendingJSON(saved.Pending)})
 }
 
-func (e *rulesExt) apiDelete(c *gin.Context) {
+func (e *rulesHandlers) apiDelete(c *gin.Context) {
 	if _, err := e.p.Delete(c.Request.Context(), c.Param("id")); err != nil {
 		Fail(c, err)
 		return
@@ -230,7 +208,7 @@ func toReclassifyJSON(st rules.Status) reclassifyJSON {
 // recentJobs is how many jobs the status shows.
 const recentJobs = 20
 
-func (e *rulesExt) apiStatus(c *gin.Context) {
+func (e *rulesHandlers) apiStatus(c *gin.Context) {
 	st, err := e.p.Status(c.Param("uid"), recentJobs)
 	if err != nil {
 		Fail(c, err)

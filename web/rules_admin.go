@@ -30,7 +30,7 @@ type rulesUsersView struct {
 	Users []rulesUserRow
 }
 
-func (e *rulesExt) usersPage(c *gin.Context) {
+func (e *rulesHandlers) usersPage(c *gin.Context) {
 	s := serverOf(c)
 	var users []store.User
 	if err := s.deps.DB.View(func(tx *store.Tx) (err error) { users, err = tx.Users(); return err }); err != nil {
@@ -132,7 +132,7 @@ var (
 // previewSample is how many matching messages a preview shows.
 const previewSample = 5
 
-func (e *rulesExt) view(c *gin.Context, uid string, ed ruleEditor) (rulesView, error) {
+func (e *rulesHandlers) view(c *gin.Context, uid string, ed ruleEditor) (rulesView, error) {
 	s := serverOf(c)
 	cfg := e.p.Config()
 	v := rulesView{Editor: ed, Settings: cfg, Fields: ruleFields, Ops: ruleOps, Labels: map[string]string{},
@@ -196,7 +196,7 @@ func ruleName(labels map[string]string, id string) string {
 	return "deleted rule " + id[:min(6, len(id))]
 }
 
-func (e *rulesExt) rulesPage(c *gin.Context) {
+func (e *rulesHandlers) rulesPage(c *gin.Context) {
 	uid := c.Param("uid")
 	ed := newEditor()
 	if id := c.Query("edit"); id != "" {
@@ -216,7 +216,7 @@ func (e *rulesExt) rulesPage(c *gin.Context) {
 }
 
 // editorFromForm reads the editor's form.
-func (e *rulesExt) editorFromForm(c *gin.Context) ruleEditor {
+func (e *rulesHandlers) editorFromForm(c *gin.Context) ruleEditor {
 	ed := ruleEditor{ID: c.PostForm("id"), Label: c.PostForm("label"), Match: c.PostForm("match"), MarkRead: c.PostForm("markRead") != "", Archive: c.PostForm("archive") != ""}
 	fields, ops, values := c.PostFormArray("field"), c.PostFormArray("op"), c.PostFormArray("value")
 	for i := range min(len(values), rules.MaxConditions+5) {
@@ -275,7 +275,7 @@ func (ed *ruleEditor) showError(ve *rules.ValidationError, rowOf []int) {
 	}
 }
 
-func (e *rulesExt) saveForm(c *gin.Context) {
+func (e *rulesHandlers) saveForm(c *gin.Context) {
 	uid := c.Param("uid")
 	ed := e.editorFromForm(c)
 	spec, rowOf, _ := specOf(ed)
@@ -308,7 +308,7 @@ func (e *rulesExt) saveForm(c *gin.Context) {
 	case errors.Is(err, rules.ErrLabelTaken):
 		ed.Errors = map[string]string{"label": "This user already has a rule for that label; edit that rule instead."}
 	case errors.As(err, &refused):
-		ed.Error = e.MapError(err).Message
+		ed.Error = mapRulesError(e.p.Config(), err).Message
 		c.Header("Retry-After", strconv.Itoa(int((refused.RetryAfter+time.Second-1)/time.Second)))
 	default:
 		Fail(c, err)
@@ -319,7 +319,7 @@ func (e *rulesExt) saveForm(c *gin.Context) {
 		Fail(c, verr)
 		return
 	}
-	RenderStatus(c, e.MapError(err).Status, "rules", v)
+	RenderStatus(c, mapRulesError(e.p.Config(), err).Status, "rules", v)
 }
 
 // spell says a setting's duration in words: "60 seconds", "10 minutes".
@@ -343,7 +343,7 @@ func firesIn(now, at time.Time) string {
 	return "in " + spell(d)
 }
 
-func (e *rulesExt) deleteForm(c *gin.Context) {
+func (e *rulesHandlers) deleteForm(c *gin.Context) {
 	uid, id := c.Param("uid"), c.PostForm("id")
 	r, err := e.p.Rule(id)
 	if err != nil || r.UserID != uid {
@@ -354,7 +354,7 @@ func (e *rulesExt) deleteForm(c *gin.Context) {
 	var refused *rules.RefusedError
 	switch {
 	case errors.As(err, &refused):
-		SetFlash(c, "error", e.MapError(err).Message)
+		SetFlash(c, "error", mapRulesError(e.p.Config(), err).Message)
 	case err != nil:
 		Fail(c, err)
 		return
@@ -384,7 +384,7 @@ type previewMessageJS struct {
 // previewJSON answers the editor's live preview: the draft rule (the API's
 // JSON shape) is validated and matched against the user's mail. A label is
 // not needed to preview.
-func (e *rulesExt) previewJSON(c *gin.Context) {
+func (e *rulesHandlers) previewJSON(c *gin.Context) {
 	var spec rules.Spec
 	if err := BindJSON(c, &spec); err != nil {
 		Fail(c, err)
@@ -411,7 +411,7 @@ func (e *rulesExt) previewJSON(c *gin.Context) {
 	JSON(c, http.StatusOK, out)
 }
 
-func (e *rulesExt) statusJSON(c *gin.Context) {
+func (e *rulesHandlers) statusJSON(c *gin.Context) {
 	st, err := e.p.Status(c.Param("uid"), recentJobs)
 	if err != nil {
 		Fail(c, err)

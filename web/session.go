@@ -1,12 +1,15 @@
 package web
 
 import (
+	"context"
+	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"net/url"
 	"strings"
@@ -20,27 +23,90 @@ import (
 )
 
 const (
-	sessionCookie = "mailroom_session"
-	sessionKey    = "mailroom.web.session"
-	csrfField     = "csrf"
-	csrfHeader    = "X-CSRF-Token"
+	sessionKey = "mailroom.web.session"
+	csrfField  = "csrf"
+	csrfHeader = "X-CSRF-Token"
 )
+
+// cookieNames are the admin page's cookies: with the __Host- prefix when
+// the public URL is https (the browser then insists on Secure, Path=/ and
+// no Domain, so a sibling subdomain cannot plant one).
+type cookieNames struct {
+	session, preSession, flash, device string
+}
+
+func newCookieNames(secure bool) cookieNames {
+	prefix := ""
+	if secure {
+		prefix = "__Host-"
+	}
+	return cookieNames{session: prefix + "mailroom_session", preSession: prefix + "mailroom_login",
+		flash: prefix + "mailroom_flash", device: prefix + "mailroom_device"}
+}
+
+// cookieKeys signs the cookies the server does not store: the login
+// form's pre-session, the flash message and the known-device mark. The key
+// is made at start, so a restart only makes a login form or a flash go
+// stale.
+type cookieKeys struct{ mac []byte }
+
+func newCookieKeys() cookieKeys {
+	k := make([]byte, 32)
+	_, _ = rand.Read(k) // crypto/rand never fails on supported platforms
+	return cookieKeys{mac: k}
+}
+
+// sign is the MAC of value for purpose, URL-safe base64.
+func (k cookieKeys) sign(purpose, value string) string {
+	m := hmac.New(sha256.New, k.mac)
+	m.Write([]byte(purpose))
+	m.Write([]byte{0})
+	m.Write([]byte(value))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+func (k cookieKeys) verify(purpose, value, mac string) bool {
+	return value != "" && subtle.ConstantTimeCompare([]byte(k.sign(purpose, value)), []byte(mac)) == 1
+}
 
 // loginView is the login page's data.
 type loginView struct {
 	Next       string
 	Error      string
 	NoPassword bool
+	CSRF       string // bound to the pre-session cookie
 }
+
+func (s *server) cookie(name, value string, maxAge int) *http.Cookie {
+	return &http.Cookie{Name: name, Value: value, Path: "/", MaxAge: maxAge, HttpOnly: true, Secure: s.secure, SameSite: http.SameSiteLaxMode}
+}
+
+// renderLogin draws the login form with a fresh pre-session: a random
+// cookie, and the form's CSRF token signed over it. A login post must carry
+// both (login CSRF: another site cannot sign a browser in).
+func (s *server) renderLogin(c *gin.Context, status int, v loginView) {
+	pre := randomToken(24)
+	http.SetCookie(c.Writer, s.cookie(s.cookies.preSession, pre, int(loginFormTTL.Seconds())))
+	v.CSRF = s.keys.sign("login", pre)
+	RenderStatus(c, status, "login", v)
+}
+
+// loginFormTTL is how long a login form stays valid.
+const loginFormTTL = time.Hour
 
 func (s *server) loginPage(c *gin.Context) {
 	if _, _, ok := s.loadSession(c); ok {
 		Redirect(c, safeNext(c.Query("next")))
 		return
 	}
-	Render(c, "login", loginView{Next: safeNext(c.Query("next")), NoPassword: !s.passwordSet()})
+	s.renderLogin(c, http.StatusOK, loginView{Next: safeNext(c.Query("next")), NoPassword: !s.passwordSet()})
 }
 
+// login checks the admin password. The attempt is counted before the
+// password is checked (so parallel guesses cannot outrun the limit), per
+// client address and against an account-wide ceiling (which a browser that
+// signed in before is exempt from, so the admin can still sign in during a
+// distributed guess), and bcrypt runs one comparison at a time.
 func (s *server) login(c *gin.Context) {
 	c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, 64<<10)
 	if err := c.Request.ParseForm(); err != nil {
@@ -48,17 +114,24 @@ func (s *server) login(c *gin.Context) {
 		return
 	}
 	next := safeNext(c.Request.PostForm.Get("next"))
-	ip, now := c.ClientIP(), s.now()
-	if wait := s.limiter.wait(ip, now); wait > 0 {
-		secs := int(wait.Round(time.Second).Seconds()) + 1
-		c.Header("Retry-After", fmt.Sprint(secs))
-		RenderStatus(c, http.StatusTooManyRequests, "login", loginView{Next: next,
-			Error: fmt.Sprintf("Too many failed sign-ins from your address. Wait %s and try again.", plural(secs, "second", "seconds"))})
+	pre, err := c.Request.Cookie(s.cookies.preSession)
+	if err != nil || !s.keys.verify("login", pre.Value, c.Request.PostForm.Get(csrfField)) {
+		s.renderLogin(c, http.StatusForbidden, loginView{Next: next,
+			Error: "This sign-in form is out of date or came from another site. Enter the password again."})
 		return
 	}
-	ok, err := s.checkPassword(c.Request.PostForm.Get("password"))
+	ip, now := c.ClientIP(), s.now()
+	known := s.keys.verify("device", deviceID(c, s.cookies.device), deviceMAC(c, s.cookies.device))
+	if wait := s.limiter.take(ip, now, known); wait > 0 {
+		secs := int(math.Ceil(wait.Seconds()))
+		c.Header("Retry-After", retryAfterSeconds(wait))
+		s.renderLogin(c, http.StatusTooManyRequests, loginView{Next: next,
+			Error: fmt.Sprintf("Too many failed sign-ins. Wait %s and try again.", plural(secs, "second", "seconds"))})
+		return
+	}
+	ok, err := s.checkPasswordBounded(c.Request.Context(), c.Request.PostForm.Get("password"))
 	if errors.Is(err, errNoPassword) {
-		RenderStatus(c, http.StatusServiceUnavailable, "login", loginView{Next: next, NoPassword: true})
+		s.renderLogin(c, http.StatusServiceUnavailable, loginView{Next: next, NoPassword: true})
 		return
 	}
 	if err != nil {
@@ -66,56 +139,106 @@ func (s *server) login(c *gin.Context) {
 		return
 	}
 	if !ok {
-		s.limiter.fail(ip, now)
-		RenderStatus(c, http.StatusUnauthorized, "login", loginView{Next: next, Error: "That password is not right."})
+		s.log.Warn("admin sign-in refused", "client_ip", ip)
+		s.renderLogin(c, http.StatusUnauthorized, loginView{Next: next, Error: "That password is not right."})
 		return
 	}
-	s.limiter.reset(ip)
-	cookie, err := s.newSession(now)
+	s.limiter.succeeded(ip)
+	cookie, ended, err := s.newSession(now, "")
 	if err != nil {
 		Fail(c, err)
 		return
 	}
-	http.SetCookie(c.Writer, &http.Cookie{
-		Name: sessionCookie, Value: cookie, Path: "/", MaxAge: int(s.sessionTTL.Seconds()),
-		HttpOnly: true, Secure: s.secure, SameSite: http.SameSiteLaxMode,
-	})
-	s.log.Info("admin signed in", "client_ip", ip)
+	http.SetCookie(c.Writer, s.cookie(s.cookies.session, cookie, int(s.sessionTTL.Seconds())))
+	http.SetCookie(c.Writer, s.cookie(s.cookies.preSession, "", -1))
+	dev := randomToken(16)
+	http.SetCookie(c.Writer, s.cookie(s.cookies.device, dev+"."+s.keys.sign("device", dev), int((400*24*time.Hour).Seconds())))
+	s.log.Info("admin signed in", "client_ip", ip, "sessions_ended", ended)
 	Redirect(c, next)
+}
+
+// deviceID and deviceMAC split the known-device cookie "id.mac".
+func deviceID(c *gin.Context, name string) string {
+	ck, err := c.Request.Cookie(name)
+	if err != nil {
+		return ""
+	}
+	id, _, _ := strings.Cut(ck.Value, ".")
+	return id
+}
+
+func deviceMAC(c *gin.Context, name string) string {
+	ck, err := c.Request.Cookie(name)
+	if err != nil {
+		return ""
+	}
+	_, mac, _ := strings.Cut(ck.Value, ".")
+	return mac
+}
+
+// checkPasswordBounded is checkPassword with at most one comparison at a
+// time (bcrypt is deliberately slow; parallel guesses must not take every
+// core).
+func (s *server) checkPasswordBounded(ctx context.Context, pw string) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	select {
+	case s.bcryptSem <- struct{}{}:
+		defer func() { <-s.bcryptSem }()
+	case <-ctx.Done():
+		return false, &Error{Status: http.StatusServiceUnavailable, Code: "not_ready", RetryAfter: time.Second, Message: "Sign-in is busy; try again in a moment.", Err: ctx.Err()}
+	}
+	return s.checkPassword(pw)
 }
 
 func (s *server) logoutPage(c *gin.Context) { Render(c, "logout", nil) }
 
 func (s *server) logout(c *gin.Context) {
-	if ck, err := c.Request.Cookie(sessionCookie); err == nil {
+	if ck, err := c.Request.Cookie(s.cookies.session); err == nil {
 		if err := s.deps.DB.Update(func(tx *store.Tx) error { return tx.SessionDelete(ck.Value) }); err != nil {
 			Fail(c, fmt.Errorf("web: end session: %w", err))
 			return
 		}
 	}
-	http.SetCookie(c.Writer, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, Secure: s.secure, SameSite: http.SameSiteLaxMode})
+	http.SetCookie(c.Writer, s.cookie(s.cookies.session, "", -1))
 	SetFlash(c, "ok", "You are signed out.")
 	Redirect(c, "/admin/login")
 }
 
-// newSession stores a session and returns its cookie value. Expired
-// sessions are swept in the same transaction.
-func (s *server) newSession(now time.Time) (string, error) {
+// endSessions is the admin page's "End all sessions": every session ends,
+// this one too.
+func (s *server) endSessions(c *gin.Context) {
+	var n int
+	if err := s.deps.DB.Update(func(tx *store.Tx) (err error) { n, err = tx.SessionsDeleteAll(""); return err }); err != nil {
+		Fail(c, fmt.Errorf("web: end sessions: %w", err))
+		return
+	}
+	s.log.Info("admin sessions ended", "sessions", n)
+	http.SetCookie(c.Writer, s.cookie(s.cookies.session, "", -1))
+	SetFlash(c, "ok", fmt.Sprintf("%s ended; sign in again.", plural(n, "session", "sessions")))
+	Redirect(c, "/admin/login")
+}
+
+// newSession stores a session and returns its cookie value. Every other
+// session but keep ends in the same transaction (a new sign-in ends the
+// others); it returns how many ended.
+func (s *server) newSession(now time.Time, keep string) (string, int, error) {
 	cookie, csrf := randomToken(32), randomToken(32)
-	err := s.deps.DB.Update(func(tx *store.Tx) error {
-		if err := tx.SessionsExpire(now); err != nil {
+	var ended int
+	err := s.deps.DB.Update(func(tx *store.Tx) (err error) {
+		if ended, err = tx.SessionsDeleteAll(keep); err != nil {
 			return err
 		}
 		return tx.SessionPut(cookie, store.Session{CSRF: csrf, CreatedAt: now.UTC(), ExpiresAt: now.Add(s.sessionTTL).UTC()})
 	})
 	if err != nil {
-		return "", fmt.Errorf("web: store session: %w", err)
+		return "", 0, fmt.Errorf("web: store session: %w", err)
 	}
-	return cookie, nil
+	return cookie, ended, nil
 }
 
 func (s *server) loadSession(c *gin.Context) (store.Session, string, bool) {
-	ck, err := c.Request.Cookie(sessionCookie)
+	ck, err := c.Request.Cookie(s.cookies.session)
 	if err != nil || ck.Value == "" || len(ck.Value) > 128 {
 		return store.Session{}, "", false
 	}
@@ -255,7 +378,13 @@ func EnsureAdminPassword(db *store.DB, password string) (generated string, err e
 	if err != nil {
 		return "", fmt.Errorf("web: hash admin password: %w", err)
 	}
-	if err := db.Update(func(tx *store.Tx) error { return tx.SetAdminPasswordHash(hash) }); err != nil {
+	// A new password ends every session signed in with the old one.
+	if err := db.Update(func(tx *store.Tx) error {
+		if _, err := tx.SessionsDeleteAll(""); err != nil {
+			return err
+		}
+		return tx.SetAdminPasswordHash(hash)
+	}); err != nil {
 		return "", fmt.Errorf("web: store admin password hash: %w", err)
 	}
 	return generated, nil
@@ -267,73 +396,45 @@ func randomToken(n int) string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-// loginLimiter counts failed logins per client IP in a sliding window.
+// loginLimiter counts sign-in attempts: per client IP, and for the one
+// admin account from every client together. An attempt is counted when it
+// starts (take) and forgiven when it turns out right (succeeded).
 type loginLimiter struct {
-	limit  int
-	window time.Duration
-
-	mu    sync.Mutex
-	fails map[string][]time.Time
+	mu      sync.Mutex
+	perIP   *failLimiter
+	account *failLimiter
 }
 
-// maxTrackedIPs bounds the limiter's memory; past it, idle entries go.
-const maxTrackedIPs = 10000
-
-func newLoginLimiter(limit int, window time.Duration) *loginLimiter {
-	return &loginLimiter{limit: limit, window: window, fails: map[string][]time.Time{}}
+func newLoginLimiter(limit, accountLimit int, window time.Duration) *loginLimiter {
+	return &loginLimiter{perIP: newFailLimiter(limit, window), account: newFailLimiter(accountLimit, window)}
 }
 
-// wait is how long ip must wait before its next try; zero: it may try now.
-func (l *loginLimiter) wait(ip string, now time.Time) time.Duration {
+// take counts an attempt of ip, or returns how long ip must wait. A known
+// browser (one that signed in before) is held by its address's limit only,
+// not by the account-wide ceiling.
+func (l *loginLimiter) take(ip string, now time.Time, known bool) time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	recent := l.recent(ip, now)
-	if len(recent) < l.limit {
-		return 0
+	if w := l.perIP.waitLocked(ip, now); w > 0 {
+		return w
 	}
-	return recent[len(recent)-l.limit].Add(l.window).Sub(now)
-}
-
-func (l *loginLimiter) fail(ip string, now time.Time) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if len(l.fails) >= maxTrackedIPs {
-		for k := range l.fails {
-			if len(l.recent(k, now)) == 0 {
-				delete(l.fails, k)
-			}
-		}
-		for k := range l.fails { // still full: forget arbitrary ones
-			if len(l.fails) < maxTrackedIPs {
-				break
-			}
-			delete(l.fails, k)
+	if !known {
+		if w := l.account.waitLocked("", now); w > 0 {
+			return w
 		}
 	}
-	recent := append(l.recent(ip, now), now)
-	if len(recent) > l.limit {
-		recent = recent[len(recent)-l.limit:]
-	}
-	l.fails[ip] = recent
+	l.perIP.failLocked(ip, now)
+	l.account.failLocked("", now)
+	return 0
 }
 
-func (l *loginLimiter) reset(ip string) {
+// succeeded forgives ip's failures and the account-wide count of this
+// attempt.
+func (l *loginLimiter) succeeded(ip string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	delete(l.fails, ip)
-}
-
-// recent returns ip's failures inside the window, dropping older ones.
-func (l *loginLimiter) recent(ip string, now time.Time) []time.Time {
-	all := l.fails[ip]
-	i := 0
-	for i < len(all) && now.Sub(all[i]) >= l.window {
-		i++
+	delete(l.perIP.fails, ip)
+	if r := l.account.fails[""]; len(r) > 0 {
+		l.account.fails[""] = r[:len(r)-1]
 	}
-	if i == len(all) {
-		delete(l.fails, ip)
-		return nil
-	}
-	l.fails[ip] = all[i:]
-	return all[i:]
 }

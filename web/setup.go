@@ -74,26 +74,17 @@ const GmailPushPublisher = "gmail-api-push@system.gserviceaccount.com"
 // client is valid and 401 invalid_client when it is not.
 const setupCheckCode = "mailroom-setup-check-not-a-real-code"
 
-// Setup is the Extension of the first-run setup page (/admin/setup): what
-// a real deployment has configured and what is missing, the values to
-// paste into Google Cloud, a test alert and a Google credentials check.
-func Setup(opts SetupOptions) Extension {
+// normalizeSetup fills in the setup options' defaults.
+func normalizeSetup(opts SetupOptions) SetupOptions {
 	if opts.CheckTimeout <= 0 {
 		opts.CheckTimeout = 5 * time.Second
 	}
 	opts.PublicURL = strings.TrimRight(opts.PublicURL, "/")
-	return &setupExt{opts: opts}
+	return opts
 }
 
-type setupExt struct{ opts SetupOptions }
-
-func (x *setupExt) Nav() []NavItem { return []NavItem{{Title: "Setup", Path: "/admin/setup"}} }
-
-func (x *setupExt) Routes(r Routers) {
-	r.Admin.GET("/setup", x.page)
-	r.Admin.POST("/setup/alert", x.testAlert)
-	r.Admin.POST("/setup/google", x.checkGoogle)
-}
+// setupHandlers are the first-run setup page's routes (/admin/setup).
+type setupHandlers struct{ opts SetupOptions }
 
 // Item states, in the order of their weight.
 const (
@@ -135,7 +126,7 @@ type setupView struct {
 	CanCheck bool
 }
 
-func (x *setupExt) page(c *gin.Context) {
+func (x *setupHandlers) page(c *gin.Context) {
 	v := x.view()
 	if s := serverOf(c); s != nil {
 		// Without a webhook the Alerter has nowhere to post (the demo
@@ -145,10 +136,10 @@ func (x *setupExt) page(c *gin.Context) {
 	Render(c, "setup", v)
 }
 
-func (x *setupExt) pushURL() string { return x.opts.PublicURL + "/push/gmail" }
+func (x *setupHandlers) pushURL() string { return x.opts.PublicURL + "/push/gmail" }
 
 // view builds the checklist and the values from the options.
-func (x *setupExt) view() setupView {
+func (x *setupHandlers) view() setupView {
 	o := x.opts
 	v := setupView{Demo: o.Demo, Scopes: x.scopes(), CanCheck: o.Google != nil && o.GoogleClientID != "" && o.GoogleClientSecretSet}
 	v.Items = []setupItem{x.publicURLItem(), x.oauthItem(), x.redirectItem(), x.topicItem(), x.pushItem(), x.alertItem()}
@@ -194,7 +185,7 @@ func (x *setupExt) view() setupView {
 
 // scopes are the OAuth scopes the client asks for, read off its consent
 // URL so that they cannot drift from what queue/google requests.
-func (x *setupExt) scopes() []string {
+func (x *setupHandlers) scopes() []string {
 	if x.opts.Google == nil {
 		return nil
 	}
@@ -205,7 +196,7 @@ func (x *setupExt) scopes() []string {
 	return strings.Fields(u.Query().Get("scope"))
 }
 
-func (x *setupExt) publicURLItem() setupItem {
+func (x *setupHandlers) publicURLItem() setupItem {
 	o := x.opts
 	it := setupItem{Key: "public_url", Title: "Public URL", Value: o.PublicURL}
 	switch {
@@ -222,7 +213,7 @@ func (x *setupExt) publicURLItem() setupItem {
 	return it
 }
 
-func (x *setupExt) oauthItem() setupItem {
+func (x *setupHandlers) oauthItem() setupItem {
 	o := x.opts
 	it := setupItem{Key: "oauth_client", Title: "Google OAuth client"}
 	switch {
@@ -239,7 +230,7 @@ func (x *setupExt) oauthItem() setupItem {
 	return it
 }
 
-func (x *setupExt) redirectItem() setupItem {
+func (x *setupHandlers) redirectItem() setupItem {
 	o := x.opts
 	it := setupItem{Key: "redirect_url", Title: "OAuth redirect URL", Value: o.RedirectURL}
 	if !o.RedirectURLSet {
@@ -266,7 +257,7 @@ func (x *setupExt) redirectItem() setupItem {
 	return it
 }
 
-func (x *setupExt) topicItem() setupItem {
+func (x *setupHandlers) topicItem() setupItem {
 	o := x.opts
 	it := setupItem{Key: "pubsub_topic", Title: "Pub/Sub topic", Value: o.PubSubTopic}
 	switch {
@@ -283,7 +274,7 @@ func (x *setupExt) topicItem() setupItem {
 	return it
 }
 
-func (x *setupExt) pushItem() setupItem {
+func (x *setupHandlers) pushItem() setupItem {
 	o := x.opts
 	it := setupItem{Key: "push_auth", Title: "Push authentication"}
 	var parts []string
@@ -317,7 +308,7 @@ func (x *setupExt) pushItem() setupItem {
 	return it
 }
 
-func (x *setupExt) alertItem() setupItem {
+func (x *setupHandlers) alertItem() setupItem {
 	o := x.opts
 	it := setupItem{Key: "alert_webhook", Title: "Alert webhook"}
 	switch {
@@ -355,7 +346,7 @@ func orText(s, fallback string) string {
 
 // testAlert sends the Alerter's test message, as the dead-letters page's
 // button does, and comes back to the setup page.
-func (x *setupExt) testAlert(c *gin.Context) {
+func (x *setupHandlers) testAlert(c *gin.Context) {
 	s := serverOf(c)
 	if s == nil || s.deps.Alerts == nil {
 		Fail(c, Unavailable("Alerts are not wired in this server."))
@@ -378,7 +369,7 @@ func sendTestAlert(ctx context.Context, a *queue.Alerter) (kind, text string) {
 }
 
 // checkGoogle makes the one harmless call of the credentials check.
-func (x *setupExt) checkGoogle(c *gin.Context) {
+func (x *setupHandlers) checkGoogle(c *gin.Context) {
 	o := x.opts
 	if o.Google == nil || o.GoogleClientID == "" || !o.GoogleClientSecretSet {
 		SetFlash(c, "error", "There is no OAuth client to check: set MAILROOM_GOOGLE_CLIENT_ID and MAILROOM_GOOGLE_CLIENT_SECRET and restart.")

@@ -1,8 +1,8 @@
 // Package web is mailroom's HTTP face: the JSON API under /api/v1, the
-// server-rendered admin page under /admin, health and metrics, and the
-// hooks (Extension) through which the pipelines add their own routes and
-// pages. Handlers bind, validate, call one method and render; pipelines know
-// nothing of HTTP.
+// server-rendered admin page under /admin, health and metrics, Google's
+// push endpoint and the OAuth consent routes. Every route is in routes.go,
+// grouped by who may call it. Handlers bind, validate, call one method and
+// render; pipelines know nothing of HTTP.
 package web
 
 import (
@@ -62,35 +62,29 @@ type Deps struct {
 	// LoginWindow. Zero: 5 per minute.
 	LoginLimit  int
 	LoginWindow time.Duration
-	// Extensions add routes, admin pages and nav entries (the pipelines).
-	Extensions []Extension
-}
+	// LoginAccountLimit is the account-wide ceiling on failed logins per
+	// LoginWindow, from every client together. Zero: 4 × LoginLimit.
+	LoginAccountLimit int
+	// TokenFailLimit is how many failed bearer or push tokens one client IP
+	// may send per LoginWindow before it is answered 429. Zero: 20.
+	TokenFailLimit int
+	// MetricsToken is MAILROOM_METRICS_TOKEN: when set, /metrics wants
+	// "Authorization: Bearer <it>". Empty: /metrics is open.
+	MetricsToken string
 
-// Extension is how a pipeline adds its routes and admin pages without
-// editing this package's files. Its handlers use the helpers of this
-// package: BindJSON, JSON, Fail, AbortError, Render, SetFlash, CSRFToken.
-type Extension interface {
-	// Routes registers the extension's handlers on the groups given.
-	Routes(r Routers)
-	// Nav returns the extension's entries in the admin navigation, in
-	// order; nil for none.
-	Nav() []NavItem
-}
-
-// Routers are the groups an Extension registers on.
-type Routers struct {
-	// API is /api/v1: bearer-token auth is already applied; errors must
-	// use the contract's JSON shape (Fail, AbortError).
-	API *gin.RouterGroup
-	// Admin is /admin: a logged-in session is required (else a redirect to
-	// the login page) and CSRF is checked on every POST, PUT, PATCH and
-	// DELETE. Pages render with Render.
-	Admin *gin.RouterGroup
-	// Public is the root, with no auth: /push/gmail, OAuth callbacks.
-	Public *gin.RouterGroup
-	// RequireAdmin is the Admin group's session and CSRF middleware, for
-	// admin-only routes outside /admin (for example /oauth/google/start).
-	RequireAdmin gin.HandlerFunc
+	// The pipelines; each nil leaves its routes and pages out.
+	Gmail        GmailPipeline
+	GmailOptions GmailOptions
+	Rules        RulesPipeline
+	Forms        FormsPipeline
+	// DemoSource backs the demo-only pages (serve --demo). Nil: none.
+	DemoSource DemoSource
+	// Setup is the first-run setup page's view of the settings. Nil: no
+	// setup page.
+	Setup *SetupOptions
+	// DebugTasks backs POST /api/v1/debug/tasks (--debug-tasks). Nil: no
+	// such route.
+	DebugTasks DebugTasks
 }
 
 // NavItem is one entry of the admin navigation.
@@ -109,20 +103,16 @@ type server struct {
 	nav        []NavItem
 	secure     bool
 	limiter    *loginLimiter
-	mappers    []ErrorMapper
+	tokenFails *failLimiter
+	keys       cookieKeys
+	bcryptSem  chan struct{}
+	cookies    cookieNames
 	gatherer   prometheus.Gatherer
 	sessionTTL time.Duration
 }
 
-// ErrorMapper may be implemented by an Extension to turn its pipeline's
-// errors into API errors; Fail consults every mapper before its defaults.
-// Return nil for errors it does not know.
-type ErrorMapper interface {
-	MapError(err error) *Error
-}
-
-// New builds the HTTP handler: a gin engine with every route of routes.go
-// and the extensions'. It fails when a template does not parse.
+// New builds the HTTP handler: a gin engine with every route of routes.go.
+// It fails when a template does not parse.
 func New(deps Deps) (http.Handler, error) {
 	s, err := newServer(deps)
 	if err != nil {
@@ -157,16 +147,25 @@ func newServer(deps Deps) (*server, error) {
 	if window <= 0 {
 		window = time.Minute
 	}
-	s.limiter = newLoginLimiter(limit, window)
-	s.secure = strings.HasPrefix(strings.ToLower(deps.PublicURL), "https://")
-	s.nav = []NavItem{{Title: "Overview", Path: "/admin"}, {Title: "Dead letters", Path: "/admin/deadletters"}}
-	for _, ext := range deps.Extensions {
-		s.nav = append(s.nav, ext.Nav()...)
-		if m, ok := ext.(ErrorMapper); ok {
-			s.mappers = append(s.mappers, m)
-		}
+	accountLimit := deps.LoginAccountLimit
+	if accountLimit <= 0 {
+		accountLimit = 4 * limit
 	}
-	s.nav = append(s.nav, NavItem{Title: "API tokens", Path: "/admin/tokens"})
+	s.limiter = newLoginLimiter(limit, accountLimit, window)
+	tokenLimit := deps.TokenFailLimit
+	if tokenLimit <= 0 {
+		tokenLimit = 20
+	}
+	s.tokenFails = newFailLimiter(tokenLimit, window)
+	s.bcryptSem = make(chan struct{}, 1)
+	s.keys = newCookieKeys()
+	if deps.Setup != nil {
+		opts := normalizeSetup(*deps.Setup)
+		s.deps.Setup = &opts
+	}
+	s.secure = strings.HasPrefix(strings.ToLower(deps.PublicURL), "https://")
+	s.cookies = newCookieNames(s.secure)
+	s.nav = s.buildNav()
 
 	var err error
 	if s.static, err = newStaticFiles(assets.Static()); err != nil {

@@ -48,7 +48,7 @@ type App struct {
 	server     *http.Server
 	listener   net.Listener
 	loops      []Loop
-	extensions []web.Extension // the pipelines' routes and pages
+	demoSource web.DemoSource // the demo pages' view of the emulator, with --demo
 	debug      *debugTasks
 	accounts   *accounts.Service // set by wireAccounts
 	gmail      *gmail.Pipeline   // set by wireGmail

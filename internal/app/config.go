@@ -27,6 +27,7 @@ type Config struct {
 	RedisURL       string
 	AdminPassword  string
 	APIToken       string
+	MetricsToken   string
 	SecretKey      string
 
 	GoogleClientID     string
@@ -134,6 +135,7 @@ func (c *Config) settings() []setting {
 		{"redis-url", "MAILROOM_REDIS_URL", "external Redis (redis://[:password@]host:port/db); empty: the embedded store", s(&c.RedisURL, ""), true, false},
 		{"admin-password", "MAILROOM_ADMIN_PASSWORD", "admin login password; unset on first start: generated and printed once", s(&c.AdminPassword, ""), true, false},
 		{"api-token", "MAILROOM_API_TOKEN", "static bearer token accepted by /api/v1", s(&c.APIToken, ""), true, false},
+		{"metrics-token", "MAILROOM_METRICS_TOKEN", "bearer token /metrics requires when set; empty: /metrics is open", s(&c.MetricsToken, ""), true, false},
 		{"secret-key", "MAILROOM_SECRET_KEY", "base64 of 32 bytes encrypting OAuth tokens at rest (default: key file in the data dir)", s(&c.SecretKey, ""), true, false},
 		{"google-client-id", "MAILROOM_GOOGLE_CLIENT_ID", "OAuth client id for connecting Gmail accounts", s(&c.GoogleClientID, ""), false, false},
 		{"google-client-secret", "MAILROOM_GOOGLE_CLIENT_SECRET", "OAuth client secret", s(&c.GoogleClientSecret, ""), true, false},

@@ -71,6 +71,11 @@ func (d *debugTasks) handle(ctx context.Context, t *queue.Task) error {
 	return err
 }
 
+// EnqueueDebug is enqueue for POST /api/v1/debug/tasks.
+func (d *debugTasks) EnqueueDebug(n int, fail string, sleepMS int) (int, error) {
+	return d.enqueue(n, debugPayload{Fail: fail, SleepMS: sleepMS})
+}
+
 // enqueue records n tasks, 1,000 per transaction.
 func (d *debugTasks) enqueue(n int, p debugPayload) (int, error) {
 	done := 0

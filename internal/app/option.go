@@ -40,8 +40,9 @@ func (b *Builder) SetAlertClient(webhookURL string, client *http.Client) {
 // AddLoop adds a loop, started after the task servers and stopped before.
 func (b *Builder) AddLoop(l Loop) { b.a.loops = append(b.a.loops, l) }
 
-// AddExtension adds web routes and pages.
-func (b *Builder) AddExtension(e web.Extension) { b.a.extensions = append(b.a.extensions, e) }
+// SetDemoSource gives the demo-only admin pages their view of the
+// emulated Google.
+func (b *Builder) SetDemoSource(src web.DemoSource) { b.a.demoSource = src }
 
 // OnClose adds a closer, run in reverse order when the app closes.
 func (b *Builder) OnClose(f func() error) { b.a.closed = append(b.a.closed, f) }

@@ -11,10 +11,10 @@ import (
 // setupCheckTimeout bounds the setup page's Google credentials check.
 const setupCheckTimeout = 5 * time.Second
 
-// setupExtension builds the first-run setup page (/admin/setup) from the
+// setupOptions builds the first-run setup page (/admin/setup) from the
 // configuration as the app runs it: built after the pipelines, so with
 // --demo it sees the emulator's Google settings.
-func (a *App) setupExtension() web.Extension {
+func (a *App) setupOptions() *web.SetupOptions {
 	cfg := a.cfg
 	// Its own client, so the check is bounded by its own short timeout;
 	// queue/google derives the token endpoint (Google's unless
@@ -23,7 +23,7 @@ func (a *App) setupExtension() web.Extension {
 		TokenURL: cfg.GoogleTokenURL, ClientID: cfg.GoogleClientID, ClientSecret: cfg.GoogleClientSecret, RedirectURL: cfg.redirectURL(),
 		HTTPClient: &http.Client{Timeout: setupCheckTimeout}, RefreshTimeout: setupCheckTimeout,
 	})
-	return web.Setup(web.SetupOptions{
+	return &web.SetupOptions{
 		Demo:                  cfg.Demo,
 		PublicURL:             cfg.BaseURL(),
 		PublicURLSet:          cfg.PublicURL != "",
@@ -39,5 +39,5 @@ func (a *App) setupExtension() web.Extension {
 		AlertWebhookURL:       cfg.AlertWebhookURL,
 		Google:                gc,
 		CheckTimeout:          setupCheckTimeout,
-	})
+	}
 }

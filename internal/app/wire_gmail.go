@@ -5,11 +5,10 @@ import (
 
 	"mailroom/queue/gmail"
 	"mailroom/queue/google"
-	"mailroom/web"
 )
 
 // wireGmail builds the gmail pipeline (after the rules it applies to new
-// mail): its handlers in the task table, its loops and its web extension.
+// mail): its handlers in the task table, its loops (web reaches it through buildWeb).
 func (a *App) wireGmail(ctx context.Context) error {
 	cfg := a.cfg
 	var verifier gmail.TokenVerifier
@@ -41,8 +40,5 @@ func (a *App) wireGmail(ctx context.Context) error {
 	}
 	a.gmail = p
 	a.loops = append(a.loops, p.Maintainer(), p.TombstonePruner())
-	a.extensions = append(a.extensions, web.Gmail(p, web.GmailOptions{
-		PublicURL: cfg.BaseURL(), PushAudience: cfg.PushAudience, PushToken: cfg.PushToken != "",
-	}))
 	return nil
 }

@@ -5,7 +5,6 @@ import (
 
 	"mailroom/queue"
 	"mailroom/queue/rules"
-	"mailroom/web"
 )
 
 // wireRules builds the rules pipeline: its handler in the task table, its
@@ -41,6 +40,5 @@ func (a *App) wireRules(ctx context.Context) error {
 	}
 	a.rules = p
 	a.loops = append(a.loops, p.Publisher(a.queue))
-	a.extensions = append(a.extensions, web.Rules(p))
 	return nil
 }

@@ -5,7 +5,6 @@ import (
 
 	"mailroom/queue"
 	"mailroom/queue/sheets"
-	"mailroom/web"
 )
 
 // wireSheets builds the sheets pipeline: its handlers in the task table, its loops
@@ -35,6 +34,5 @@ func (a *App) wireSheets(ctx context.Context) error {
 	if pruner := p.Pruner(); pruner != nil {
 		a.loops = append(a.loops, pruner)
 	}
-	a.extensions = append(a.extensions, web.Forms(p))
 	return nil
 }

@@ -9,7 +9,6 @@ import (
 
 	"mailroom/internal/app"
 	"mailroom/queue/google/googlefake"
-	"mailroom/web"
 )
 
 // Demo timings: with --demo, the settings still at their defaults are
@@ -106,7 +105,7 @@ func wire(ctx context.Context, b *app.Builder) (*demo, error) {
 		b.SetAlertClient(demoWebhookURL, &http.Client{Transport: d.webhook, Timeout: 10 * time.Second})
 	}
 	b.AddLoop(d)
-	b.AddExtension(web.DemoPages(demoSource{d}))
+	b.SetDemoSource(demoSource{d})
 	log.Info("demo: simulated Google running", "url", base, "accounts", len(demoAccounts), "spreadsheets", len(demoSheets),
 		"scale", d.scale, "shortened_timings", strings.Join(shortened, ","), "alerts_in_process", d.webhook != nil)
 	return d, nil

@@ -1,0 +1,370 @@
+package web
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"mailroom/queue/rules"
+	"mailroom/queue/sheets"
+	"mailroom/store"
+)
+
+// caller is who an API request comes from: an admin token, or a user
+// token of one user.
+type caller struct {
+	admin   bool
+	userID  string // the user of a user token
+	tokenID string // empty for MAILROOM_API_TOKEN
+}
+
+const callerKey = "mailroom.web.caller"
+
+func callerOf(c *gin.Context) caller {
+	if v, ok := c.Get(callerKey); ok {
+		if who, ok := v.(caller); ok {
+			return who
+		}
+	}
+	return caller{} // neither admin nor a user: reaches nothing
+}
+
+// touchEvery is how stale a token's "last used" may get before a request
+// writes it again (one write per token per interval, not per request).
+const touchEvery = time.Minute
+
+var errTokenInvalid = &Error{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "The API token is not valid (unknown, expired or revoked)."}
+
+// apiAuth requires "Authorization: Bearer <token>": MAILROOM_API_TOKEN
+// (constant-time compare, an admin token) or a token made in the admin page
+// or the API (looked up by its hash; an admin or a user token, refused once
+// expired or revoked). A client that keeps sending bad tokens is answered
+// 429 before its token is even looked at.
+func (s *server) apiAuth(c *gin.Context) {
+	ip, now := c.ClientIP(), s.now()
+	if wait := s.tokenFails.wait(ip, now); wait > 0 {
+		Fail(c, tooManyTokenFailures(wait))
+		return
+	}
+	token, ok := bearerToken(c.GetHeader("Authorization"))
+	if !ok {
+		c.Header("WWW-Authenticate", `Bearer realm="mailroom"`)
+		s.tokenFails.fail(ip, now)
+		Fail(c, &Error{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "Send an API token as \"Authorization: Bearer <token>\"."})
+		return
+	}
+	if s.deps.APIToken != "" {
+		want, got := sha256.Sum256([]byte(s.deps.APIToken)), sha256.Sum256([]byte(token))
+		if subtle.ConstantTimeCompare(want[:], got[:]) == 1 {
+			c.Set(callerKey, caller{admin: true})
+			c.Next()
+			return
+		}
+	}
+	var t store.APIToken
+	err := s.deps.DB.View(func(tx *store.Tx) error {
+		var err error
+		t, err = tx.APITokenLookup(token)
+		return err
+	})
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		Fail(c, err)
+		return
+	}
+	if err != nil || t.Expired(now) || (!t.Admin && t.UserID == "") {
+		c.Header("WWW-Authenticate", `Bearer realm="mailroom", error="invalid_token"`)
+		s.tokenFails.fail(ip, now)
+		Fail(c, errTokenInvalid)
+		return
+	}
+	if now.Sub(t.LastUsed) >= touchEvery {
+		if err := s.deps.DB.Update(func(tx *store.Tx) error { return tx.APITokenTouch(token, now) }); err != nil && !errors.Is(err, store.ErrNotFound) {
+			s.log.Warn("record API token use", "token_prefix", t.Prefix, "err", err)
+		}
+	}
+	c.Set(callerKey, caller{admin: t.Admin, userID: t.UserID, tokenID: t.ID})
+	c.Next()
+}
+
+func tooManyTokenFailures(wait time.Duration) *Error {
+	return &Error{Status: http.StatusTooManyRequests, Code: "rate_limited", RetryAfter: wait,
+		Message: fmt.Sprintf("Too many requests with a missing or wrong token from your address; try again in %d seconds.", int(math.Ceil(wait.Seconds())))}
+}
+
+// bearerToken takes the token out of an Authorization header.
+func bearerToken(h string) (string, bool) {
+	scheme, token, ok := strings.Cut(strings.TrimSpace(h), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	token = strings.TrimSpace(token)
+	return token, token != "" && len(token) <= 512
+}
+
+// adminOnly lets admin tokens through and answers user tokens 403.
+func (s *server) adminOnly(c *gin.Context) {
+	if !callerOf(c).admin {
+		Fail(c, &Error{Status: http.StatusForbidden, Code: "forbidden", Message: "This endpoint needs an admin token; a user token reaches only its own user's resources."})
+		return
+	}
+	c.Next()
+}
+
+// scopeRule decides whether a user token's request reaches a resource.
+// It returns the user that owns what the request names (empty when it
+// names no user) and the error to answer when there is no such resource,
+// which is also the answer when it belongs to another user, so that its
+// existence is not revealed.
+type scopeRule func(s *server, c *gin.Context) (owner string, notFound error, err error)
+
+// scope lets admin tokens through, and a user token only when rule finds
+// that the request is about its own user.
+func (s *server) scope(rule scopeRule) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		who := callerOf(c)
+		if who.admin {
+			c.Next()
+			return
+		}
+		owner, notFound, err := rule(s, c)
+		if err != nil {
+			Fail(c, err)
+			return
+		}
+		if who.userID == "" || owner != who.userID {
+			Fail(c, notFound)
+			return
+		}
+		c.Next()
+	}
+}
+
+// userIn: the user id is the path parameter param.
+func userIn(param string) scopeRule {
+	return func(_ *server, c *gin.Context) (string, error, error) {
+		return c.Param(param), fmt.Errorf("web: user %s: %w", c.Param(param), rules.ErrNotFound), nil
+	}
+}
+
+// ownerOf looks up the owner of one stored resource.
+func ownerOf(s *server, get func(tx *store.Tx) (string, error)) (string, error) {
+	var owner string
+	err := s.deps.DB.View(func(tx *store.Tx) (err error) { owner, err = get(tx); return err })
+	if errors.Is(err, store.ErrNotFound) {
+		return "", nil
+	}
+	return owner, err
+}
+
+// accountIn: the Gmail account whose id is the path parameter param.
+func accountIn(param string) scopeRule {
+	return func(s *server, c *gin.Context) (string, error, error) {
+		id := c.Param(param)
+		owner, err := ownerOf(s, func(tx *store.Tx) (string, error) { a, err := tx.AccountGet(id); return a.UserID, err })
+		return owner, fmt.Errorf("web: account %s: %w", id, store.ErrNotFound), err
+	}
+}
+
+// ruleIn: the rule whose id is the path parameter param.
+func ruleIn(param string) scopeRule {
+	return func(s *server, c *gin.Context) (string, error, error) {
+		id := c.Param(param)
+		owner, err := ownerOf(s, func(tx *store.Tx) (string, error) {
+			r, err := tx.RuleGet(id)
+			if err == nil && r.Deleted {
+				return "", store.ErrNotFound
+			}
+			return r.UserID, err
+		})
+		return owner, fmt.Errorf("web: rule %s: %w", id, rules.ErrNotFound), err
+	}
+}
+
+// formIn: the form whose id is the path parameter param.
+func formIn(param string) scopeRule {
+	return func(s *server, c *gin.Context) (string, error, error) {
+		id := c.Param(param)
+		owner, err := ownerOf(s, func(tx *store.Tx) (string, error) { f, err := tx.FormGet(id); return f.UserID, err })
+		return owner, fmt.Errorf("web: form %s: %w", id, sheets.ErrFormNotFound), err
+	}
+}
+
+// inQuery: a list filtered by the query parameter param. A user token's
+// list is always filtered to its user (the parameter is set when absent);
+// asking for another user's answers 404.
+func inQuery(param string) scopeRule {
+	return func(_ *server, c *gin.Context) (string, error, error) {
+		who := callerOf(c)
+		q := c.Request.URL.Query()
+		if q.Get(param) == "" && who.userID != "" {
+			q.Set(param, who.userID)
+			c.Request.URL.RawQuery = q.Encode()
+		}
+		return q.Get(param), fmt.Errorf("web: user %s: %w", q.Get(param), rules.ErrNotFound), nil
+	}
+}
+
+// inBody: a JSON body naming "userId" and maybe "accountId" (connecting
+// an account, creating a form). A user token may name only its own user
+// and its own accounts (any other, known or not: 404 naming the field); a
+// body that cannot be read is left to the handler (which answers 400 or
+// 413).
+func inBody(s *server, c *gin.Context) (string, error, error) {
+	who := callerOf(c)
+	if c.Request.Body == nil || c.Request.ContentLength > MaxBodyBytes {
+		return who.userID, nil, nil
+	}
+	raw, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, MaxBodyBytes))
+	if err != nil {
+		return "", nil, jsonError(err, MaxBodyBytes)
+	}
+	c.Request.Body = io.NopCloser(bytes.NewReader(raw))
+	var named struct {
+		UserID    string `json:"userId"`
+		AccountID string `json:"accountId"`
+	}
+	if json.Unmarshal(raw, &named) != nil {
+		return who.userID, nil, nil // the handler says what is wrong
+	}
+	if named.UserID != "" && named.UserID != who.userID {
+		return named.UserID, &Error{Status: http.StatusNotFound, Code: "not_found", Field: "userId", Message: "There is no such user."}, nil
+	}
+	if named.AccountID != "" {
+		owner, err := ownerOf(s, func(tx *store.Tx) (string, error) { a, err := tx.AccountGet(named.AccountID); return a.UserID, err })
+		if err != nil {
+			return "", nil, err
+		}
+		if owner != who.userID {
+			return owner, &Error{Status: http.StatusNotFound, Code: "not_found", Field: "accountId", Message: "There is no such Google account."}, nil
+		}
+	}
+	return who.userID, nil, nil
+}
+
+// metricsAuth wants "Authorization: Bearer $MAILROOM_METRICS_TOKEN" when
+// that setting is set; failures are rate limited like API tokens.
+func (s *server) metricsAuth(c *gin.Context) {
+	if s.deps.MetricsToken == "" {
+		c.Next()
+		return
+	}
+	ip, now := c.ClientIP(), s.now()
+	if wait := s.tokenFails.wait(ip, now); wait > 0 {
+		Fail(c, tooManyTokenFailures(wait))
+		return
+	}
+	token, _ := bearerToken(c.GetHeader("Authorization"))
+	want, got := sha256.Sum256([]byte(s.deps.MetricsToken)), sha256.Sum256([]byte(token))
+	if subtle.ConstantTimeCompare(want[:], got[:]) != 1 {
+		s.tokenFails.fail(ip, now)
+		c.Header("WWW-Authenticate", `Bearer realm="mailroom metrics"`)
+		Fail(c, &Error{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "Scrape /metrics with \"Authorization: Bearer\" and the value of MAILROOM_METRICS_TOKEN."})
+		return
+	}
+	c.Next()
+}
+
+// pushLimit answers 429 to a client whose recent pushes carried too many
+// missing or wrong tokens, and counts each push answered 401.
+func (s *server) pushLimit(c *gin.Context) {
+	ip, now := c.ClientIP(), s.now()
+	if wait := s.tokenFails.wait(ip, now); wait > 0 {
+		Fail(c, tooManyTokenFailures(wait))
+		return
+	}
+	c.Next()
+	if c.Writer.Status() == http.StatusUnauthorized {
+		s.tokenFails.fail(ip, now)
+	}
+}
+
+// failLimiter counts failures per client IP in a sliding window.
+type failLimiter struct {
+	limit  int
+	window time.Duration
+
+	mu    sync.Mutex
+	fails map[string][]time.Time
+}
+
+// maxTrackedIPs bounds a limiter's memory; past it, idle entries go.
+const maxTrackedIPs = 10000
+
+func newFailLimiter(limit int, window time.Duration) *failLimiter {
+	return &failLimiter{limit: limit, window: window, fails: map[string][]time.Time{}}
+}
+
+// wait is how long ip must wait before its next try; zero: it may try now.
+func (l *failLimiter) wait(ip string, now time.Time) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.waitLocked(ip, now)
+}
+
+func (l *failLimiter) waitLocked(ip string, now time.Time) time.Duration {
+	recent := l.recent(ip, now)
+	if len(recent) < l.limit {
+		return 0
+	}
+	return max(recent[len(recent)-l.limit].Add(l.window).Sub(now), time.Second)
+}
+
+// fail records a failure of ip at now.
+func (l *failLimiter) fail(ip string, now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.failLocked(ip, now)
+}
+
+func (l *failLimiter) failLocked(ip string, now time.Time) {
+	if _, known := l.fails[ip]; !known && len(l.fails) >= maxTrackedIPs {
+		for k := range l.fails {
+			if len(l.recent(k, now)) == 0 {
+				delete(l.fails, k)
+			}
+		}
+		for k := range l.fails { // still full: forget arbitrary ones
+			if len(l.fails) < maxTrackedIPs {
+				break
+			}
+			delete(l.fails, k)
+		}
+	}
+	recent := append(l.recent(ip, now), now)
+	if len(recent) > l.limit {
+		recent = recent[len(recent)-l.limit:]
+	}
+	l.fails[ip] = recent
+}
+
+// recent returns ip's failures inside the window, dropping older ones.
+func (l *failLimiter) recent(ip string, now time.Time) []time.Time {
+	all := l.fails[ip]
+	i := 0
+	for i < len(all) && now.Sub(all[i]) >= l.window {
+		i++
+	}
+	if i == len(all) {
+		delete(l.fails, ip)
+		return nil
+	}
+	l.fails[ip] = all[i:]
+	return all[i:]
+}
+
+// retryAfterSeconds is d in whole seconds, rounded up, at least 1.
+func retryAfterSeconds(d time.Duration) string {
+	return strconv.Itoa(max(1, int(math.Ceil(d.Seconds()))))
+}
