@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gin-gonic/gin"
 
 	"mailroom/queue"
 	"mailroom/store"
@@ -45,25 +44,25 @@ func TestLogin(t *testing.T) {
 	if w := request(t, e.h, http.MethodGet, "/admin/login", nil, nil); w.Code != 200 || !strings.Contains(w.Body.String(), `type="password"`) {
 		t.Fatalf("login page: %d", w.Code)
 	}
-	w := request(t, e.h, http.MethodPost, "/admin/login", url.Values{"password": {"wrong"}}, nil)
+	w := postLogin(t, e.h, url.Values{"password": {"wrong"}}, nil)
 	if w.Code != http.StatusUnauthorized || !strings.Contains(w.Body.String(), "not right") {
 		t.Errorf("wrong password: %d", w.Code)
 	}
 
-	w = request(t, e.h, http.MethodPost, "/admin/login", url.Values{"password": {testPassword}, "next": {"/admin/tokens"}}, nil)
+	w = postLogin(t, e.h, url.Values{"password": {testPassword}, "next": {"/admin/tokens"}}, nil)
 	if w.Code != http.StatusSeeOther || w.Header().Get("Location") != "/admin/tokens" {
 		t.Fatalf("login: %d %q", w.Code, w.Header().Get("Location"))
 	}
 	var ck *http.Cookie
 	for _, c := range w.Result().Cookies() {
-		if c.Name == sessionCookie {
+		if c.Name == "__Host-"+sessionCookie {
 			ck = c
 		}
 	}
 	if ck == nil || !ck.HttpOnly || !ck.Secure || ck.SameSite != http.SameSiteLaxMode || ck.Path != "/" {
 		t.Fatalf("session cookie = %+v", ck)
 	}
-	hdr := map[string]string{"Cookie": sessionCookie + "=" + ck.Value}
+	hdr := map[string]string{"Cookie": ck.Name + "=" + ck.Value}
 	if w := request(t, e.h, http.MethodGet, "/admin", nil, hdr); w.Code != 200 {
 		t.Errorf("overview with session: %d", w.Code)
 	}
@@ -100,23 +99,23 @@ func TestLoginRateLimit(t *testing.T) {
 	e := newEnv(t, envOptions{deps: func(d *Deps) { d.Now = func() time.Time { return now } }})
 	wrong := url.Values{"password": {"guess"}}
 	for i := range 5 {
-		if w := request(t, e.h, http.MethodPost, "/admin/login", wrong, nil); w.Code != http.StatusUnauthorized {
+		if w := postLogin(t, e.h, wrong, nil); w.Code != http.StatusUnauthorized {
 			t.Fatalf("attempt %d: %d", i+1, w.Code)
 		}
 	}
 	// Now even the right password is refused, with a clear message.
-	w := request(t, e.h, http.MethodPost, "/admin/login", url.Values{"password": {testPassword}}, nil)
+	w := postLogin(t, e.h, url.Values{"password": {testPassword}}, nil)
 	if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") == "" || !strings.Contains(w.Body.String(), "Too many failed sign-ins") {
 		t.Fatalf("6th attempt: %d Retry-After %q", w.Code, w.Header().Get("Retry-After"))
 	}
 	// Another client is not affected.
 	req := map[string]string{"X-Forwarded-For": "203.0.113.9"} // not trusted: same client
-	if w := request(t, e.h, http.MethodPost, "/admin/login", url.Values{"password": {testPassword}}, req); w.Code != http.StatusTooManyRequests {
+	if w := postLogin(t, e.h, url.Values{"password": {testPassword}}, req); w.Code != http.StatusTooManyRequests {
 		t.Errorf("X-Forwarded-For from an untrusted peer must not escape the limit: %d", w.Code)
 	}
 	// The window slides.
 	now = now.Add(61 * time.Second)
-	if w := request(t, e.h, http.MethodPost, "/admin/login", url.Values{"password": {testPassword}}, nil); w.Code != http.StatusSeeOther {
+	if w := postLogin(t, e.h, url.Values{"password": {testPassword}}, nil); w.Code != http.StatusSeeOther {
 		t.Errorf("after the window: %d", w.Code)
 	}
 }
@@ -134,16 +133,16 @@ func TestLoginWithStoredHash(t *testing.T) {
 	if again, err := EnsureAdminPassword(e.db, ""); err != nil || again != "" {
 		t.Errorf("second EnsureAdminPassword = %q %v, want nothing new", again, err)
 	}
-	if w := request(t, e.h, http.MethodPost, "/admin/login", url.Values{"password": {generated}}, nil); w.Code != http.StatusSeeOther {
+	if w := postLogin(t, e.h, url.Values{"password": {generated}}, nil); w.Code != http.StatusSeeOther {
 		t.Errorf("login with generated password: %d", w.Code)
 	}
 	if _, err := EnsureAdminPassword(e.db, "chosen-password"); err != nil {
 		t.Fatal(err)
 	}
-	if w := request(t, e.h, http.MethodPost, "/admin/login", url.Values{"password": {generated}}, nil); w.Code != http.StatusUnauthorized {
+	if w := postLogin(t, e.h, url.Values{"password": {generated}}, nil); w.Code != http.StatusUnauthorized {
 		t.Errorf("old password after change: %d", w.Code)
 	}
-	if w := request(t, e.h, http.MethodPost, "/admin/login", url.Values{"password": {"chosen-password"}}, nil); w.Code != http.StatusSeeOther {
+	if w := postLogin(t, e.h, url.Values{"password": {"chosen-password"}}, nil); w.Code != http.StatusSeeOther {
 		t.Errorf("chosen password: %d", w.Code)
 	}
 	if _, err := EnsureAdminPassword(e.db, strings.Repeat("x", 73)); err == nil {
@@ -168,7 +167,7 @@ func TestCSRF(t *testing.T) {
 		{"/admin/logout", nil},
 	}
 	for _, p := range posts {
-		for name, token := range map[string]string{"missing": "", "wrong": "not-the-token", "other session's": login(t, e.h).csrf} {
+		for name, token := range map[string]string{"missing": "", "wrong": "not-the-token", "other session's": otherSessionCSRF(t, e.db)} {
 			form := url.Values{}
 			for k, v := range p.form {
 				form[k] = v
@@ -196,6 +195,20 @@ func TestCSRF(t *testing.T) {
 	if w := request(t, e.h, http.MethodPost, "/admin/tokens", big, s.headers()); w.Code != http.StatusRequestEntityTooLarge {
 		t.Errorf("oversized form: %d", w.Code)
 	}
+}
+
+// otherSessionCSRF stores a second live session (as another browser's
+// would be, before a new sign-in ends it) and returns its CSRF token.
+func otherSessionCSRF(t *testing.T, db *store.DB) string {
+	t.Helper()
+	csrf := randomToken(32)
+	err := db.Update(func(tx *store.Tx) error {
+		return tx.SessionPut(randomToken(32), store.Session{CSRF: csrf, CreatedAt: time.Now(), ExpiresAt: time.Now().Add(time.Hour)})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return csrf
 }
 
 func TestTokensFlow(t *testing.T) {
@@ -337,73 +350,30 @@ func TestStaticCaching(t *testing.T) {
 	}
 }
 
-// testExtension is what a pipeline adds: an API route, an admin page that
-// renders with the shared layout, and a public route.
-type testExtension struct{}
+// panickingDebug is a DebugTasks that panics: a programmer error in a
+// handler is the contract's 500, never a crash.
+type panickingDebug struct{}
 
-func (testExtension) Nav() []NavItem { return []NavItem{{Title: "Rules", Path: "/admin/rules"}} }
+func (panickingDebug) EnqueueDebug(int, string, int) (int, error) { panic("programmer error") }
 
-func (testExtension) Routes(r Routers) {
-	r.API.POST("/echo", func(c *gin.Context) {
-		var v struct {
-			Say string `json:"say"`
-		}
-		if err := BindJSON(c, &v); err != nil {
-			Fail(c, err)
-			return
-		}
-		if v.Say == "" {
-			Fail(c, Invalid("say", "say is required."))
-			return
-		}
-		JSON(c, http.StatusOK, v)
-	})
-	r.Admin.GET("/rules", func(c *gin.Context) {
-		RenderStatus(c, http.StatusTeapot, "error", &Error{Status: http.StatusTeapot, Code: "teapot", Message: "rules page for " + CSRFToken(c)[:4]})
-	})
-	r.Public.POST("/push/gmail", func(c *gin.Context) {
-		var v map[string]any
-		if err := BindJSONLimit(c, &v, 64<<10); err != nil {
-			Fail(c, err)
-			return
-		}
-		c.Status(http.StatusNoContent)
-	})
-	r.Public.GET("/oauth/google/start", r.RequireAdmin, func(c *gin.Context) { c.String(http.StatusOK, "consent") })
-	r.API.GET("/panic", func(*gin.Context) { panic("programmer error") })
-}
-
-func TestExtension(t *testing.T) {
+func TestRecoveryAndOptionalRoutes(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, envOptions{deps: func(d *Deps) { d.Extensions = []Extension{testExtension{}} }})
-	if w := request(t, e.h, http.MethodPost, "/api/v1/echo", `{"say":"hi"}`, nil); w.Code != 401 {
-		t.Errorf("extension API route without token: %d", w.Code)
-	}
-	if w := request(t, e.h, http.MethodPost, "/api/v1/echo", `{"say":"hi"}`, bearer(testAPIToken)); w.Code != 200 || w.Body.String() != `{"say":"hi"}` {
-		t.Errorf("extension API route: %d %s", w.Code, w.Body.String())
-	}
-	if w := request(t, e.h, http.MethodPost, "/api/v1/echo", `{}`, bearer(testAPIToken)); w.Code != 400 || apiError(t, w).Field != "say" {
-		t.Errorf("extension validation: %d %s", w.Code, w.Body.String())
-	}
-	if w := request(t, e.h, http.MethodPost, "/push/gmail", strings.Repeat(" ", 65<<10)+"{}", nil); w.Code != 413 {
-		t.Errorf("push over 64 KiB: %d", w.Code)
-	}
-	if w := request(t, e.h, http.MethodPost, "/push/gmail", `{}`, nil); w.Code != 204 {
-		t.Errorf("push: %d", w.Code)
-	}
-	if w := request(t, e.h, http.MethodGet, "/oauth/google/start", nil, nil); w.Code != http.StatusSeeOther {
-		t.Errorf("oauth start without session: %d", w.Code)
-	}
-	s := login(t, e.h)
-	if w := request(t, e.h, http.MethodGet, "/oauth/google/start", nil, s.headers()); w.Code != 200 {
-		t.Errorf("oauth start with session: %d", w.Code)
-	}
-	w := request(t, e.h, http.MethodGet, "/api/v1/panic", nil, bearer(testAPIToken))
+	e := newEnv(t, envOptions{deps: func(d *Deps) { d.DebugTasks = panickingDebug{} }})
+	w := request(t, e.h, http.MethodPost, "/api/v1/debug/tasks", `{"count":1}`, bearer(testAPIToken))
 	if w.Code != 500 || apiError(t, w).Code != "internal" {
 		t.Errorf("panic: %d %s", w.Code, w.Body.String())
 	}
-	w = request(t, e.h, http.MethodGet, "/admin/rules", nil, s.headers())
-	if w.Code != http.StatusTeapot || !strings.Contains(w.Body.String(), `href="/admin/rules" class="active"`) || !strings.Contains(w.Body.String(), "rules page for "+s.csrf[:4]) {
-		t.Errorf("extension page: %d\n%s", w.Code, w.Body.String())
+	// Without the pipelines their routes do not exist.
+	for _, path := range []string{"/push/gmail", "/api/v1/forms", "/api/v1/accounts"} {
+		if w := request(t, e.h, http.MethodPost, path, `{}`, bearer(testAPIToken)); w.Code != 404 || apiError(t, w).Code != "not_found" {
+			t.Errorf("POST %s without its pipeline: %d", path, w.Code)
+		}
+	}
+	s := login(t, e.h)
+	w = request(t, e.h, http.MethodGet, "/admin", nil, s.headers())
+	for _, absent := range []string{`href="/admin/rules"`, `href="/admin/accounts"`, `href="/admin/setup"`} {
+		if strings.Contains(w.Body.String(), absent) {
+			t.Errorf("nav links %s without its pipeline", absent)
+		}
 	}
 }

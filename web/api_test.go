@@ -59,12 +59,13 @@ func TestReadyzDefaultPingsStore(t *testing.T) {
 	}
 }
 
-// TestAPIAuth checks every /api/v1 route against the four kinds of caller.
+// TestAPIAuth checks every /api/v1 route against the four kinds of caller
+// (the failed-token limit is raised: TestBearerFailuresRateLimited checks it).
 func TestAPIAuth(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, envOptions{queue: true})
+	e := newEnv(t, envOptions{queue: true, deps: func(d *Deps) { d.TokenFailLimit = 1000 }})
 	const adminToken = "mr_made-in-the-admin-page"
-	if err := e.db.Update(func(tx *store.Tx) error { _, err := tx.APITokenCreate("ci", adminToken); return err }); err != nil {
+	if err := e.db.Update(func(tx *store.Tx) error { _, err := tx.APITokenCreate("ci", adminToken, "", time.Time{}); return err }); err != nil {
 		t.Fatal(err)
 	}
 	routes := []struct{ method, path, body string }{

@@ -64,7 +64,7 @@ func TestDemoPages(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{deps: func(d *Deps) {
 		d.Demo = true
-		d.Extensions = append(d.Extensions, DemoPages(fakeDemo{n: 120}))
+		d.DemoSource = fakeDemo{n: 120}
 	}})
 	s := login(t, e.h)
 	cases := []struct {

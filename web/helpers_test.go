@@ -24,8 +24,10 @@ import (
 )
 
 const (
-	testAPIToken = "static-test-token"
-	testPassword = "correct horse battery staple"
+	sessionCookie = "mailroom_session" // its name over http (over https: __Host-mailroom_session)
+	flashCookie   = "mailroom_flash"
+	testAPIToken  = "static-test-token"
+	testPassword  = "correct horse battery staple"
 )
 
 // env is one web handler over a fresh store and (optionally) a queue.
@@ -237,11 +239,49 @@ func (s session) headers() map[string]string {
 
 var csrfInput = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
 
+// loginForm opens the login page as the client headers describe and
+// returns the pre-session cookie ("name=value") and the form's CSRF token.
+func loginForm(t testing.TB, h http.Handler, headers map[string]string) (cookie, csrf string) {
+	t.Helper()
+	w := request(t, h, http.MethodGet, "/admin/login", nil, headers)
+	for _, c := range w.Result().Cookies() {
+		if strings.HasSuffix(c.Name, "mailroom_login") {
+			cookie = c.Name + "=" + c.Value
+		}
+	}
+	m := csrfInput.FindStringSubmatch(w.Body.String())
+	if cookie == "" || m == nil {
+		t.Fatalf("login page (status %d) has no pre-session cookie or CSRF token", w.Code)
+	}
+	return cookie, m[1]
+}
+
+// postLogin posts the login form as a browser does: the form of a fresh
+// login page, with its pre-session cookie and CSRF token, plus form.
+func postLogin(t testing.TB, h http.Handler, form url.Values, headers map[string]string) *httptest.ResponseRecorder {
+	t.Helper()
+	cookie, csrf := loginForm(t, h, headers)
+	hdr := map[string]string{}
+	for k, v := range headers {
+		hdr[k] = v
+	}
+	if hdr["Cookie"] != "" {
+		hdr["Cookie"] += "; " + cookie
+	} else {
+		hdr["Cookie"] = cookie
+	}
+	f := url.Values{"csrf": {csrf}}
+	for k, v := range form {
+		f[k] = v
+	}
+	return request(t, h, http.MethodPost, "/admin/login", f, hdr)
+}
+
 // login signs in with the test password and reads the CSRF token off the
 // overview page.
 func login(t testing.TB, h http.Handler) session {
 	t.Helper()
-	w := request(t, h, http.MethodPost, "/admin/login", url.Values{"password": {testPassword}}, nil)
+	w := postLogin(t, h, url.Values{"password": {testPassword}}, nil)
 	if w.Code != http.StatusSeeOther {
 		t.Fatalf("login: status %d, body %s", w.Code, w.Body.String())
 	}

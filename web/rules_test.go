@@ -60,7 +60,7 @@ func rulesEnv(t *testing.T, cfg rules.Config) (*env, *rules.Pipeline, string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		d.Extensions = append(d.Extensions, Rules(p))
+		d.Rules = p
 	}})
 	var u store.User
 	if err := e.db.Update(func(tx *store.Tx) (err error) { u, err = tx.UserCreate("ann@example.com", "Ann"); return err }); err != nil {

@@ -91,7 +91,7 @@ func newWebhook(t *testing.T, status int) *webhook {
 func setupEnv(t *testing.T, opts SetupOptions, alerts *queue.Alerter) *env {
 	t.Helper()
 	return newEnv(t, envOptions{deps: func(d *Deps) {
-		d.Extensions = []Extension{Setup(opts)}
+		d.Setup = &opts
 		d.Alerts = alerts
 	}})
 }
@@ -303,7 +303,7 @@ func TestSetupCSRF(t *testing.T) {
 	e := setupEnv(t, opts, queue.NewAlerter(queue.AlertConfig{WebhookURL: hook.URL}))
 	s := login(t, e.h)
 	for _, path := range []string{"/admin/setup/alert", "/admin/setup/google"} {
-		for name, token := range map[string]string{"missing": "", "wrong": "not-the-token", "other session's": login(t, e.h).csrf} {
+		for name, token := range map[string]string{"missing": "", "wrong": "not-the-token", "other session's": otherSessionCSRF(t, e.db)} {
 			form := url.Values{}
 			if token != "" {
 				form.Set("csrf", token)
@@ -471,12 +471,12 @@ func TestSetupTestAlert(t *testing.T) {
 // setupSample is the setup page's data for TestRenderEveryTemplate: a mix
 // of states, every value, both buttons.
 func setupSample(time.Time) setupView {
-	x := Setup(SetupOptions{
+	x := &setupHandlers{opts: normalizeSetup(SetupOptions{
 		PublicURL: "http://mail.example.com", PublicURLSet: true, GoogleClientID: "id.apps.googleusercontent.com", GoogleClientSecretSet: true,
 		RedirectURL: "http://mail.example.com/oauth/google/callback", PollInterval: 15 * time.Minute,
 		PushAudience: "https://mail.example.com/push/gmail", PushTokenSet: true,
 		Google: google.New(google.Config{ClientID: "id.apps.googleusercontent.com"}),
-	}).(*setupExt)
+	})}
 	v := x.view()
 	v.CanAlert = true
 	return v
