@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-
 	"mailroom/queue"
 	"mailroom/store"
 )

@@ -45,7 +45,7 @@ func templateSamples() map[string]any {
 		"demo_sheets":  demoSheetsSample(at),
 		"demo_alerts":  demoAlertsSample(at),
 		"setup":        setupSample(at),
-		"tokens":       tokensView{Tokens: []tokenRow{{APIToken: store.APIToken{ID: "t1", Name: "ci", Prefix: "mr_abcde", Admin: true, CreatedAt: at, LastUsed: at}},
+		"tokens": tokensView{Tokens: []tokenRow{{APIToken: store.APIToken{ID: "t1", Name: "ci", Prefix: "mr_abcde", Admin: true, CreatedAt: at, LastUsed: at}},
 			{APIToken: store.APIToken{ID: "t2", Name: "old", Prefix: "mr_zzzzz", UserID: "u1", CreatedAt: at, ExpiresAt: at}, UserEmail: "ann@example.com", Expired: true},
 			{APIToken: store.APIToken{ID: "t3", Name: "soon", Prefix: "mr_yyyyy", UserID: "u1", CreatedAt: at, ExpiresAt: at.Add(time.Hour)}, UserEmail: "ann@example.com"}},
 			Users: []store.User{{ID: "u1", Email: "ann@example.com"}}, UserID: "u1", ExpiresIn: "720h",

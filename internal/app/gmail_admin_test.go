@@ -13,6 +13,7 @@ import (
 	"mailroom/internal/app"
 	"mailroom/internal/app/apptest"
 	"mailroom/queue/google/googlefake"
+	"mailroom/web/webtest"
 )
 
 // adminClient logs in to the admin page and returns a client with the
@@ -21,7 +22,7 @@ func adminClient(ta *apptest.App) *http.Client {
 	ta.T().Helper()
 	jar, _ := cookiejar.New(nil)
 	c := &http.Client{Jar: jar, Timeout: 10 * time.Second}
-	resp, err := c.PostForm(ta.URL+"/admin/login", url.Values{"password": {"correct horse battery staple"}, "next": {"/admin"}})
+	resp, err := webtest.SignIn(c, ta.URL, url.Values{"password": {"correct horse battery staple"}, "next": {"/admin"}}, nil)
 	if err != nil {
 		ta.T().Fatal(err)
 	}

@@ -5,11 +5,11 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
-	"strings"
 	"testing"
 
 	"mailroom/internal/app"
 	"mailroom/internal/app/apptest"
+	"mailroom/web/webtest"
 )
 
 // MAILROOM_TRUSTED_PROXIES reaches the web layer: behind a trusted proxy
@@ -29,13 +29,7 @@ func TestTrustedProxies(t *testing.T) {
 	ta := apptest.Start(t, func(c *app.Config) { c.TrustedProxies = []string{"127.0.0.1"} })
 	login := func(client string) int {
 		t.Helper()
-		req, err := http.NewRequest(http.MethodPost, ta.URL+"/admin/login", strings.NewReader(url.Values{"password": {"guess"}}.Encode()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-		req.Header.Set("X-Forwarded-For", client)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := webtest.SignIn(http.DefaultClient, ta.URL, url.Values{"password": {"guess"}}, http.Header{"X-Forwarded-For": {client}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -17,6 +17,7 @@ import (
 	"mailroom/internal/app"
 	"mailroom/internal/app/apptest"
 	"mailroom/queue/google/googlefake"
+	"mailroom/web/webtest"
 )
 
 // sheetsForm is a form as the API answers it.
@@ -176,7 +177,7 @@ func adminGet(t *testing.T, ta *apptest.App, path string) string {
 	t.Helper()
 	jar, _ := cookiejar.New(nil)
 	c := &http.Client{Jar: jar}
-	resp, err := c.PostForm(ta.URL+"/admin/login", url.Values{"password": {ta.Config().AdminPassword}, "next": {path}})
+	resp, err := webtest.SignIn(c, ta.URL, url.Values{"password": {ta.Config().AdminPassword}, "next": {path}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"mailroom/internal/app/apptest"
 	"mailroom/queue"
 	"mailroom/queue/google/googlefake"
+	"mailroom/web/webtest"
 )
 
 // demoOf returns the app's demo loop.
@@ -275,7 +276,7 @@ func adminClient(t *testing.T, ta *apptest.App) *http.Client {
 		t.Fatal(err)
 	}
 	c := &http.Client{Jar: jar, Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	resp, err := c.PostForm(ta.URL+"/admin/login", url.Values{"password": {ta.Config().AdminPassword}})
+	resp, err := webtest.SignIn(c, ta.URL, url.Values{"password": {ta.Config().AdminPassword}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
