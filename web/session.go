@@ -122,7 +122,8 @@ func (s *server) login(c *gin.Context) {
 	}
 	ip, now := c.ClientIP(), s.now()
 	known := s.keys.verify("device", deviceID(c, s.cookies.device), deviceMAC(c, s.cookies.device))
-	if wait := s.limiter.take(ip, now, known); wait > 0 {
+	wait, counted := s.limiter.take(ip, now, known)
+	if wait > 0 {
 		secs := int(math.Ceil(wait.Seconds()))
 		c.Header("Retry-After", retryAfterSeconds(wait))
 		s.renderLogin(c, http.StatusTooManyRequests, loginView{Next: next,
@@ -143,7 +144,7 @@ func (s *server) login(c *gin.Context) {
 		s.renderLogin(c, http.StatusUnauthorized, loginView{Next: next, Error: "That password is not right."})
 		return
 	}
-	s.limiter.succeeded(ip)
+	s.limiter.succeeded(ip, counted)
 	cookie, ended, err := s.newSession(now, "")
 	if err != nil {
 		Fail(c, err)
@@ -410,31 +411,32 @@ func newLoginLimiter(limit, accountLimit int, window time.Duration) *loginLimite
 }
 
 // take counts an attempt of ip, or returns how long ip must wait. A known
-// browser (one that signed in before) is held by its address's limit only,
-// not by the account-wide ceiling.
-func (l *loginLimiter) take(ip string, now time.Time, known bool) time.Duration {
+// browser (one that signed in before) is held by its address's limit only:
+// it neither meets nor counts toward the account-wide ceiling. counted
+// reports whether the account-wide count took the attempt.
+func (l *loginLimiter) take(ip string, now time.Time, known bool) (wait time.Duration, counted bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if w := l.perIP.waitLocked(ip, now); w > 0 {
-		return w
+		return w, false
 	}
 	if !known {
 		if w := l.account.waitLocked("", now); w > 0 {
-			return w
+			return w, false
 		}
+		l.account.failLocked("", now)
 	}
 	l.perIP.failLocked(ip, now)
-	l.account.failLocked("", now)
-	return 0
+	return 0, !known
 }
 
-// succeeded forgives ip's failures and the account-wide count of this
-// attempt.
-func (l *loginLimiter) succeeded(ip string) {
+// succeeded forgives ip's failures and, when counted, this attempt in the
+// account-wide count.
+func (l *loginLimiter) succeeded(ip string, counted bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	delete(l.perIP.fails, ip)
-	if r := l.account.fails[""]; len(r) > 0 {
+	if r := l.account.fails[""]; counted && len(r) > 0 {
 		l.account.fails[""] = r[:len(r)-1]
 	}
 }
