@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
 )
@@ -39,6 +40,11 @@ func BindJSONLimit(c *gin.Context, v any, limit int64) error {
 	body, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, limit))
 	if err != nil {
 		return jsonError(err, limit)
+	}
+	// JSON is UTF-8; Go's decoder would quietly turn bad bytes into U+FFFD
+	// and store them.
+	if !utf8.Valid(body) {
+		return &Error{Status: http.StatusBadRequest, Code: "malformed_json", Message: "The request body is not valid UTF-8."}
 	}
 	return decodeJSON(bytes.NewReader(body), v, limit)
 }

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
 
@@ -143,8 +144,30 @@ func boolParam(c *gin.Context, name string) (*bool, error) {
 	return &b, nil
 }
 
+// validCursor reports whether a messages cursor can be one this server
+// gave out (a Gmail message id).
+func validCursor(s string) bool {
+	if len(s) > 256 {
+		return false
+	}
+	for _, r := range s {
+		if r <= ' ' || r > '~' {
+			return false
+		}
+	}
+	return true
+}
+
 func (g *gmailHandlers) apiMessages(c *gin.Context) {
 	q := gmail.MessageQuery{Label: c.Query("label"), Cursor: c.Query("cursor")}
+	if !validCursor(q.Cursor) {
+		Fail(c, Invalid("cursor", "cursor is not one this server gave out; use the \"next\" value of the previous page."))
+		return
+	}
+	if !utf8.ValidString(q.Label) || len(q.Label) > 256 {
+		Fail(c, Invalid("label", "label must be a label name or id of at most 256 bytes of text."))
+		return
+	}
 	var err error
 	if q.Unread, err = boolParam(c, "unread"); err != nil {
 		Fail(c, err)
