@@ -122,12 +122,18 @@ func (s *server) adminOnly(c *gin.Context) {
 	c.Next()
 }
 
-// scopeRule decides whether a user token's request reaches a resource.
-// It returns the user that owns what the request names (empty when it
-// names no user) and the error to answer when there is no such resource,
-// which is also the answer when it belongs to another user, so that its
-// existence is not revealed.
-type scopeRule func(s *server, c *gin.Context) (owner string, notFound error, err error)
+// scopeRule decides whether a user token's request reaches a resource: it
+// finds what the request names (or fails to look).
+type scopeRule func(s *server, c *gin.Context) (scopeCheck, error)
+
+// scopeCheck is what a request names: the user that owns it (empty when
+// there is no such thing), and the error to answer when it is not the
+// caller's, which is the answer to an unknown id, so that another user's
+// resource is not revealed.
+type scopeCheck struct {
+	owner    string
+	notFound error
+}
 
 // scope lets admin tokens through, and a user token only when rule finds
 // that the request is about its own user.
@@ -138,13 +144,13 @@ func (s *server) scope(rule scopeRule) gin.HandlerFunc {
 			c.Next()
 			return
 		}
-		owner, notFound, err := rule(s, c)
+		got, err := rule(s, c)
 		if err != nil {
 			Fail(c, err)
 			return
 		}
-		if who.userID == "" || owner != who.userID {
-			Fail(c, notFound)
+		if who.userID == "" || got.owner != who.userID {
+			Fail(c, got.notFound)
 			return
 		}
 		c.Next()
@@ -153,8 +159,8 @@ func (s *server) scope(rule scopeRule) gin.HandlerFunc {
 
 // userIn: the user id is the path parameter param.
 func userIn(param string) scopeRule {
-	return func(_ *server, c *gin.Context) (string, error, error) {
-		return c.Param(param), fmt.Errorf("web: user %s: %w", c.Param(param), rules.ErrNotFound), nil
+	return func(_ *server, c *gin.Context) (scopeCheck, error) {
+		return scopeCheck{c.Param(param), fmt.Errorf("web: user %s: %w", c.Param(param), rules.ErrNotFound)}, nil
 	}
 }
 
@@ -165,21 +171,24 @@ func ownerOf(s *server, get func(tx *store.Tx) (string, error)) (string, error) 
 	if errors.Is(err, store.ErrNotFound) {
 		return "", nil
 	}
-	return owner, err
+	if err != nil {
+		return "", fmt.Errorf("web: find the owner: %w", err)
+	}
+	return owner, nil
 }
 
 // accountIn: the Gmail account whose id is the path parameter param.
 func accountIn(param string) scopeRule {
-	return func(s *server, c *gin.Context) (string, error, error) {
+	return func(s *server, c *gin.Context) (scopeCheck, error) {
 		id := c.Param(param)
 		owner, err := ownerOf(s, func(tx *store.Tx) (string, error) { a, err := tx.AccountGet(id); return a.UserID, err })
-		return owner, fmt.Errorf("web: account %s: %w", id, store.ErrNotFound), err
+		return scopeCheck{owner, fmt.Errorf("web: account %s: %w", id, store.ErrNotFound)}, err
 	}
 }
 
 // ruleIn: the rule whose id is the path parameter param.
 func ruleIn(param string) scopeRule {
-	return func(s *server, c *gin.Context) (string, error, error) {
+	return func(s *server, c *gin.Context) (scopeCheck, error) {
 		id := c.Param(param)
 		owner, err := ownerOf(s, func(tx *store.Tx) (string, error) {
 			r, err := tx.RuleGet(id)
@@ -188,16 +197,16 @@ func ruleIn(param string) scopeRule {
 			}
 			return r.UserID, err
 		})
-		return owner, fmt.Errorf("web: rule %s: %w", id, rules.ErrNotFound), err
+		return scopeCheck{owner, fmt.Errorf("web: rule %s: %w", id, rules.ErrNotFound)}, err
 	}
 }
 
 // formIn: the form whose id is the path parameter param.
 func formIn(param string) scopeRule {
-	return func(s *server, c *gin.Context) (string, error, error) {
+	return func(s *server, c *gin.Context) (scopeCheck, error) {
 		id := c.Param(param)
 		owner, err := ownerOf(s, func(tx *store.Tx) (string, error) { f, err := tx.FormGet(id); return f.UserID, err })
-		return owner, fmt.Errorf("web: form %s: %w", id, sheets.ErrFormNotFound), err
+		return scopeCheck{owner, fmt.Errorf("web: form %s: %w", id, sheets.ErrFormNotFound)}, err
 	}
 }
 
@@ -205,14 +214,14 @@ func formIn(param string) scopeRule {
 // list is always filtered to its user (the parameter is set when absent);
 // asking for another user's answers 404.
 func inQuery(param string) scopeRule {
-	return func(_ *server, c *gin.Context) (string, error, error) {
+	return func(_ *server, c *gin.Context) (scopeCheck, error) {
 		who := callerOf(c)
 		q := c.Request.URL.Query()
 		if q.Get(param) == "" && who.userID != "" {
 			q.Set(param, who.userID)
 			c.Request.URL.RawQuery = q.Encode()
 		}
-		return q.Get(param), fmt.Errorf("web: user %s: %w", q.Get(param), rules.ErrNotFound), nil
+		return scopeCheck{q.Get(param), fmt.Errorf("web: user %s: %w", q.Get(param), rules.ErrNotFound)}, nil
 	}
 }
 
@@ -221,14 +230,14 @@ func inQuery(param string) scopeRule {
 // and its own accounts (any other, known or not: 404 naming the field); a
 // body that cannot be read is left to the handler (which answers 400 or
 // 413).
-func inBody(s *server, c *gin.Context) (string, error, error) {
+func inBody(s *server, c *gin.Context) (scopeCheck, error) {
 	who := callerOf(c)
 	if c.Request.Body == nil || c.Request.ContentLength > MaxBodyBytes {
-		return who.userID, nil, nil
+		return scopeCheck{owner: who.userID}, nil
 	}
 	raw, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, MaxBodyBytes))
 	if err != nil {
-		return "", nil, jsonError(err, MaxBodyBytes)
+		return scopeCheck{}, jsonError(err, MaxBodyBytes)
 	}
 	c.Request.Body = io.NopCloser(bytes.NewReader(raw))
 	var named struct {
@@ -236,21 +245,21 @@ func inBody(s *server, c *gin.Context) (string, error, error) {
 		AccountID string `json:"accountId"`
 	}
 	if json.Unmarshal(raw, &named) != nil {
-		return who.userID, nil, nil // the handler says what is wrong
+		return scopeCheck{owner: who.userID}, nil // the handler says what is wrong
 	}
 	if named.UserID != "" && named.UserID != who.userID {
-		return named.UserID, &Error{Status: http.StatusNotFound, Code: "not_found", Field: "userId", Message: "There is no such user."}, nil
+		return scopeCheck{named.UserID, &Error{Status: http.StatusNotFound, Code: "not_found", Field: "userId", Message: "There is no such user."}}, nil
 	}
 	if named.AccountID != "" {
 		owner, err := ownerOf(s, func(tx *store.Tx) (string, error) { a, err := tx.AccountGet(named.AccountID); return a.UserID, err })
 		if err != nil {
-			return "", nil, err
+			return scopeCheck{}, err
 		}
 		if owner != who.userID {
-			return owner, &Error{Status: http.StatusNotFound, Code: "not_found", Field: "accountId", Message: "There is no such Google account."}, nil
+			return scopeCheck{owner, &Error{Status: http.StatusNotFound, Code: "not_found", Field: "accountId", Message: "There is no such Google account."}}, nil
 		}
 	}
-	return who.userID, nil, nil
+	return scopeCheck{owner: who.userID}, nil
 }
 
 // metricsAuth wants "Authorization: Bearer $MAILROOM_METRICS_TOKEN" when
