@@ -49,7 +49,7 @@ func rulesUsersSample(at time.Time) rulesUsersView {
 	}}
 }
 
-// rulesEnv is a web handler with the rules extension over a pipeline with
+// rulesEnv is a web handler with the rules pipeline over a pipeline with
 // no Gmail (the API and pages only save and read).
 func rulesEnv(t *testing.T, cfg rules.Config) (*env, *rules.Pipeline, string) {
 	t.Helper()

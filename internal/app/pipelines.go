@@ -8,7 +8,7 @@ import (
 
 // buildPipelines builds the pipelines over the queue's enqueue side,
 // attaches every task type's handler to the table and adds the pipelines'
-// loops and web extensions. The Google accounts come first, the rules
+// loops (web gets the pipelines in buildWeb). The Google accounts come first, the rules
 // before Gmail (which applies them to new mail). Each pipeline's wiring
 // lives in its own wire_*.go file.
 func (a *App) buildPipelines(ctx context.Context) error {

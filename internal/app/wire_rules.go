@@ -8,7 +8,7 @@ import (
 )
 
 // wireRules builds the rules pipeline: its handler in the task table, its
-// publisher loop and its web extension. It runs before wireGmail, whose
+// publisher loop (web reaches it through buildWeb). It runs before wireGmail, whose
 // pipeline applies these rules to new mail; both open the accounts' Gmail
 // through the accounts service.
 func (a *App) wireRules(ctx context.Context) error {

@@ -8,7 +8,7 @@ import (
 )
 
 // wireSheets builds the sheets pipeline: its handlers in the task table, its loops
-// and its web extension.
+// (web reaches it through buildWeb).
 func (a *App) wireSheets(ctx context.Context) error {
 	p, err := sheets.New(sheets.Config{
 		FlushDelay:      a.cfg.SheetsFlushDelay,

@@ -32,7 +32,7 @@ var demoTimings = []struct {
 // every Google setting at it, before the pipelines read the configuration;
 // it shortens the default timings, catches alerts in process when no
 // webhook is set, and adds the traffic generator (a loop) and the demo
-// pages (an extension).
+// pages' source.
 func Option() app.Option {
 	return func(ctx context.Context, b *app.Builder) error {
 		_, err := wire(ctx, b)
