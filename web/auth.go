@@ -228,8 +228,7 @@ func inQuery(param string) scopeRule {
 // inBody: a JSON body naming "userId" and maybe "accountId" (connecting
 // an account, creating a form). A user token may name only its own user
 // and its own accounts (any other, known or not: 404 naming the field); a
-// body that cannot be read is left to the handler (which answers 400 or
-// 413).
+// body it cannot read is answered 400 (or 413) here.
 func inBody(s *server, c *gin.Context) (scopeCheck, error) {
 	who := callerOf(c)
 	if c.Request.Body == nil || c.Request.ContentLength > MaxBodyBytes {
@@ -244,8 +243,8 @@ func inBody(s *server, c *gin.Context) (scopeCheck, error) {
 		UserID    string `json:"userId"`
 		AccountID string `json:"accountId"`
 	}
-	if json.Unmarshal(raw, &named) != nil {
-		return scopeCheck{owner: who.userID}, nil // the handler says what is wrong
+	if err := json.Unmarshal(raw, &named); err != nil {
+		return scopeCheck{}, jsonError(err, MaxBodyBytes) // closed: a body it cannot read is not let through
 	}
 	if named.UserID != "" && named.UserID != who.userID {
 		return scopeCheck{named.UserID, &Error{Status: http.StatusNotFound, Code: "not_found", Field: "userId", Message: "There is no such user."}}, nil

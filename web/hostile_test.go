@@ -129,6 +129,10 @@ func TestHostileInputs(t *testing.T) {
 		{name: "api: cross-user form submission", method: "POST", path: "/api/v1/forms/" + b.form + "/submissions", body: `{"answers":{"name":"x"}}`, headers: user, status: 404, code: "not_found"},
 		{name: "api: cross-user connect", method: "POST", path: "/api/v1/accounts", body: `{"userId":"` + b.user + `","email":"e@gmail.example","refreshToken":"r"}`, headers: user, status: 404, code: "not_found"},
 		{name: "api: form on another's account", method: "POST", path: "/api/v1/forms", body: `{"userId":"` + a.user + `","accountId":"` + b.account + `","spreadsheetId":"s","columns":["a"]}`, headers: user, status: 404, code: "not_found"},
+		{name: "api: user token, userId a number", method: "POST", path: "/api/v1/accounts", body: `{"userId":5}`, headers: user, status: 400, code: "invalid_type"},
+		{name: "api: user token, truncated body", method: "POST", path: "/api/v1/forms", body: `{"userId":"` + b.user, headers: user, status: 400, code: "malformed_json"},
+		{name: "api: user token, userId twice", method: "POST", path: "/api/v1/accounts", body: `{"userId":"` + a.user + `","userId":"` + b.user + `","email":"e@gmail.example","refreshToken":"r"}`, headers: user, status: 404, code: "not_found"},
+		{name: "api: user token, userId in another case", method: "POST", path: "/api/v1/accounts", body: `{"userId":"` + a.user + `","USERID":"` + b.user + `","email":"e@gmail.example","refreshToken":"r"}`, headers: user, status: 404, code: "not_found"},
 		{name: "api: unknown method", method: "PATCH", path: "/api/v1/users", headers: admin, status: 405, code: "method_not_allowed"},
 
 		// API: bodies.

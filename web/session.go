@@ -121,8 +121,7 @@ func (s *server) login(c *gin.Context) {
 		return
 	}
 	ip, now := c.ClientIP(), s.now()
-	known := s.keys.verify("device", deviceID(c, s.cookies.device), deviceMAC(c, s.cookies.device))
-	wait, counted := s.limiter.take(ip, now, known)
+	wait, counted := s.limiter.take(ip, now, s.knownBrowser(c))
 	if wait > 0 {
 		secs := int(math.Ceil(wait.Seconds()))
 		c.Header("Retry-After", retryAfterSeconds(wait))
@@ -158,23 +157,15 @@ func (s *server) login(c *gin.Context) {
 	Redirect(c, next)
 }
 
-// deviceID and deviceMAC split the known-device cookie "id.mac".
-func deviceID(c *gin.Context, name string) string {
-	ck, err := c.Request.Cookie(name)
+// knownBrowser reports whether the request carries a known-browser cookie
+// ("id.mac") this server signed.
+func (s *server) knownBrowser(c *gin.Context) bool {
+	ck, err := c.Request.Cookie(s.cookies.device)
 	if err != nil {
-		return ""
+		return false
 	}
-	id, _, _ := strings.Cut(ck.Value, ".")
-	return id
-}
-
-func deviceMAC(c *gin.Context, name string) string {
-	ck, err := c.Request.Cookie(name)
-	if err != nil {
-		return ""
-	}
-	_, mac, _ := strings.Cut(ck.Value, ".")
-	return mac
+	id, mac, _ := strings.Cut(ck.Value, ".")
+	return s.keys.verify("device", id, mac)
 }
 
 // checkPasswordBounded is checkPassword with at most one comparison at a
