@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gin-gonic/gin"
+
 	"mailroom/queue/broker/brokertest"
 	"mailroom/queue/gmail"
 	"mailroom/queue/google"
@@ -705,5 +707,68 @@ func TestMetricsToken(t *testing.T) {
 	}
 	if w := request(t, e.h, "GET", "/metrics", nil, bearer("metrics-secret-0123456789abcdef01")); w.Code != 200 {
 		t.Errorf("with the token: %d", w.Code)
+	}
+}
+
+// TestEveryAPIRouteIsScoped walks the routes table itself: every /api/v1
+// route, called with Bob's user token about Alice's things (her ids in the
+// path, her user in the query and the body), answers 403 or 404. A route
+// added without its scope fails here.
+func TestEveryAPIRouteIsScoped(t *testing.T) {
+	t.Parallel()
+	se := newSecEnv(t, func(d *Deps) { d.DebugTasks = panickingDebug{} })
+	a := se.alice
+	var aliceTokenID string
+	_ = se.db.View(func(tx *store.Tx) error {
+		tk, err := tx.APITokenLookup(a.token)
+		aliceTokenID = tk.ID
+		return err
+	})
+	body := `{"userId":"` + a.user + `","accountId":"` + a.account + `","email":"x@gmail.example","refreshToken":"r","spreadsheetId":"s","columns":["a"],"name":"n","answers":{"name":"x"},"label":"L","match":"all","conditions":[{"field":"from","op":"contains","value":"x"}],"ids":["x"],"count":1}`
+	engine, ok := se.h.(interface{ Routes() gin.RoutesInfo })
+	if !ok {
+		t.Fatalf("the handler is a %T, not a gin engine", se.h)
+	}
+	n := 0
+	for _, r := range engine.Routes() {
+		if !strings.HasPrefix(r.Path, "/api/v1/") {
+			continue
+		}
+		n++
+		path := r.Path
+		for param, id := range map[string]string{":uid": a.user, ":messageId": "m1"} {
+			path = strings.ReplaceAll(path, param, id)
+		}
+		switch {
+		case strings.HasPrefix(path, "/api/v1/accounts/"):
+			path = strings.Replace(path, ":id", a.account, 1)
+		case strings.HasPrefix(path, "/api/v1/rules/"):
+			path = strings.Replace(path, ":id", a.rule, 1)
+		case strings.HasPrefix(path, "/api/v1/forms/"):
+			path = strings.Replace(path, ":id", a.form, 1)
+		case strings.HasPrefix(path, "/api/v1/tokens/"):
+			path = strings.Replace(path, ":id", aliceTokenID, 1)
+		default:
+			path = strings.ReplaceAll(path, ":id", "0000000000000001")
+		}
+		if strings.Contains(path, ":") || strings.Contains(path, "*") {
+			t.Errorf("route %s: a parameter this test does not know; teach it", r.Path)
+			continue
+		}
+		var b any
+		if r.Method == "POST" || r.Method == "PUT" {
+			b = body
+		}
+		w := request(t, se.h, r.Method, path+"?userId="+a.user, b, bearer(se.bob.token))
+		if w.Code != 403 && w.Code != 404 {
+			t.Errorf("%s %s with Bob's token about Alice: %d, want 403 or 404; %.200s", r.Method, path, w.Code, w.Body.String())
+		}
+	}
+	if n < 25 {
+		t.Errorf("only %d API routes found", n)
+	}
+	// And she still has everything.
+	if w := request(t, se.h, "GET", "/api/v1/forms/"+a.form, nil, bearer(a.token)); w.Code != 200 {
+		t.Errorf("alice's form after Bob's tries: %d", w.Code)
 	}
 }
