@@ -21,6 +21,7 @@ import (
 	"mailroom/queue/broker/brokertest"
 	"mailroom/queue/gmail"
 	"mailroom/queue/google"
+	"mailroom/queue/google/accounts"
 	"mailroom/queue/google/googlefake"
 	"mailroom/queue/rules"
 	"mailroom/queue/sheets"
@@ -67,7 +68,7 @@ func newSecEnv(t *testing.T, more func(*Deps)) *secEnv {
 	e := newEnv(t, envOptions{queue: true, deps: func(d *Deps) {
 		gc := google.New(google.Config{APIURL: fake.URL(), TokenURL: fake.TokenURL(), ClientID: "client-id", ClientSecret: "client-secret",
 			RedirectURL: "https://mail.example.com/oauth/google/callback"})
-		gp, err := gmail.New(gmail.Config{PushToken: pushSecret}, gmail.Deps{DB: d.DB, Google: gc, Queue: d.Queue, Verifier: verifier})
+		gp, err := gmail.New(gmail.Config{PushToken: pushSecret}, gmail.Deps{DB: d.DB, Accounts: accounts.New(d.DB, gc, accounts.Config{}), Queue: d.Queue, Verifier: verifier})
 		if err != nil {
 			t.Fatal(err)
 		}
