@@ -16,9 +16,23 @@ import "github.com/gin-gonic/gin"
 //   - API, user-scoped: an admin token, or a user token for its own user
 //     (another user's resource: 404 not_found, as if it did not exist).
 func (s *server) routes(e *gin.Engine) {
-	gm, rl, fm := &gmailHandlers{p: s.deps.Gmail, opts: s.deps.GmailOptions}, &rulesHandlers{p: s.deps.Rules}, &formsHandlers{p: s.deps.Forms}
+	h := handlers{gm: &gmailHandlers{p: s.deps.Gmail, opts: s.deps.GmailOptions}, rl: &rulesHandlers{p: s.deps.Rules}, fm: &formsHandlers{p: s.deps.Forms}}
+	s.publicRoutes(e, h)
+	s.adminRoutes(e, h)
+	api := e.Group("/api/v1", s.apiAuth)
+	s.adminAPIRoutes(api.Group("", s.adminOnly))
+	s.userAPIRoutes(api, h)
+}
 
-	// Public.
+// handlers are the pipelines' route handlers.
+type handlers struct {
+	gm *gmailHandlers
+	rl *rulesHandlers
+	fm *formsHandlers
+}
+
+// publicRoutes: anyone, and Google's push.
+func (s *server) publicRoutes(e *gin.Engine, h handlers) {
 	e.GET("/healthz", s.healthz)
 	e.HEAD("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
@@ -29,12 +43,16 @@ func (s *server) routes(e *gin.Engine) {
 	e.GET("/admin/login", s.loginPage)
 	e.POST("/admin/login", s.login)
 
-	// Push.
+	// Push: the Gmail pipeline checks the token; failures are limited here.
 	if s.deps.Gmail != nil {
-		e.POST("/push/gmail", s.pushLimit, gm.push)
+		e.POST("/push/gmail", s.pushLimit, h.gm.push)
 	}
+}
 
-	// Admin session.
+// adminRoutes: the admin page, with a session (and CSRF on every
+// state-changing method).
+func (s *server) adminRoutes(e *gin.Engine, h handlers) {
+	gm, rl, fm := h.gm, h.rl, h.fm
 	admin := e.Group("/admin", s.requireAdmin)
 	admin.GET("", s.overviewPage)
 	admin.GET("/overview.json", s.overviewJSON)
@@ -84,11 +102,10 @@ func (s *server) routes(e *gin.Engine) {
 		admin.POST("/setup/alert", x.testAlert)
 		admin.POST("/setup/google", x.checkGoogle)
 	}
+}
 
-	api := e.Group("/api/v1", s.apiAuth)
-
-	// API, admin only.
-	adm := api.Group("", s.adminOnly)
+// adminAPIRoutes: the API for admin tokens only (a user token: 403).
+func (s *server) adminAPIRoutes(adm *gin.RouterGroup) {
 	adm.POST("/users", s.createUser)
 	adm.GET("/users", s.listUsers)
 	adm.POST("/tokens", s.apiCreateToken)
@@ -104,8 +121,12 @@ func (s *server) routes(e *gin.Engine) {
 	if s.deps.DebugTasks != nil {
 		adm.POST("/debug/tasks", s.apiDebugTasks)
 	}
+}
 
-	// API, user-scoped.
+// userAPIRoutes: the API for admin tokens and user tokens, each line
+// naming how a user token's reach is checked (another user's: 404).
+func (s *server) userAPIRoutes(api *gin.RouterGroup, h handlers) {
+	gm, rl, fm := h.gm, h.rl, h.fm
 	if s.deps.Gmail != nil {
 		api.POST("/accounts", s.scope(inBody), gm.apiConnect)
 		api.GET("/accounts", s.scope(inQuery("userId")), gm.apiAccounts)
