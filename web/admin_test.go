@@ -282,12 +282,7 @@ func TestAdminDeadLetterPages(t *testing.T) {
 		t.Fatalf("redrive: %d", w.Code)
 	}
 	// The flash appears on the next page, once.
-	flashHdr := s.headers()
-	for _, c := range w.Result().Cookies() {
-		if c.Name == flashCookie {
-			flashHdr["Cookie"] += "; " + c.Name + "=" + c.Value
-		}
-	}
+	flashHdr := s.withFlash(w)
 	if page := request(t, e.h, http.MethodGet, "/admin/deadletters", nil, flashHdr).Body.String(); !strings.Contains(page, "is queued again") {
 		t.Error("no flash after redrive")
 	}

@@ -237,6 +237,18 @@ func (s session) headers() map[string]string {
 	return map[string]string{"Cookie": sessionCookie + "=" + s.cookie}
 }
 
+// withFlash is the session's headers plus the flash cookie w set, as the
+// browser sends them on the page after a redirect.
+func (s session) withFlash(w *httptest.ResponseRecorder) map[string]string {
+	hdr := s.headers()
+	for _, c := range w.Result().Cookies() {
+		if c.Name == flashCookie {
+			hdr["Cookie"] += "; " + c.Name + "=" + c.Value
+		}
+	}
+	return hdr
+}
+
 var csrfInput = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
 
 // loginForm opens the login page as the client headers describe and

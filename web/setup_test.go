@@ -126,13 +126,7 @@ func postAndFollowTo(t *testing.T, h http.Handler, s session, path, back string)
 	if w.Code != http.StatusSeeOther || w.Header().Get("Location") != back {
 		t.Fatalf("POST %s: %d to %q, want 303 to %s: %s", path, w.Code, w.Header().Get("Location"), back, w.Body.String())
 	}
-	cookie := sessionCookie + "=" + s.cookie
-	for _, c := range w.Result().Cookies() {
-		if c.Name == flashCookie {
-			cookie += "; " + c.Name + "=" + c.Value
-		}
-	}
-	w = request(t, h, http.MethodGet, back, nil, map[string]string{"Cookie": cookie})
+	w = request(t, h, http.MethodGet, back, nil, s.withFlash(w))
 	if w.Code != http.StatusOK {
 		t.Fatalf("GET %s after POST %s: %d", back, path, w.Code)
 	}
