@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"mailroom/store"
 )
 
 // AlertConfig configures dead-letter alerts.
@@ -26,6 +28,12 @@ type AlertConfig struct {
 	PublicURL string
 	Client    *http.Client
 	Logger    *slog.Logger
+	// DB, when set with a WebhookURL, keeps the alerts pending delivery in
+	// bbolt: the queue counts a dead letter there in the transaction that
+	// makes it, and they are taken off only once a message announcing them
+	// was delivered, so a crash or a webhook outage loses none (they are
+	// sent after the restart). Nil: pending alerts live in memory.
+	DB *store.DB
 }
 
 // Alerter groups dead-letter notices and posts at most one message per
@@ -44,6 +52,7 @@ type Alerter struct {
 	kick    chan struct{}
 	sent    int
 	failed  int
+	raised  []string // one-off operational alerts (Raise)
 
 	// The loop (Start, Stop).
 	loopMu sync.Mutex
@@ -70,13 +79,64 @@ func NewAlerter(cfg AlertConfig) *Alerter {
 	return &Alerter{cfg: cfg, log: cfg.Logger.With("component", "alerts"), counts: map[string]int{}, notices: map[string]int{}, kick: make(chan struct{}, 1)}
 }
 
-// Notify records one dead letter for the next message.
+// Raise sends an operational alert (the store cannot write, ...) as its
+// own message at the next send. It is kept in memory only: it is about a
+// state the appliance reports again while it lasts.
+func (a *Alerter) Raise(text string) {
+	a.mu.Lock()
+	if len(a.raised) < 20 {
+		a.raised = append(a.raised, text)
+	}
+	a.mu.Unlock()
+	a.wake()
+}
+
+// flushNotices posts the raised alerts, one message each.
+func (a *Alerter) flushNotices(ctx context.Context) {
+	a.mu.Lock()
+	raised := a.raised
+	a.raised = nil
+	a.mu.Unlock()
+	if a.cfg.WebhookURL == "" {
+		return
+	}
+	for _, text := range raised {
+		text = truncate("mailroom: "+text, 1900)
+		raw, _ := json.Marshal(map[string]string{"content": text, "text": text})
+		err := a.post(ctx, raw)
+		a.mu.Lock()
+		if err != nil {
+			a.failed++
+		} else {
+			a.sent++
+		}
+		a.mu.Unlock()
+		if err != nil {
+			a.log.Error("alert not delivered", "alert", text, "err", err)
+		}
+	}
+}
+
+// durable reports whether pending alerts are kept in bbolt.
+func (a *Alerter) durable() bool { return a.cfg.DB != nil && a.cfg.WebhookURL != "" }
+
+// Notify records one dead letter for the next message. With a DB the dead
+// letter was counted in bbolt with the dead letter itself (see record), and
+// Notify only wakes the sender.
 func (a *Alerter) Notify(typ, id, errText string) {
+	if a.durable() {
+		a.wake()
+		return
+	}
 	a.mu.Lock()
 	a.counts[typ]++
 	a.newest = alertItem{typ: typ, id: id, err: errText}
 	a.pending = true
 	a.mu.Unlock()
+	a.wake()
+}
+
+func (a *Alerter) wake() {
 	select {
 	case a.kick <- struct{}{}:
 	default:
@@ -95,6 +155,15 @@ func (a *Alerter) Notice(subject, id, text string) {
 	case a.kick <- struct{}{}:
 	default:
 	}
+}
+
+// record counts a dead letter in the caller's transaction (the one that
+// makes the dead letter) when alerts are durable.
+func (a *Alerter) record(tx *store.Tx, typ, id, errText string, at time.Time) error {
+	if !a.durable() {
+		return nil
+	}
+	return tx.AlertAdd(typ, id, truncate(errText, 1000), at)
 }
 
 // Sent returns how many messages were posted and how many gave up.
@@ -138,6 +207,9 @@ func (a *Alerter) Stop() {
 // Run posts grouped alerts until ctx ends, then posts what is left.
 func (a *Alerter) Run(ctx context.Context) {
 	var last time.Time
+	if a.durable() {
+		a.wake() // what an earlier run left undelivered
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -160,6 +232,10 @@ func (a *Alerter) Run(ctx context.Context) {
 }
 
 func (a *Alerter) flush(ctx context.Context) {
+	a.flushNotices(ctx)
+	if a.durable() {
+		a.flushStored(ctx) // dead letters; the notices below stay in memory
+	}
 	a.mu.Lock()
 	if !a.pending {
 		a.mu.Unlock()
@@ -189,6 +265,56 @@ func (a *Alerter) flush(ctx context.Context) {
 	if err != nil {
 		a.log.Error("dead-letter alert not delivered", "err", err)
 	}
+}
+
+// flushStored posts the alerts pending in bbolt and takes them off once
+// delivered; on failure they stay, and another try follows an interval
+// later.
+func (a *Alerter) flushStored(ctx context.Context) {
+	var pending []store.PendingAlert
+	if err := a.cfg.DB.View(func(tx *store.Tx) error {
+		var err error
+		pending, err = tx.PendingAlerts()
+		return err
+	}); err != nil {
+		a.log.Error("read pending dead-letter alerts", "err", err)
+		a.retryLater(ctx)
+		return
+	}
+	if len(pending) == 0 {
+		return
+	}
+	counts := map[string]int{}
+	var newest store.PendingAlert
+	for _, p := range pending {
+		counts[p.Type] += p.Count
+		if p.NewestAt.After(newest.NewestAt) || newest.Type == "" {
+			newest = p
+		}
+	}
+	err := a.post(ctx, a.message(counts, alertItem{typ: newest.Type, id: newest.NewestID, err: newest.NewestError}))
+	if err == nil {
+		err = a.cfg.DB.Update(func(tx *store.Tx) error { return tx.AlertsDelivered(pending) })
+		if err != nil {
+			// Delivered but still pending: it will be sent again.
+			a.log.Error("mark dead-letter alerts delivered", "err", err)
+		}
+		a.mu.Lock()
+		a.sent++
+		a.mu.Unlock()
+		return
+	}
+	a.mu.Lock()
+	a.failed++
+	a.mu.Unlock()
+	a.log.Error("dead-letter alert not delivered; it is kept and tried again", "err", err)
+	a.retryLater(ctx)
+}
+
+// retryLater wakes the sender again after an interval (unless ctx ends).
+func (a *Alerter) retryLater(ctx context.Context) {
+	t := time.AfterFunc(a.cfg.Interval, a.wake)
+	context.AfterFunc(ctx, func() { t.Stop() })
 }
 
 // message builds a body both Discord ("content") and Slack ("text") accept.

@@ -76,6 +76,23 @@ func (d *deleter) flush() {
 		return nil
 	})
 	if err != nil {
-		d.log.Error("delete finished outbox records; they will run again after a restart", "count", len(batch), "err", err)
+		// A full disk, say: keep them and try again (a restart meanwhile
+		// only runs them again).
+		d.log.Error("delete finished outbox records; trying again in a second", "count", len(batch), "err", err)
+		d.mu.Lock()
+		if len(d.pending) < maxRetained {
+			d.pending = append(batch, d.pending...)
+		}
+		d.mu.Unlock()
+		time.AfterFunc(time.Second, func() {
+			select {
+			case d.kick <- struct{}{}:
+			default:
+			}
+		})
 	}
 }
+
+// maxRetained bounds the finished tasks kept for another try after failed
+// deletes; past it they are dropped (they run again after a restart).
+const maxRetained = 100000

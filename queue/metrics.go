@@ -124,10 +124,13 @@ func (q *Queue) Stats(ctx context.Context) ([]QueueStats, error) {
 		return nil, err
 	}
 	known := map[string]bool{}
+	// Without the broker the counts of the outbox are still given, with
+	// an error that wraps ErrBrokerUnavailable.
+	var brokerErr error
 	if q.inspector != nil {
 		names, err := q.inspector.Queues()
 		if err != nil {
-			return nil, fmt.Errorf("queue: list broker queues: %w", err)
+			brokerErr = BrokerUnavailable(fmt.Errorf("queue: list broker queues: %w", err))
 		}
 		for _, n := range names {
 			known[n] = true
@@ -139,7 +142,7 @@ func (q *Queue) Stats(ctx context.Context) ([]QueueStats, error) {
 		if known[qi.Name] {
 			info, err := q.inspector.GetQueueInfo(qi.Name)
 			if err != nil {
-				return nil, fmt.Errorf("queue: stats of %s: %w", qi.Name, err)
+				return nil, BrokerUnavailable(fmt.Errorf("queue: stats of %s: %w", qi.Name, err))
 			}
 			s.Pending, s.Active, s.Scheduled, s.Retry = info.Pending, info.Active, info.Scheduled, info.Retry
 		}
@@ -151,6 +154,9 @@ func (q *Queue) Stats(ctx context.Context) ([]QueueStats, error) {
 			s.DeadLettered += dead[typ]
 		}
 		out = append(out, s)
+	}
+	if brokerErr != nil {
+		return out, brokerErr
 	}
 	return out, ctx.Err()
 }

@@ -42,7 +42,13 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	// Alerts receive dead-letter notices; nil: none.
 	Alerts *Alerter
-	Logger *slog.Logger
+	// Watch, when set, makes the relays reconcile with the broker at once
+	// when it comes back or forgets (see reconcile.go).
+	Watch *Watch
+	// ReconcileInterval is how often each relay checks that the broker
+	// still holds the tasks it handed. Default 15s.
+	ReconcileInterval time.Duration
+	Logger            *slog.Logger
 	// Registerer receives the metrics; nil: a private registry.
 	Registerer prometheus.Registerer
 }
@@ -72,6 +78,9 @@ func (c *Config) defaults() {
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = 10 * time.Second
 	}
+	if c.ReconcileInterval <= 0 {
+		c.ReconcileInterval = 15 * time.Second
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -90,6 +99,8 @@ type Queue struct {
 	metrics   *metrics
 	client    *asynq.Client
 	inspector *asynq.Inspector
+	rdb       redisClient // for the reconcile's checks
+	reconcile *reconcileMetrics
 	relays    map[string]*relay
 	servers   []*asynq.Server
 	deleter   *deleter
@@ -122,6 +133,9 @@ func New(cfg Config, db *store.DB, conn asynq.RedisConnOpt, table *Table) (*Queu
 		return nil, err
 	}
 	q.metrics = m
+	if q.reconcile, err = newReconcileMetrics(cfg.Registerer, table); err != nil {
+		return nil, err
+	}
 	for _, qi := range table.Queues() {
 		q.relays[qi.Name] = newRelay(q, qi.Name)
 	}
@@ -144,6 +158,12 @@ func (q *Queue) Start(ctx context.Context) error {
 	q.stopping, q.closeStop = make(chan struct{}), sync.Once{}
 	q.client = asynq.NewClientFromRedisClient(q.conn.MakeRedisClient().(redisClient))
 	q.inspector = asynq.NewInspectorFromRedisClient(q.conn.MakeRedisClient().(redisClient))
+	q.rdb = q.conn.MakeRedisClient().(redisClient)
+	if q.cfg.Watch != nil {
+		signals := q.cfg.Watch.Subscribe()
+		q.wg.Add(1)
+		go func() { defer q.wg.Done(); q.followWatch(ctx, signals) }()
+	}
 	q.wg.Add(1)
 	go func() { defer q.wg.Done(); q.deleter.run(ctx) }()
 
@@ -212,6 +232,10 @@ func (q *Queue) Stop() {
 	if q.inspector != nil {
 		q.inspector.Close()
 		q.inspector = nil
+	}
+	if q.rdb != nil {
+		q.rdb.Close()
+		q.rdb = nil
 	}
 }
 
@@ -402,6 +426,12 @@ func (q *Queue) recordFailure(tt TaskType, t *Task, cause error) (dead bool, fai
 		}
 		if err := tx.OutboxDelete(tt.Queue, t.ID); err != nil {
 			return err
+		}
+		if q.cfg.Alerts != nil {
+			// The alert commits with the dead letter it announces.
+			if err := q.cfg.Alerts.record(tx, tt.Name, rec.ID, rec.LastError, now); err != nil {
+				return err
+			}
 		}
 		if tt.OnDead != nil {
 			if err := tt.OnDead(tx, t); err != nil {

@@ -30,7 +30,12 @@ type harness struct {
 
 func newHarness(t *testing.T, b *broker.Broker, cfg queue.Config, fn queue.Handler, setup ...func(*queue.Table)) *harness {
 	t.Helper()
-	db := storetest.Open(t)
+	return newHarnessOn(t, storetest.Open(t), b, cfg, fn, setup...)
+}
+
+// newHarnessOn is newHarness over the given store.
+func newHarnessOn(t *testing.T, db *store.DB, b *broker.Broker, cfg queue.Config, fn queue.Handler, setup ...func(*queue.Table)) *harness {
+	t.Helper()
 	table := queue.NewTable(queue.TableConfig{MaxRetries: 3, ConcurrencyMessageAdded: 3, ConcurrencyState: 5, Debug: true})
 	for _, tt := range table.Types() {
 		h := fn

@@ -18,6 +18,8 @@ type relay struct {
 	q     *Queue
 	queue string
 	wakeC chan struct{}
+	// reconcileC asks for a reconcile with the broker (reconcile.go).
+	reconcileC chan struct{}
 
 	mu       sync.Mutex
 	inflight map[string]struct{} // handed and not yet finished
@@ -25,7 +27,7 @@ type relay struct {
 }
 
 func newRelay(q *Queue, name string) *relay {
-	return &relay{q: q, queue: name, wakeC: make(chan struct{}, 1), inflight: map[string]struct{}{}}
+	return &relay{q: q, queue: name, wakeC: make(chan struct{}, 1), reconcileC: make(chan struct{}, 1), inflight: map[string]struct{}{}}
 }
 
 func (r *relay) wake() {
@@ -56,6 +58,8 @@ func (r *relay) backlog() int {
 func (r *relay) run(ctx context.Context) {
 	safety := time.NewTicker(time.Second)
 	defer safety.Stop()
+	check := time.NewTicker(r.q.cfg.ReconcileInterval)
+	defer check.Stop()
 	for {
 		if err := r.fill(ctx); err != nil && ctx.Err() == nil {
 			r.q.log.Warn("relay: hand outbox to broker", "queue", r.queue, "err", err)
@@ -71,6 +75,10 @@ func (r *relay) run(ctx context.Context) {
 			return
 		case <-r.wakeC:
 		case <-safety.C:
+		case <-check.C:
+			r.runReconcile(ctx)
+		case <-r.reconcileC:
+			r.runReconcile(ctx)
 		}
 	}
 }

@@ -23,6 +23,9 @@ var (
 	ErrNotFound = errors.New("not found")
 	ErrConflict = errors.New("conflict")
 	ErrLocked   = errors.New("the database file is in use by another mailroom process")
+	// ErrUnavailable wraps a write that could not be committed (a full
+	// disk, an I/O error): nothing of it was stored.
+	ErrUnavailable = errors.New("the store cannot write (disk full or I/O error)")
 )
 
 // FileName is the bbolt file's name inside the data dir.
@@ -44,6 +47,7 @@ type DB struct {
 	bolt   *bolt.DB
 	sealer *sealer
 	path   string
+	health writeHealth // health.go
 }
 
 // Tx is a bbolt transaction with the store's aggregate methods.
@@ -96,15 +100,29 @@ func (db *DB) Path() string { return db.path }
 // Close closes the file.
 func (db *DB) Close() error { return db.bolt.Close() }
 
-// Update runs fn in a read-write transaction.
+// Update runs fn in a read-write transaction. When fn succeeds and the
+// commit fails (a full disk), the error wraps ErrUnavailable.
 func (db *DB) Update(fn func(tx *Tx) error) error {
-	return db.bolt.Update(func(btx *bolt.Tx) error { return fn(&Tx{tx: btx, db: db}) })
+	var fnOK bool
+	err := db.bolt.Update(func(btx *bolt.Tx) error {
+		err := fn(&Tx{tx: btx, db: db})
+		fnOK = err == nil
+		return err
+	})
+	return db.committed(err, fnOK)
 }
 
 // Batch runs fn in a read-write transaction shared with other concurrent
 // Batch callers (one commit for many writers). fn may run more than once.
+// When fn succeeds and the commit fails, the error wraps ErrUnavailable.
 func (db *DB) Batch(fn func(tx *Tx) error) error {
-	return db.bolt.Batch(func(btx *bolt.Tx) error { return fn(&Tx{tx: btx, db: db}) })
+	var fnOK bool
+	err := db.bolt.Batch(func(btx *bolt.Tx) error {
+		err := fn(&Tx{tx: btx, db: db})
+		fnOK = err == nil
+		return err
+	})
+	return db.committed(err, fnOK)
 }
 
 // View runs fn in a read-only transaction.
@@ -112,8 +130,12 @@ func (db *DB) View(fn func(tx *Tx) error) error {
 	return db.bolt.View(func(btx *bolt.Tx) error { return fn(&Tx{tx: btx, db: db}) })
 }
 
-// Ping checks the file is open and readable (for /readyz).
+// Ping checks the file is open and readable and that writes commit (for
+// /readyz): after a failed commit it tries a small write (Probe).
 func (db *DB) Ping() error {
+	if err := db.Probe(); err != nil {
+		return err
+	}
 	return db.View(func(tx *Tx) error {
 		if tx.tx.Bucket(bucketMeta) == nil {
 			return errors.New("store: meta bucket missing")

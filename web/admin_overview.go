@@ -1,6 +1,7 @@
 package web
 
 import (
+	"errors"
 	"html/template"
 	"net/http"
 	"time"
@@ -19,13 +20,13 @@ func (s *server) queueStats(c *gin.Context) ([]queue.QueueStats, error) {
 	ctx, cancel := s.ctx(c, 5*time.Second)
 	defer cancel()
 	stats, err := s.deps.Queue.Stats(ctx)
-	if err != nil {
+	if err != nil && (stats == nil || !errors.Is(err, queue.ErrBrokerUnavailable)) {
 		return nil, err
 	}
 	if stats == nil {
 		stats = []queue.QueueStats{}
 	}
-	return stats, nil
+	return stats, err
 }
 
 // queueRow is one queue on the overview (the page and its JSON refresh).
@@ -52,20 +53,45 @@ type queueTotals struct {
 	Workers      int   `json:"workers"`
 }
 
+// Problem is something that keeps the appliance from working now, shown
+// at the top of the overview.
+type Problem struct {
+	Title string `json:"title"`
+	Text  string `json:"text"`
+}
+
+type dataFileView struct {
+	Size int64 `json:"size"`
+	Free int64 `json:"free"`
+}
+
 type overviewView struct {
-	Running   bool        `json:"running"`
-	Queues    []queueRow  `json:"queues"`
-	Totals    queueTotals `json:"totals"`
-	UpdatedAt time.Time   `json:"updatedAt"`
+	Running  bool        `json:"running"`
+	Problems []Problem   `json:"problems"`
+	Queues   []queueRow  `json:"queues"`
+	Totals   queueTotals `json:"totals"`
+	// DataFile is the bbolt file's size and the part of it free for reuse
+	// (mailroom compact gives it back), in bytes.
+	DataFile  dataFileView `json:"dataFile"`
+	UpdatedAt time.Time    `json:"updatedAt"`
 }
 
 func (s *server) overview(c *gin.Context) (overviewView, error) {
 	stats, err := s.queueStats(c)
-	if err != nil {
+	brokerDown := errors.Is(err, queue.ErrBrokerUnavailable)
+	if err != nil && !brokerDown {
 		return overviewView{}, err
 	}
 	now := s.now()
-	v := overviewView{Running: s.deps.Queue != nil, Queues: make([]queueRow, 0, len(stats)), UpdatedAt: now.UTC()}
+	v := overviewView{Running: s.deps.Queue != nil, Problems: []Problem{}, Queues: make([]queueRow, 0, len(stats)), UpdatedAt: now.UTC()}
+	if s.deps.Problems != nil {
+		v.Problems = append(v.Problems, s.deps.Problems()...)
+	}
+	fs := s.deps.DB.FileStats()
+	v.DataFile = dataFileView{Size: fs.Size, Free: fs.Free}
+	if brokerDown && len(v.Problems) == 0 {
+		v.Problems = append(v.Problems, Problem{Title: "The task broker does not answer.", Text: "Counts below are from the outbox only; accepted work is kept and resumes when the broker returns."})
+	}
 	for _, st := range stats {
 		row := queueRow{QueueStats: st, DeadLink: "/admin/deadletters"}
 		if len(st.Types) == 1 {

@@ -139,6 +139,10 @@ func (s *server) mapError(err error) *Error {
 		return &Error{Status: http.StatusNotFound, Code: "not_found", Message: "No such item.", Err: err}
 	case errors.Is(err, store.ErrConflict):
 		return &Error{Status: http.StatusConflict, Code: "conflict", Message: "It already exists.", Err: err}
+	case errors.Is(err, store.ErrUnavailable):
+		return &Error{Status: http.StatusServiceUnavailable, Code: "store_unavailable", Message: "mailroom cannot write to its data file now (disk full or I/O error); nothing of this request was stored. Try again later.", RetryAfter: 10 * time.Second, Err: err}
+	case errors.Is(err, queue.ErrBrokerUnavailable):
+		return &Error{Status: http.StatusServiceUnavailable, Code: "broker_unavailable", Message: "The task broker (Redis) does not answer; work already accepted is kept and resumes when it returns. Try again shortly.", RetryAfter: 5 * time.Second, Err: err}
 	case errors.Is(err, context.DeadlineExceeded):
 		return &Error{Status: http.StatusServiceUnavailable, Code: "not_ready", Message: "The server took too long to answer; try again.", RetryAfter: time.Second, Err: err}
 	}

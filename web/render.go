@@ -157,6 +157,7 @@ func (s *server) funcs() template.FuncMap {
 		"pretty":   prettyJSON,
 		"plural":   plural,
 		"num":      num,
+		"mib":      func(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) },
 		"truncate": truncateText,
 		"dict":     dict,
 		"iszero":   func(v any) bool { return num(v) == "0" },

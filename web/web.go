@@ -38,6 +38,9 @@ type Deps struct {
 	Gatherer prometheus.Gatherer
 	// Ready answers /readyz: nil error means ready. Nil: the store is pinged.
 	Ready func(ctx context.Context) error
+	// Problems lists what keeps the appliance from working now (the broker
+	// away, the store unable to write), shown on the overview. Nil: none.
+	Problems func() []Problem
 	// APIToken is MAILROOM_API_TOKEN, a static bearer token for /api/v1.
 	// Empty: only tokens made in the admin page are accepted.
 	APIToken string

@@ -38,6 +38,7 @@ Usage:
   mailroom serve [flags]          run the appliance (--demo: with a simulated Google)
   mailroom bench [SCENARIO...]    run benchmark scenarios and print a table
   mailroom backup --out FILE      write a consistent copy of the database
+  mailroom compact                give the data file's free space back (service stopped)
   mailroom version                print version, commit and Go version
 
 Run "mailroom serve -h" for the configuration flags and their MAILROOM_* twins.
@@ -63,6 +64,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return benchCommand(ctx, rest, getenv, stdout, stderr)
 	case "backup":
 		return backupCommand(ctx, rest, getenv, stdout, stderr)
+	case "compact":
+		return compactCommand(ctx, rest, getenv, stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintf(stdout, "mailroom %s (commit %s, %s)\n", version, commit, goVersion())
 		return nil

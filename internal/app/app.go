@@ -43,6 +43,7 @@ type App struct {
 	table  *queue.Table
 	queue  *queue.Queue
 	alerts *queue.Alerter
+	watch  *queue.Watch // the broker's health and memory (health.go)
 
 	handler    http.Handler
 	server     *http.Server
@@ -84,16 +85,21 @@ func New(ctx context.Context, cfg *Config, logger *slog.Logger, opts ...Option) 
 		return nil, err
 	}
 	a.closed = append(a.closed, a.db.Close)
+	if err := a.registerStoreMetrics(); err != nil {
+		return nil, err
+	}
 
 	a.broker, err = broker.Open(ctx, broker.Config{
 		RedisURL: cfg.RedisURL, ExposeAddr: cfg.BrokerAddr, ExposePassword: cfg.BrokerPassword, Logger: logger,
+		TLS:      broker.TLSFiles{CAFile: cfg.RedisTLSCAFile, CertFile: cfg.RedisTLSCertFile, KeyFile: cfg.RedisTLSKeyFile},
+		Sentinel: broker.Sentinel{Addrs: cfg.RedisSentinels, Master: cfg.RedisSentinelMaster},
 	})
 	if err != nil {
 		return nil, err
 	}
 	a.closed = append(a.closed, a.broker.Close)
 
-	a.alerts = queue.NewAlerter(queue.AlertConfig{WebhookURL: cfg.AlertWebhookURL, PublicURL: cfg.BaseURL(), Logger: logger})
+	a.alerts = queue.NewAlerter(queue.AlertConfig{WebhookURL: cfg.AlertWebhookURL, PublicURL: cfg.BaseURL(), Logger: logger, DB: a.db})
 	a.table = queue.NewTable(queue.TableConfig{
 		MaxRetries:              cfg.MaxRetries,
 		ConcurrencyMessageAdded: cfg.ConcurrencyMessageAdded,
@@ -103,6 +109,8 @@ func New(ctx context.Context, cfg *Config, logger *slog.Logger, opts ...Option) 
 	if cfg.Overrides.Tasks != nil {
 		a.table = queue.NewTableFromRows(cfg.Overrides.Tasks(a.table.Types()))
 	}
+	// Raise reaches a.alerts at call time: the demo may replace it.
+	a.watch = queue.NewWatch(queue.WatchConfig{Logger: logger, Raise: func(text string) { a.alerts.Raise(text) }}, a.db, a.broker.Client())
 	b := &Builder{a: a}
 	for _, o := range opts {
 		if err := o(ctx, b); err != nil {
@@ -120,6 +128,7 @@ func New(ctx context.Context, cfg *Config, logger *slog.Logger, opts ...Option) 
 		DelayedCheckInterval: cfg.DelayedCheckInterval,
 		ShutdownTimeout:      cfg.ShutdownTimeout,
 		Alerts:               a.alerts,
+		Watch:                a.watch,
 		Logger:               logger,
 		Registerer:           a.registry,
 	}, a.db, a.broker.RedisConnOpt(), a.table)
@@ -157,7 +166,12 @@ func (a *App) Start(ctx context.Context) error {
 	if err := a.alerts.Start(ctx); err != nil {
 		return err
 	}
+	if err := a.watch.Start(ctx); err != nil {
+		a.alerts.Stop()
+		return err
+	}
 	if err := a.queue.Start(ctx); err != nil {
+		a.watch.Stop()
 		a.alerts.Stop()
 		return err
 	}
@@ -167,6 +181,7 @@ func (a *App) Start(ctx context.Context) error {
 				a.loops[j].Stop()
 			}
 			a.queue.Stop()
+			a.watch.Stop()
 			a.alerts.Stop()
 			return err
 		}
@@ -175,6 +190,7 @@ func (a *App) Start(ctx context.Context) error {
 	if err != nil {
 		a.stopLoops()
 		a.queue.Stop()
+		a.watch.Stop()
 		a.alerts.Stop()
 		return fmt.Errorf("listen on --http-addr %s: %w", a.cfg.HTTPAddr, err)
 	}
@@ -221,6 +237,7 @@ func (a *App) Stop(ctx context.Context) error {
 	}
 	a.stopLoops()
 	a.queue.Stop()
+	a.watch.Stop()
 	a.alerts.Stop()
 	if a.cancel != nil {
 		a.cancel()

@@ -25,10 +25,16 @@ type Config struct {
 	PublicURL      string
 	TrustedProxies listValue
 	RedisURL       string
-	AdminPassword  string
-	APIToken       string
-	MetricsToken   string
-	SecretKey      string
+	// External Redis for production (see queue/broker/external.go).
+	RedisTLSCAFile      string
+	RedisTLSCertFile    string
+	RedisTLSKeyFile     string
+	RedisSentinels      listValue
+	RedisSentinelMaster string
+	AdminPassword       string
+	APIToken            string
+	MetricsToken        string
+	SecretKey           string
 
 	GoogleClientID     string
 	GoogleClientSecret string
@@ -132,7 +138,12 @@ func (c *Config) settings() []setting {
 		{"http-addr", "MAILROOM_HTTP_ADDR", "listener for the admin page, the API and the push endpoint", s(&c.HTTPAddr, "127.0.0.1:8080"), false, false},
 		{"public-url", "MAILROOM_PUBLIC_URL", "base URL users and Google reach mailroom at (default http:// + the listener)", s(&c.PublicURL, ""), false, false},
 		{"trusted-proxies", "MAILROOM_TRUSTED_PROXIES", "comma-separated IPs or CIDRs of reverse proxies whose X-Forwarded-For names the client (the login limit counts per client address); empty: none", l(&c.TrustedProxies), false, false},
-		{"redis-url", "MAILROOM_REDIS_URL", "external Redis (redis://[:password@]host:port/db); empty: the embedded store", s(&c.RedisURL, ""), true, false},
+		{"redis-url", "MAILROOM_REDIS_URL", "external Redis (redis://[:password@]host:port/db, rediss:// for TLS, or redis-sentinel://[:password@]host:port[,host:port...]/master[/db]); empty: the embedded store", s(&c.RedisURL, ""), true, false},
+		{"redis-tls-ca-file", "MAILROOM_REDIS_TLS_CA_FILE", "PEM file of the CA that signed the external Redis's certificate (rediss:// or Sentinel); empty: the system's roots", s(&c.RedisTLSCAFile, ""), false, false},
+		{"redis-tls-cert-file", "MAILROOM_REDIS_TLS_CERT_FILE", "PEM client certificate for an external Redis that requires one (with --redis-tls-key-file)", s(&c.RedisTLSCertFile, ""), false, false},
+		{"redis-tls-key-file", "MAILROOM_REDIS_TLS_KEY_FILE", "PEM key of the client certificate", s(&c.RedisTLSKeyFile, ""), false, false},
+		{"redis-sentinels", "MAILROOM_REDIS_SENTINELS", "comma-separated host:port of Redis Sentinels that find the master (with --redis-sentinel-master); --redis-url may then give the master's password and db", l(&c.RedisSentinels), false, false},
+		{"redis-sentinel-master", "MAILROOM_REDIS_SENTINEL_MASTER", "the master's name in the Sentinels' configuration", s(&c.RedisSentinelMaster, ""), false, false},
 		{"admin-password", "MAILROOM_ADMIN_PASSWORD", "admin login password; unset on first start: generated and printed once", s(&c.AdminPassword, ""), true, false},
 		{"api-token", "MAILROOM_API_TOKEN", "static bearer token accepted by /api/v1", s(&c.APIToken, ""), true, false},
 		{"metrics-token", "MAILROOM_METRICS_TOKEN", "bearer token /metrics requires when set; empty: /metrics is open", s(&c.MetricsToken, ""), true, false},
@@ -283,11 +294,25 @@ func (c *Config) validateAddresses() error {
 			}
 		}
 	}
-	if c.RedisURL != "" {
+	if c.RedisURL != "" && !strings.HasPrefix(c.RedisURL, "redis-sentinel://") {
 		p, err := url.Parse(c.RedisURL)
 		if err != nil || (p.Scheme != "redis" && p.Scheme != "rediss") || p.Host == "" {
-			return bad("redis-url", "want redis://[:password@]host:port/db")
+			return bad("redis-url", "want redis://[:password@]host:port/db, rediss://... or redis-sentinel://host:port[,host:port...]/master[/db]")
 		}
+	}
+	if (len(c.RedisSentinels) == 0) != (c.RedisSentinelMaster == "") {
+		return bad("redis-sentinels", "set both --redis-sentinels and --redis-sentinel-master (MAILROOM_REDIS_SENTINEL_MASTER), or neither")
+	}
+	for _, a := range c.RedisSentinels {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return bad("redis-sentinels", fmt.Sprintf("%q is not host:port", a))
+		}
+	}
+	if (c.RedisTLSCertFile == "") != (c.RedisTLSKeyFile == "") {
+		return bad("redis-tls-cert-file", "set both --redis-tls-cert-file and --redis-tls-key-file (MAILROOM_REDIS_TLS_KEY_FILE), or neither")
+	}
+	if (c.RedisTLSCAFile != "" || c.RedisTLSCertFile != "") && c.RedisURL == "" && len(c.RedisSentinels) == 0 {
+		return bad("redis-tls-ca-file", "the TLS files are for an external Redis: set MAILROOM_REDIS_URL (rediss://) or the Sentinels")
 	}
 	if c.SecretKey != "" {
 		if _, err := store.ParseKey(c.SecretKey); err != nil {

@@ -33,7 +33,7 @@ func (b *Builder) SetLogger(l *slog.Logger) { b.a.log = l }
 // (the demo catches them in process).
 func (b *Builder) SetAlertClient(webhookURL string, client *http.Client) {
 	b.a.alerts = queue.NewAlerter(queue.AlertConfig{
-		WebhookURL: webhookURL, PublicURL: b.a.cfg.BaseURL(), Logger: b.a.log, Client: client,
+		WebhookURL: webhookURL, PublicURL: b.a.cfg.BaseURL(), Logger: b.a.log, Client: client, DB: b.a.db,
 	})
 }
 

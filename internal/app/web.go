@@ -18,6 +18,7 @@ func (a *App) buildWeb() error {
 		Queue:          a.queue,
 		Gatherer:       a.registry,
 		Ready:          a.ready,
+		Problems:       a.Problems,
 		APIToken:       a.cfg.APIToken,
 		MetricsToken:   a.cfg.MetricsToken,
 		AdminPassword:  a.cfg.AdminPassword,

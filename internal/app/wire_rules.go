@@ -21,6 +21,7 @@ func (a *App) wireRules(ctx context.Context) error {
 		BatchSize:  cfg.ReclassifyBatch,
 		SaveLimit:  cfg.RuleSaveLimit,
 		SaveWindow: cfg.RuleSaveWindow,
+		SpentUntil: a.watch.SpentUntil,
 		// Overrides (benchmarks): the naive baseline, the quota share.
 		Naive:               cfg.Overrides.RulesNaive,
 		GmailUnitsPerMinute: cfg.Overrides.RulesGmailUnitsPerMinute,

@@ -26,7 +26,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/url"
 	"sync"
 	"time"
 
@@ -60,6 +59,15 @@ type Config struct {
 	// (or rediss://, unix://). Empty (the default): the embedded store.
 	RedisURL string
 
+	// TLS adds a private CA and a client certificate to a rediss:// URL
+	// (or to the Sentinels and master of a Sentinel setup).
+	TLS TLSFiles
+
+	// Sentinel, when its Addrs and Master are set, finds the master
+	// through Redis Sentinel (RedisURL then may give the master's password
+	// and db). A redis-sentinel:// RedisURL does the same.
+	Sentinel Sentinel
+
 	// ExposeAddr, when set, also serves the embedded store on this loopback
 	// TCP address (for example "127.0.0.1:6380") so redis-cli can look in.
 	// It must be a loopback IP or "localhost", and ExposePassword must be
@@ -87,6 +95,8 @@ type Broker struct {
 	// opts is the template every client the broker makes is copied from.
 	opts   redis.Options
 	client *redis.Client
+	// ext makes the clients of an external Redis (one server or Sentinel).
+	ext *externalClient
 
 	// Embedded store only.
 	mr      *miniredis.Miniredis
@@ -118,35 +128,31 @@ func Open(ctx context.Context, cfg Config) (*Broker, error) {
 	if cfg.ClockTick == 0 {
 		cfg.ClockTick = defaultClockTick
 	}
-	if cfg.RedisURL != "" {
+	if cfg.RedisURL != "" || len(cfg.Sentinel.Addrs) > 0 || cfg.Sentinel.Master != "" {
 		return openExternal(ctx, cfg, logger)
 	}
 	return openEmbedded(ctx, cfg, logger)
 }
 
 func openExternal(ctx context.Context, cfg Config, logger *slog.Logger) (*Broker, error) {
-	opts, err := redis.ParseURL(cfg.RedisURL)
+	ext, err := parseExternal(cfg)
 	if err != nil {
-		// url.Parse quotes the whole URL in its error, password included.
-		var uerr *url.Error
-		if errors.As(err, &uerr) {
-			uerr.URL = "(redacted)"
-		}
-		return nil, fmt.Errorf("broker: MAILROOM_REDIS_URL is not a valid Redis URL: %w", err)
+		return nil, err
 	}
 	if cfg.ExposeAddr != "" {
 		logger.Warn("expose address ignored: an external Redis is in use", "expose_addr", cfg.ExposeAddr)
 	}
-	b := &Broker{logger: logger, opts: *opts}
-	b.client = redis.NewClient(b.options())
+	b := &Broker{logger: logger, ext: &ext}
+	b.client = ext.newClient()
 
 	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
 	defer cancel()
 	if err := b.client.Ping(pctx).Err(); err != nil {
 		_ = b.client.Close()
-		return nil, fmt.Errorf("broker: cannot reach the Redis at %s given by MAILROOM_REDIS_URL: %w", opts.Addr, err)
+		return nil, fmt.Errorf("broker: cannot reach the Redis at %s given by MAILROOM_REDIS_URL: %w", ext.describe(), err)
 	}
-	logger.Info("using external redis", "addr", opts.Addr, "db", opts.DB)
+	logger.Info("using external redis", "redis", ext.describe(), "tls", b.client.Options().TLSConfig != nil)
+	checkProduction(pctx, b.client, logger)
 	return b, nil
 }
 
@@ -269,6 +275,9 @@ var _ asynq.RedisConnOpt = connOpt{}
 
 // MakeRedisClient returns a new *redis.Client over the broker's connection.
 func (o connOpt) MakeRedisClient() interface{} {
+	if o.b.ext != nil {
+		return o.b.ext.newClient()
+	}
 	return redis.NewClient(o.b.options())
 }
 

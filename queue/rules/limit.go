@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"mailroom/queue"
 	"mailroom/store"
 )
 
@@ -60,6 +61,9 @@ type Limiter struct {
 	window time.Duration
 	// now, when set, replaces the broker's clock (tests).
 	now func() time.Time
+	// spent, when set, says until when the window must be treated as fully
+	// spent because the broker lost its log (queue.Watch.SpentUntil).
+	spent func(window time.Duration) time.Time
 }
 
 // NewLimiter returns a limiter over the broker client rdb.
@@ -90,6 +94,12 @@ func (e *RefusedError) Error() string {
 // Reserve takes a place for one save of userID, or returns a
 // *RefusedError saying when to retry.
 func (l *Limiter) Reserve(ctx context.Context, userID string) (*Reservation, error) {
+	if l.spent != nil {
+		// The broker lost the log: resume as if the last window were full.
+		if until := l.spent(l.window); !until.IsZero() {
+			return nil, &RefusedError{RetryAfter: max(time.Until(until), time.Microsecond)}
+		}
+	}
 	key := "mailroom:rules:saves:{" + userID + "}"
 	member := store.NewID()
 	var now string
@@ -98,7 +108,7 @@ func (l *Limiter) Reserve(ctx context.Context, userID string) (*Reservation, err
 	}
 	res, err := slidingWindow.Run(ctx, l.rdb, []string{key}, l.limit, l.window.Microseconds(), member, now).Int64Slice()
 	if err != nil {
-		return nil, fmt.Errorf("rules: save limit: %w", err)
+		return nil, fmt.Errorf("rules: save limit: %w", queue.BrokerUnavailable(err))
 	}
 	if len(res) != 3 {
 		return nil, fmt.Errorf("rules: save limit: unexpected answer %v", res)

@@ -56,6 +56,10 @@ type Config struct {
 	// applies the rule versions its job was published with (no stale skip,
 	// nothing dropped). Never set it in production.
 	Naive bool
+	// SpentUntil, when set, is asked before each save until when the save
+	// window must be treated as fully spent because the broker lost its log
+	// (queue.Watch.SpentUntil). Nil: the broker's log is trusted.
+	SpentUntil func(window time.Duration) time.Time
 	// Now is the clock of saves and the publisher. Nil: time.Now.
 	Now    func() time.Time
 	Logger *slog.Logger
@@ -160,7 +164,7 @@ func New(cfg Config, db *store.DB, rdb RedisClient, gmail GmailOpener) (*Pipelin
 	p := &Pipeline{
 		cfg:      cfg,
 		db:       db,
-		limiter:  NewLimiter(rdb, cfg.SaveLimit, cfg.SaveWindow),
+		limiter:  &Limiter{rdb: rdb, limit: cfg.SaveLimit, window: cfg.SaveWindow, spent: cfg.SpentUntil},
 		gmail:    gmail,
 		log:      cfg.Logger.With("component", "rules"),
 		metrics:  m,

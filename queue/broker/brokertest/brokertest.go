@@ -71,14 +71,18 @@ func open(t testing.TB, cfg broker.Config) *broker.Broker {
 	return b
 }
 
-// RedisServer starts a redis-server on a free loopback port, without
-// persistence, and returns its URL (redis://127.0.0.1:PORT/0). The server is
-// killed when the test ends.
-func RedisServer(t testing.TB) (url string) {
+// lookRedis finds redis-server, or skips the test loudly (fails under
+// CI=true).
+func lookRedis(t testing.TB) string {
 	t.Helper()
-	bin, err := exec.LookPath("redis-server")
+	return lookBinary(t, "redis-server")
+}
+
+func lookBinary(t testing.TB, name string) string {
+	t.Helper()
+	bin, err := exec.LookPath(name)
 	if err != nil {
-		const msg = "brokertest: redis-server NOT FOUND on PATH: the tests against a real Redis did NOT run (install redis-server; CI=true makes this fatal)"
+		msg := "brokertest: " + name + " NOT FOUND on PATH: the tests against a real Redis did NOT run (install it: scripts/ci-deps.sh; CI=true makes this fatal)"
 		if os.Getenv("CI") == "true" {
 			t.Fatal(msg)
 		}
@@ -86,6 +90,15 @@ func RedisServer(t testing.TB) (url string) {
 		fmt.Fprintf(os.Stderr, "--- %s: %s\n", t.Name(), msg)
 		t.Skip(msg)
 	}
+	return bin
+}
+
+// RedisServer starts a redis-server on a free loopback port, without
+// persistence, and returns its URL (redis://127.0.0.1:PORT/0). The server is
+// killed when the test ends.
+func RedisServer(t testing.TB) (url string) {
+	t.Helper()
+	bin := lookRedis(t)
 	var lastErr error
 	for range startTries {
 		// Another process may take the free port before redis-server
@@ -105,19 +118,32 @@ func startRedis(t testing.TB, bin string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	stop, err := runRedis(bin, port, t.TempDir())
+	if err != nil {
+		return "", err
+	}
+	t.Cleanup(stop)
+	return "redis://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) + "/0", nil
+}
+
+// runRedis starts redis-server on port without persistence, waits until it
+// answers, and returns the func that kills it. Extra arguments are appended
+// to the command line.
+func runRedis(bin string, port int, dir string, extra ...string) (stop func(), err error) {
 	out := &lockedBuffer{}
-	cmd := exec.Command(bin,
+	args := []string{
 		"--port", strconv.Itoa(port),
 		"--bind", "127.0.0.1",
 		"--save", "",
 		"--appendonly", "no",
-		"--dir", t.TempDir(),
+		"--dir", dir,
 		"--loglevel", "warning",
-	)
+	}
+	cmd := exec.Command(bin, append(args, extra...)...)
 	cmd.Stdout = out
 	cmd.Stderr = out
 	if err := cmd.Start(); err != nil {
-		return "", fmt.Errorf("run %s: %w", bin, err)
+		return nil, fmt.Errorf("run %s: %w", bin, err)
 	}
 	exited := make(chan struct{})
 	var waitErr error
@@ -125,7 +151,7 @@ func startRedis(t testing.TB, bin string) (string, error) {
 		waitErr = cmd.Wait()
 		close(exited)
 	}()
-	stop := func() {
+	stop = func() {
 		_ = cmd.Process.Kill()
 		<-exited
 	}
@@ -136,10 +162,9 @@ func startRedis(t testing.TB, bin string) (string, error) {
 		if errors.Is(err, errExited) {
 			err = fmt.Errorf("%w: %w", err, waitErr)
 		}
-		return "", fmt.Errorf("%w; output:\n%s", err, out.String())
+		return nil, fmt.Errorf("%w; output:\n%s", err, out.String())
 	}
-	t.Cleanup(stop)
-	return "redis://" + addr + "/0", nil
+	return stop, nil
 }
 
 var errExited = errors.New("redis-server exited at start")
