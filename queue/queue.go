@@ -40,6 +40,13 @@ type Config struct {
 	DelayedCheckInterval time.Duration
 	// ShutdownTimeout bounds the wait for running tasks at Stop. Default 10s.
 	ShutdownTimeout time.Duration
+	// ServerLinger is how long a queue's asynq server keeps running after
+	// the queue last had a task in flight; it then sleeps until the relay
+	// hands the queue work again (servers.go). Default 10s.
+	ServerLinger time.Duration
+	// AlwaysOnServers keeps every queue's server running, as before
+	// servers slept (for comparison in benchmarks).
+	AlwaysOnServers bool
 	// Alerts receive dead-letter notices; nil: none.
 	Alerts *Alerter
 	// Watch, when set, makes the relays reconcile with the broker at once
@@ -81,6 +88,9 @@ func (c *Config) defaults() {
 	if c.ReconcileInterval <= 0 {
 		c.ReconcileInterval = 15 * time.Second
 	}
+	if c.ServerLinger <= 0 {
+		c.ServerLinger = 10 * time.Second
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -102,7 +112,7 @@ type Queue struct {
 	rdb       redisClient // for the reconcile's checks
 	reconcile *reconcileMetrics
 	relays    map[string]*relay
-	servers   []*asynq.Server
+	servers   *serverSet
 	deleter   *deleter
 	started   atomic.Bool
 	cancel    context.CancelFunc
@@ -140,6 +150,9 @@ func New(cfg Config, db *store.DB, conn asynq.RedisConnOpt, table *Table) (*Queu
 		q.relays[qi.Name] = newRelay(q, qi.Name)
 	}
 	q.deleter = newDeleter(db, q.log)
+	if q.servers, err = newServerSet(q); err != nil {
+		return nil, err
+	}
 	return q, nil
 }
 
@@ -148,7 +161,8 @@ func (q *Queue) Table() *Table { return q.table }
 
 // Start hands the outbox to the broker and starts one asynq server per
 // queue, once every task type has its handler. It returns once every
-// server runs.
+// server runs; each then sleeps while its queue has nothing in flight
+// (servers.go).
 func (q *Queue) Start(ctx context.Context) error {
 	if err := q.table.Validate(); err != nil {
 		return err
@@ -167,28 +181,9 @@ func (q *Queue) Start(ctx context.Context) error {
 	q.wg.Add(1)
 	go func() { defer q.wg.Done(); q.deleter.run(ctx) }()
 
-	for _, qi := range q.table.Queues() {
-		mux := asynq.NewServeMux()
-		for _, name := range qi.Types {
-			tt, _ := q.table.Lookup(name)
-			mux.HandleFunc(name, q.process(tt))
-		}
-		srv := asynq.NewServerFromRedisClient(q.conn.MakeRedisClient().(redisClient), asynq.Config{
-			Concurrency:              qi.Concurrency,
-			Queues:                   map[string]int{qi.Name: 1},
-			RetryDelayFunc:           q.retryDelay,
-			IsFailure:                func(err error) bool { _, limited := RetryAfter(err); return !limited },
-			TaskCheckInterval:        q.cfg.PollInterval,
-			DelayedTaskCheckInterval: q.cfg.DelayedCheckInterval,
-			ShutdownTimeout:          q.cfg.ShutdownTimeout,
-			Logger:                   asynqLogger{q.log.With("queue", qi.Name)},
-			LogLevel:                 asynq.WarnLevel,
-		})
-		if err := srv.Start(mux); err != nil {
-			q.Stop()
-			return fmt.Errorf("queue: start server for %s: %w", qi.Name, err)
-		}
-		q.servers = append(q.servers, srv)
+	if err := q.servers.start(ctx); err != nil {
+		q.Stop()
+		return err
 	}
 	for _, r := range q.relays {
 		q.wg.Add(1)
@@ -198,7 +193,8 @@ func (q *Queue) Start(ctx context.Context) error {
 	return nil
 }
 
-// Ready reports whether the servers run.
+// Ready reports whether the task servers are up: their manager runs
+// (a queue's server sleeps while the queue has nothing to do).
 func (q *Queue) Ready() bool { return q.started.Load() }
 
 // Stop stops the relays, lets running tasks finish (bounded by
@@ -213,13 +209,7 @@ func (q *Queue) Stop() {
 	}
 	// Every server gets the same ShutdownTimeout at once, not one after
 	// another.
-	var wg sync.WaitGroup
-	for _, s := range q.servers {
-		wg.Add(1)
-		go func() { defer wg.Done(); s.Shutdown() }()
-	}
-	wg.Wait()
-	q.servers = nil
+	q.servers.stop()
 	if q.cancel != nil {
 		q.cancel()
 	}

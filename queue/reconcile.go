@@ -147,6 +147,7 @@ func (r *relay) reconcile(ctx context.Context) (int, error) {
 		r.q.reconcile.rehanded.WithLabelValues(r.queue).Inc()
 	}
 	if handed > 0 {
+		r.q.servers.wake(r.queue) // awake already (tasks in flight), kept so
 		r.q.log.Warn("the broker had lost tasks; handed them again from the outbox", "queue", r.queue, "count", handed)
 	}
 	return handed, nil

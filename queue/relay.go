@@ -121,6 +121,9 @@ func (r *relay) fill(ctx context.Context) error {
 			r.cursor = recs[handed-1].ID
 		}
 		r.mu.Unlock()
+		if handed > 0 {
+			r.q.servers.wake(r.queue) // after the hand: the new server's first poll finds it
+		}
 		if err != nil {
 			return err
 		}
