@@ -127,6 +127,8 @@ func New(ctx context.Context, cfg *Config, logger *slog.Logger, opts ...Option) 
 		PollInterval:         cfg.TaskPollInterval,
 		DelayedCheckInterval: cfg.DelayedCheckInterval,
 		ShutdownTimeout:      cfg.ShutdownTimeout,
+		ServerLinger:         cfg.TaskServerLinger,
+		AlwaysOnServers:      cfg.TaskServersAlwaysOn,
 		Alerts:               a.alerts,
 		Watch:                a.watch,
 		Logger:               logger,
@@ -144,7 +146,8 @@ func New(ctx context.Context, cfg *Config, logger *slog.Logger, opts ...Option) 
 	return a, nil
 }
 
-// ready reports whether store, broker and task servers are up.
+// ready reports whether store, broker and task servers are up (the
+// servers' manager: a queue's own server sleeps while it has nothing to do).
 func (a *App) ready(ctx context.Context) error {
 	if err := a.db.Ping(); err != nil {
 		return err

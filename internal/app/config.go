@@ -86,6 +86,8 @@ type Config struct {
 	MemoryLimit          byteSize
 	TaskPollInterval     time.Duration
 	DelayedCheckInterval time.Duration
+	TaskServerLinger     time.Duration
+	TaskServersAlwaysOn  bool
 	ShutdownTimeout      time.Duration
 	LogLevel             string
 	LogFormat            string
@@ -191,6 +193,8 @@ func (c *Config) settings() []setting {
 		{"memory-limit", "MAILROOM_MEMORY_LIMIT", "soft memory limit of the Go heap (GOMEMLIMIT), e.g. 64MiB; 0: none", sz(&c.MemoryLimit, 64<<20), false, false},
 		{"task-poll-interval", "MAILROOM_TASK_POLL_INTERVAL", "how often an idle queue server looks for work", d(&c.TaskPollInterval, 100*time.Millisecond), false, false},
 		{"delayed-check-interval", "MAILROOM_DELAYED_CHECK_INTERVAL", "how often scheduled and retrying tasks are made ready", d(&c.DelayedCheckInterval, time.Second), false, false},
+		{"task-server-linger", "MAILROOM_TASK_SERVER_LINGER", "a queue's task server stops this long after the queue last had work, and starts again when work comes", d(&c.TaskServerLinger, 10*time.Second), false, false},
+		{"task-servers-always-on", "MAILROOM_TASK_SERVERS_ALWAYS_ON", "keep every queue's task server running even with nothing to do (more idle CPU; for comparison)", b(&c.TaskServersAlwaysOn, false), false, false},
 		{"shutdown-timeout", "MAILROOM_SHUTDOWN_TIMEOUT", "how long running tasks may take to finish at shutdown", d(&c.ShutdownTimeout, 10*time.Second), false, false},
 		{"log-level", "MAILROOM_LOG_LEVEL", "debug, info, warn or error", s(&c.LogLevel, "info"), false, false},
 		{"log-format", "MAILROOM_LOG_FORMAT", "text or json", s(&c.LogFormat, "text"), false, false},
@@ -342,7 +346,7 @@ func (c *Config) validateTimings() error {
 		{"sheets-flush-delay", c.SheetsFlushDelay}, {"sheets-quota-window", c.SheetsQuotaWindow}, {"sheets-recheck-max", c.SheetsRecheckMax}, {"retry-initial", c.RetryInitial}, {"retry-max", c.RetryMax},
 		{"gmail-poll-interval", c.GmailPollInterval}, {"gmail-watch-renew", c.GmailWatchRenew},
 		{"task-poll-interval", c.TaskPollInterval}, {"delayed-check-interval", c.DelayedCheckInterval},
-		{"shutdown-timeout", c.ShutdownTimeout},
+		{"task-server-linger", c.TaskServerLinger}, {"shutdown-timeout", c.ShutdownTimeout},
 	}
 	for _, p := range positive {
 		if p.d <= 0 {

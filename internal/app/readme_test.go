@@ -39,6 +39,8 @@ func TestConfigErrorsNameTheFlag(t *testing.T) {
 		{"MAILROOM_RETRY_MULTIPLIER", "0.5", "--retry-multiplier"},
 		{"MAILROOM_LOG_LEVEL", "loud", "--log-level"},
 		{"MAILROOM_TRUSTED_PROXIES", "10.0.0.1,proxy.local", "--trusted-proxies"},
+		{"MAILROOM_TASK_SERVER_LINGER", "0s", "--task-server-linger"},
+		{"MAILROOM_TASK_SERVERS_ALWAYS_ON", "sometimes", "MAILROOM_TASK_SERVERS_ALWAYS_ON"},
 	}
 	for _, c := range cases {
 		env := map[string]string{c.env: c.value}
