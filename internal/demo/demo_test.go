@@ -119,14 +119,16 @@ func TestDemo(t *testing.T) {
 		}
 		return true
 	})
+	// A flush writes the rows, then records them: the sheet may show rows
+	// a few milliseconds before the form counts them.
 	st := d.loadState()
 	for i, s := range demoSheets {
 		id := st.Forms[d.sheetIDs[i]+"/"+s.Sheet]
-		var f demoAPIForm
-		ta.JSON(http.MethodGet, "/api/v1/forms/"+id, nil, http.StatusOK, &f)
-		if f.RowsWritten == 0 {
-			t.Errorf("form %s (%s): rowsWritten 0 while its sheet has rows", id, s.Title)
-		}
+		apptest.WaitUntil(t, 5*time.Second, "form "+id+" ("+s.Title+") to count the rows in its sheet", func() bool {
+			var f demoAPIForm
+			ta.JSON(http.MethodGet, "/api/v1/forms/"+id, nil, http.StatusOK, &f)
+			return f.RowsWritten > 0
+		})
 	}
 	t.Logf("sheet rows after %s", time.Since(start).Round(time.Millisecond))
 
