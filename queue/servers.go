@@ -120,14 +120,16 @@ func (s *serverSet) wake(queue string) {
 
 func (qs *queueServer) wake() error {
 	s := qs.set
+	// closed is read under qs.mu: stop sets it, then takes each qs.mu, so
+	// a server started here before stop came by is one stop shuts down.
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
 	s.mu.Lock()
 	closed := s.closed
 	s.mu.Unlock()
 	if closed {
 		return nil // stopping: the outbox hands the work again at the next start
 	}
-	qs.mu.Lock()
-	defer qs.mu.Unlock()
 	qs.busySince = s.now()
 	if qs.srv != nil {
 		return nil
