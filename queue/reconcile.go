@@ -147,7 +147,9 @@ func (r *relay) reconcile(ctx context.Context) (int, error) {
 		r.q.reconcile.rehanded.WithLabelValues(r.queue).Inc()
 	}
 	if handed > 0 {
-		r.q.servers.wake(r.queue) // awake already (tasks in flight), kept so
+		// The queue is awake (these tasks were in flight); every hand wakes
+		// it all the same, so no hand can reach a sleeping queue.
+		r.q.servers.wake(r.queue)
 		r.q.log.Warn("the broker had lost tasks; handed them again from the outbox", "queue", r.queue, "count", handed)
 	}
 	return handed, nil
