@@ -111,16 +111,14 @@ type Gmail struct {
 
 	eps map[string]*endpoint // by method, built once
 
-	mu       sync.RWMutex
-	boxes    map[string]*mailbox
-	nboxes   uint64
-	unitsMu  sync.Mutex
-	units    map[string]int
-	unitsAll int
+	mu     sync.RWMutex
+	boxes  map[string]*mailbox
+	nboxes uint64
+	quota  *gmailQuota
 }
 
 func newGmail(s *Server) *Gmail {
-	g := &Gmail{s: s, eps: make(map[string]*endpoint), boxes: make(map[string]*mailbox), units: make(map[string]int)}
+	g := &Gmail{s: s, eps: make(map[string]*endpoint), boxes: make(map[string]*mailbox), quota: newGmailQuota(s.opts)}
 	for _, m := range gmailMethods() {
 		g.eps[m] = g.newEndpoint(m)
 	}
@@ -674,34 +672,4 @@ func (g *Gmail) WatchState(email string) (Watch, bool) {
 	w := *b.watch
 	w.LabelIDs = slices.Clone(w.LabelIDs)
 	return w, true
-}
-
-// QuotaUnits returns the Gmail quota units the account used (NOTES' costs:
-// history.list 2, messages.get 5, modify 5, batchModify 50, labels.list 1,
-// labels.create 5, watch 100, stop 50, messages.list 5, getProfile 1).
-func (g *Gmail) QuotaUnits(email string) int {
-	g.unitsMu.Lock()
-	defer g.unitsMu.Unlock()
-	return g.units[normEmail(email)]
-}
-
-// TotalQuotaUnits returns the quota units used by all accounts.
-func (g *Gmail) TotalQuotaUnits() int {
-	g.unitsMu.Lock()
-	defer g.unitsMu.Unlock()
-	return g.unitsAll
-}
-
-func (g *Gmail) addUnits(email string, n int) {
-	g.unitsMu.Lock()
-	g.units[email] += n
-	g.unitsAll += n
-	g.unitsMu.Unlock()
-}
-
-func (g *Gmail) resetUnits() {
-	g.unitsMu.Lock()
-	clear(g.units)
-	g.unitsAll = 0
-	g.unitsMu.Unlock()
 }

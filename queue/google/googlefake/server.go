@@ -90,6 +90,16 @@ type Options struct {
 	// Zero: Google's 1,000 x 26.
 	SheetsGridRows, SheetsGridColumns int
 
+	// GmailUserUnitsPerMinute and GmailProjectUnitsPerMinute are Gmail's
+	// quota limits per GmailQuotaWindow (see gmail_quota.go). Zero: Google's
+	// 6,000 and 1,200,000; negative: unlimited. GmailQuotaWindow zero: one
+	// minute. GmailMaxConcurrent is the most requests of one user in
+	// flight (more get 429). Zero: 20; negative: unlimited.
+	GmailUserUnitsPerMinute    int
+	GmailProjectUnitsPerMinute int
+	GmailQuotaWindow           time.Duration
+	GmailMaxConcurrent         int
+
 	// MaxBodyBytes limits request bodies; larger ones get 413. Zero: 10 MiB.
 	MaxBodyBytes int64
 
@@ -405,7 +415,12 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, route routeFunc) 
 		}
 		c.account = account
 		if ep.units > 0 {
-			s.Gmail.addUnits(account, ep.units)
+			done, qerr := s.Gmail.quota.admit(account, ep.method, ep.units)
+			if qerr != nil {
+				writeError(w, qerr, false)
+				return
+			}
+			defer done()
 		}
 	}
 
@@ -487,9 +502,11 @@ func splitPath(r *http.Request, prefix string) []string {
 
 // apiError is an error answered in Google's JSON error shape.
 type apiError struct {
-	Code    int
-	Status  string // e.g. NOT_FOUND
-	Reason  string // errors[0].reason, e.g. notFound
+	Code   int
+	Status string // e.g. NOT_FOUND
+	Reason string // errors[0].reason, e.g. notFound
+	// Domain is errors[0].domain. Empty: global.
+	Domain  string
 	Message string
 	// Header is added to the response (WWW-Authenticate, Retry-After).
 	Header http.Header
@@ -591,10 +608,14 @@ func writeError(w http.ResponseWriter, err error, oauth bool) {
 		}
 		body = oauthErrorBody{Error: code, Description: e.Message}
 	} else {
+		domain := e.Domain
+		if domain == "" {
+			domain = "global"
+		}
 		body = errorBody{Error: errorDetail{
 			Code:    e.Code,
 			Message: e.Message,
-			Errors:  []errorItem{{Message: e.Message, Domain: "global", Reason: e.Reason}},
+			Errors:  []errorItem{{Message: e.Message, Domain: domain, Reason: e.Reason}},
 			Status:  e.Status,
 		}}
 	}

@@ -1,0 +1,183 @@
+package googlefake_test
+
+import (
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/api/gmail/v1"
+	"google.golang.org/api/googleapi"
+
+	"mailroom/queue/google/googlefake"
+)
+
+// quotaErr returns the *googleapi.Error of a refused call.
+func quotaErr(t *testing.T, err error) *googleapi.Error {
+	t.Helper()
+	var ge *googleapi.Error
+	if !errors.As(err, &ge) {
+		t.Fatalf("error %v is not a *googleapi.Error", err)
+	}
+	if len(ge.Errors) != 1 {
+		t.Fatalf("errors = %+v, want one item", ge.Errors)
+	}
+	return ge
+}
+
+// The per-user limit refuses with Google's 403 userRateLimitExceeded in
+// the usageLimits domain and a "Retry after" time; a refused call costs
+// nothing, and the window slides.
+func TestGmailUserQuota(t *testing.T) {
+	clk := newClock(time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC))
+	e := newEnv(t, googlefake.Options{Now: clk.Now, GmailUserUnitsPerMinute: 12})
+	// history.list costs 2: six of them fill the 12 units.
+	for i := range 6 {
+		if _, err := e.gmail.Users.History.List("me").StartHistoryId(e.srv.Gmail.HistoryID(ann)).Do(); err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		clk.Advance(5 * time.Second)
+	}
+	_, err := e.gmail.Users.History.List("me").StartHistoryId(e.srv.Gmail.HistoryID(ann)).Do()
+	ge := quotaErr(t, err)
+	if ge.Code != 403 || ge.Errors[0].Reason != "userRateLimitExceeded" || !strings.Contains(ge.Body, `"domain":"usageLimits"`) {
+		t.Fatalf("refusal = %d %+v, want 403 userRateLimitExceeded in usageLimits", ge.Code, ge.Errors[0])
+	}
+	// The first call (at 12:00:00) leaves the window at 12:01:00.
+	if want := "Retry after 2026-06-01T12:01:00.000Z"; !strings.Contains(ge.Message, want) {
+		t.Errorf("message %q does not say %q", ge.Message, want)
+	}
+	if got := e.srv.Gmail.QuotaUnits(ann); got != 12 {
+		t.Errorf("units = %d, want 12 (the refused call costs nothing)", got)
+	}
+	if got := e.srv.Gmail.QuotaRefusals(ann)[googlefake.ReasonUserRateLimit]; got != 1 {
+		t.Errorf("refusals = %d, want 1", got)
+	}
+	// A labels.list (1 unit) does not fit either: the window is full.
+	if _, err := e.gmail.Users.Labels.List("me").Do(); err == nil {
+		t.Fatal("labels.list passed a full window")
+	}
+	// 12:00:30 + 30 s: the first call has left the window, two units are free.
+	clk.Advance(30 * time.Second)
+	if _, err := e.gmail.Users.History.List("me").StartHistoryId(e.srv.Gmail.HistoryID(ann)).Do(); err != nil {
+		t.Fatalf("after the window slid: %v", err)
+	}
+	if _, err := e.gmail.Users.Labels.List("me").Do(); err == nil {
+		t.Fatal("a 13th unit passed in one window")
+	}
+	u, ul, _, _ := e.srv.Gmail.QuotaWindow(ann)
+	if u != 12 || ul != 12 {
+		t.Errorf("window = %d of %d, want 12 of 12", u, ul)
+	}
+	by := e.srv.Gmail.QuotaUnitsByMethod(ann)
+	if by[googlefake.MethodHistoryList] != 14 || len(by) != 1 {
+		t.Errorf("units by method = %v, want history.list 14 only", by)
+	}
+}
+
+// Every method costs what Google's table says (a method over the whole
+// limit can never pass).
+func TestGmailQuotaMethodCosts(t *testing.T) {
+	clk := newClock(time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC))
+	e := newEnv(t, googlefake.Options{Now: clk.Now, GmailUserUnitsPerMinute: 99})
+	_, err := e.gmail.Users.Watch("me", &gmail.WatchRequest{TopicName: "projects/p/topics/t"}).Do() // 100 units
+	if ge := quotaErr(t, err); ge.Code != 403 {
+		t.Fatalf("watch over the limit: %d", ge.Code)
+	}
+	e.srv.Gmail.SetQuota(100, 0, 0, 0)
+	if _, err := e.gmail.Users.Watch("me", &gmail.WatchRequest{TopicName: "projects/p/topics/t"}).Do(); err != nil {
+		t.Fatalf("watch at the limit: %v", err)
+	}
+	if got := e.srv.Gmail.QuotaUnitsByMethod(ann)[googlefake.MethodWatch]; got != 100 {
+		t.Errorf("watch units = %d, want 100", got)
+	}
+}
+
+// The project limit counts every user together and refuses with
+// rateLimitExceeded.
+func TestGmailProjectQuota(t *testing.T) {
+	clk := newClock(time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC))
+	e := newEnv(t, googlefake.Options{Now: clk.Now, GmailUserUnitsPerMinute: 10, GmailProjectUnitsPerMinute: 15})
+	bobRefresh := e.srv.AddAccount(bob)
+	bg, _ := e.clients(t, bobRefresh)
+	for range 2 {
+		if _, err := e.gmail.Users.Messages.List("me").Do(); err != nil { // 5 each
+			t.Fatal(err)
+		}
+	}
+	if _, err := bg.Users.Messages.List("me").Do(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := bg.Users.Messages.List("me").Do()
+	ge := quotaErr(t, err)
+	if ge.Code != 403 || ge.Errors[0].Reason != "rateLimitExceeded" || !strings.Contains(ge.Body, `"domain":"usageLimits"`) {
+		t.Fatalf("refusal = %d %+v, want 403 rateLimitExceeded in usageLimits", ge.Code, ge.Errors[0])
+	}
+	if e.srv.Gmail.TotalQuotaUnits() != 15 || e.srv.Gmail.QuotaRefusals(bob)[googlefake.ReasonRateLimit] != 1 {
+		t.Errorf("units %d, bob's refusals %v", e.srv.Gmail.TotalQuotaUnits(), e.srv.Gmail.QuotaRefusals(bob))
+	}
+	_, _, p, pl := e.srv.Gmail.QuotaWindow(bob)
+	if p != 15 || pl != 15 {
+		t.Errorf("project window = %d of %d, want 15 of 15", p, pl)
+	}
+}
+
+// More requests of one user in flight than allowed get 429 "Too many
+// concurrent requests for user"; another user is not affected.
+func TestGmailConcurrentRequests(t *testing.T) {
+	e := newEnv(t, googlefake.Options{GmailMaxConcurrent: 2})
+	bobRefresh := e.srv.AddAccount(bob)
+	bg, _ := e.clients(t, bobRefresh)
+	// Warm the token so the slow calls below are all in flight at once.
+	if _, err := e.gmail.Users.GetProfile("me").Do(); err != nil {
+		t.Fatal(err)
+	}
+	h, err := e.srv.InjectFault(googlefake.Fault{Method: googlefake.MethodGetProfile, Account: ann, Latency: 300 * time.Millisecond})
+	check(t, err)
+	defer h.Remove()
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	started := make(chan struct{}, 3)
+	for i := range 2 {
+		wg.Go(func() {
+			started <- struct{}{}
+			_, errs[i] = e.gmail.Users.GetProfile("me").Do()
+		})
+	}
+	<-started
+	<-started
+	waitFor(t, "two calls in flight", func() bool { return h.Fired() == 2 })
+	_, errs[2] = e.gmail.Users.GetProfile("me").Do()
+	if _, err := bg.Users.GetProfile("me").Do(); err != nil {
+		t.Errorf("another user refused: %v", err)
+	}
+	wg.Wait()
+	if errs[0] != nil || errs[1] != nil {
+		t.Fatalf("calls within the limit failed: %v, %v", errs[0], errs[1])
+	}
+	ge := quotaErr(t, errs[2])
+	if ge.Code != 429 || ge.Message != "Too many concurrent requests for user" || !strings.Contains(ge.Body, `"domain":"usageLimits"`) {
+		t.Fatalf("third call = %d %q %+v", ge.Code, ge.Message, ge.Errors[0])
+	}
+	if got := e.srv.Gmail.QuotaRefusals(ann)["concurrent"]; got != 1 {
+		t.Errorf("concurrent refusals = %d, want 1", got)
+	}
+	if _, err := e.gmail.Users.GetProfile("me").Do(); err != nil {
+		t.Errorf("after the calls returned: %v", err)
+	}
+}
+
+// Negative limits turn the quota off.
+func TestGmailQuotaUnlimited(t *testing.T) {
+	e := newEnv(t, googlefake.Options{GmailUserUnitsPerMinute: -1, GmailProjectUnitsPerMinute: -1})
+	for range 3 {
+		if _, err := e.gmail.Users.Watch("me", &gmail.WatchRequest{TopicName: "projects/p/topics/t"}).Do(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.srv.Gmail.SetQuota(250, 0, 0, 0)
+	if _, err := e.gmail.Users.Watch("me", &gmail.WatchRequest{TopicName: "projects/p/topics/t"}).Do(); err == nil {
+		t.Fatal("the 301st..400th unit passed a 250-unit limit")
+	}
+}
