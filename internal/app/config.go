@@ -103,17 +103,14 @@ type Config struct {
 type Overrides struct {
 	// Tasks rewrites the rows of the task table (queues, workers).
 	Tasks func([]queue.TaskType) []queue.TaskType
-	// GmailQuotaPerSecond replaces the Gmail pipeline's own per-second
-	// call budget (0: its default).
-	GmailQuotaPerSecond float64
+	// GmailQuotaOff runs without the Gmail budget (benchmarks that measure
+	// the pipelines against an emulator whose quota is off too).
+	GmailQuotaOff bool
 	// GmailOnApplied is called after each Gmail event is applied.
 	GmailOnApplied func(gmail.Applied)
 	// RulesNaive runs the rules pipeline as the original design did
 	// (publish on every save, no stale skip): the benchmarks' baseline.
 	RulesNaive bool
-	// RulesGmailUnitsPerMinute replaces the rules pipeline's share of each
-	// account's Gmail quota (0: its default; -1: unlimited).
-	RulesGmailUnitsPerMinute int
 	// DebugDone, with DebugTasks, is called when a debug:record task
 	// succeeds, instead of recording its id in the data dir.
 	DebugDone func()

@@ -22,11 +22,10 @@ func (a *App) wireRules(ctx context.Context) error {
 		SaveLimit:  cfg.RuleSaveLimit,
 		SaveWindow: cfg.RuleSaveWindow,
 		SpentUntil: a.watch.SpentUntil,
-		// Overrides (benchmarks): the naive baseline, the quota share.
-		Naive:               cfg.Overrides.RulesNaive,
-		GmailUnitsPerMinute: cfg.Overrides.RulesGmailUnitsPerMinute,
-		Logger:              a.log,
-		Registerer:          a.registry,
+		// Overrides (benchmarks): the naive baseline.
+		Naive:      cfg.Overrides.RulesNaive,
+		Logger:     a.log,
+		Registerer: a.registry,
 	}, a.db, a.broker.Client(), func(ctx context.Context, accountID string) (rules.Gmail, error) {
 		return acc.Gmail(ctx, accountID)
 	})

@@ -82,7 +82,7 @@ func newGmailBench(ctx context.Context, o gmailBenchOptions) (_ *gmailBench, err
 		c.RedisURL = o.redisURL
 		c.GoogleAPIURL, c.GoogleTokenURL = g.fake.URL(), g.fake.TokenURL()
 		c.PushToken, c.GmailPollInterval, c.ShutdownTimeout = benchPushToken, time.Hour, 2*time.Second
-		c.Overrides.GmailQuotaPerSecond = 1e6
+		c.Overrides.GmailQuotaOff = true
 		c.Overrides.GmailOnApplied = g.onApplied
 		if o.oneQueue {
 			workers := c.ConcurrencyMessageAdded + 6*c.ConcurrencyState

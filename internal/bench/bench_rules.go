@@ -37,14 +37,14 @@ func (b *rulesBench) close() {
 
 // newRulesBench starts the app over the Google of g, whose mailbox of
 // email it mirrors, with the scenario's overrides (mutate) on top of an
-// hour's Gmail poll (MAILROOM_GMAIL_POLL_INTERVAL) and the rules
-// pipeline's Gmail quota share unlimited.
+// hour's Gmail poll (MAILROOM_GMAIL_POLL_INTERVAL) and no Gmail budget
+// (the emulator's quota is off too).
 func newRulesBench(ctx context.Context, mutate func(*app.Config), g benchGoogle, email string) (b *rulesBench, err error) {
 	b = &rulesBench{email: email}
 	a, stop, err := startApp(ctx, func(c *app.Config) {
 		c.GoogleAPIURL, c.GoogleTokenURL = g.url, g.tokenURL
 		c.GmailPollInterval = time.Hour
-		c.Overrides.RulesGmailUnitsPerMinute = -1
+		c.Overrides.GmailQuotaOff = true
 		mutate(c)
 	})
 	if err != nil {

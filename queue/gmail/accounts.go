@@ -134,19 +134,15 @@ func (p *Pipeline) Delete(ctx context.Context, id string) error {
 		return fmt.Errorf("gmail: delete %s: %w", id, err)
 	}
 	p.forgetClient(id)
-	p.quota.forget(id)
 	p.log.Info("account deleted", "account_id", id)
 	return nil
 }
 
 func (p *Pipeline) stopWatch(ctx context.Context, acc store.Account) error {
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.GoogleTimeout)
+	ctx, cancel := context.WithTimeout(google.WithPriority(ctx, google.PriorityLive), p.cfg.GoogleTimeout)
 	defer cancel()
 	gm, err := p.client(ctx, acc)
 	if err != nil {
-		return err
-	}
-	if err := p.quota.spend(ctx, acc.ID, unitsStop); err != nil {
 		return err
 	}
 	return gm.Stop(ctx)
@@ -450,11 +446,13 @@ func (p *Pipeline) OAuthCallback(ctx context.Context, code, state string) (store
 	if tok.RefreshToken == "" {
 		return store.Account{}, &InvalidError{Field: "code", Message: "Google gave no refresh token; remove mailroom's access in your Google account and connect again"}
 	}
-	gm, err := p.google.Gmail(ctx, p.google.TokenSource(tok, nil))
+	// The account is not known yet: its one profile call spends from a
+	// budget of its own.
+	gm, err := p.google.Gmail(ctx, "oauth-connect", p.google.TokenSource(tok, nil))
 	if err != nil {
 		return store.Account{}, err
 	}
-	email, _, err := gm.Profile(ctx)
+	email, _, err := gm.Profile(google.WithPriority(ctx, google.PriorityLive))
 	if err != nil {
 		return store.Account{}, err
 	}

@@ -112,15 +112,6 @@ type Config struct {
 	// FullSyncWorkers fetch messages in parallel during a full sync.
 	// Default 8.
 	FullSyncWorkers int
-	// QuotaPerSecond is the Gmail quota units one account may spend per
-	// second (Google's per-user limit is 250); calls wait for it, or
-	// reschedule their task when the wait is long. Default 250.
-	QuotaPerSecond float64
-	// QuotaBurst is the most units spent at once. Default 4×QuotaPerSecond.
-	QuotaBurst int
-	// MaxQuotaWait is the longest a task waits for quota before it is
-	// rescheduled (rate limited). Default 2s.
-	MaxQuotaWait time.Duration
 	// GoogleTimeout bounds calls made outside a task (delete's watch stop).
 	// Default 10s.
 	GoogleTimeout time.Duration
@@ -160,15 +151,6 @@ func (c *Config) defaults() {
 	}
 	if c.FullSyncWorkers <= 0 {
 		c.FullSyncWorkers = 8
-	}
-	if c.QuotaPerSecond <= 0 {
-		c.QuotaPerSecond = 250
-	}
-	if c.QuotaBurst <= 0 {
-		c.QuotaBurst = int(4 * c.QuotaPerSecond)
-	}
-	if c.MaxQuotaWait <= 0 {
-		c.MaxQuotaWait = 2 * time.Second
 	}
 	if c.GoogleTimeout <= 0 {
 		c.GoogleTimeout = 10 * time.Second
@@ -210,7 +192,6 @@ type Pipeline struct {
 	rules    RuleApplier
 	log      *slog.Logger
 	metrics  *metrics
-	quota    *quota
 	writes   *groupCommit
 
 	mu       sync.Mutex
@@ -235,7 +216,6 @@ func New(cfg Config, deps Deps) (*Pipeline, error) {
 		cfg: cfg, db: deps.DB, accounts: deps.Accounts, google: deps.Accounts.Google(), queue: deps.Queue, verifier: deps.Verifier, rules: deps.Rules,
 		log:      cfg.Logger.With("component", "gmail"),
 		metrics:  m,
-		quota:    newQuota(cfg.QuotaPerSecond, cfg.QuotaBurst, cfg.MaxQuotaWait),
 		writes:   &groupCommit{db: deps.DB},
 		labelsAt: map[string]time.Time{},
 		known:    map[string]map[string]bool{},

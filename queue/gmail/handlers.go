@@ -57,6 +57,7 @@ func apply(typ string, m *store.Message, ev Event) bool {
 // change; the fetch merges into it.
 func (p *Pipeline) stateHandler(typ string) queue.Handler {
 	return func(ctx context.Context, t *queue.Task) error {
+		ctx = google.WithPriority(ctx, google.PriorityLive)
 		ev, err := decodeEvent(t)
 		if err != nil {
 			return err
@@ -123,6 +124,7 @@ func (p *Pipeline) applied(typ string, ev Event, changed bool) {
 // message, then hand it to the rules. The task is acked after the rules
 // ran, so a crash in between runs both again (both are idempotent).
 func (p *Pipeline) handleAdded(ctx context.Context, t *queue.Task) error {
+	ctx = google.WithPriority(ctx, google.PriorityLive)
 	ev, err := decodeEvent(t)
 	if err != nil {
 		return err
@@ -202,9 +204,6 @@ func (p *Pipeline) message(accountID, id string) (store.Message, error) {
 
 // refreshLabels reads the account's labels from Gmail into its label map.
 func (p *Pipeline) refreshLabels(ctx context.Context, gm *google.Gmail, accountID string) error {
-	if err := p.quota.spend(ctx, accountID, unitsLabels); err != nil {
-		return err
-	}
 	labels, err := gm.Labels(ctx)
 	if err != nil {
 		return err
@@ -307,6 +306,7 @@ func watchKey(accountID string) string { return "gmail:watch:" + accountID }
 // handleWatchRenew is gmail:watch-renew: users.watch for the account, its
 // expiration stored.
 func (p *Pipeline) handleWatchRenew(ctx context.Context, t *queue.Task) error {
+	ctx = google.WithPriority(ctx, google.PriorityLive)
 	var pl watchPayload
 	if err := json.Unmarshal(t.Payload, &pl); err != nil {
 		return queue.Permanent(fmt.Errorf("gmail: watch-renew: bad payload: %w", err))
@@ -323,9 +323,6 @@ func (p *Pipeline) handleWatchRenew(ctx context.Context, t *queue.Task) error {
 	}
 	gm, err := p.client(ctx, acc)
 	if err != nil {
-		return err
-	}
-	if err := p.quota.spend(ctx, acc.ID, unitsWatch); err != nil {
 		return err
 	}
 	_, exp, err := gm.Watch(ctx, p.cfg.PubSubTopic)

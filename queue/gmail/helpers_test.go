@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"mailroom/queue"
+	"mailroom/queue/broker"
 	"mailroom/queue/broker/brokertest"
 	"mailroom/queue/gmail"
 	"mailroom/queue/google"
@@ -34,6 +35,9 @@ type env struct {
 	q     *queue.Queue
 	p     *gmail.Pipeline
 	user  store.User
+
+	broker *broker.Broker
+	budget *google.Budget
 }
 
 type envOptions struct {
@@ -41,6 +45,9 @@ type envOptions struct {
 	cfg     gmail.Config
 	noStart bool // do not start the task servers: the test runs handlers itself
 	rules   gmail.RuleApplier
+	// budget configures the Gmail budget (zero: Google's defaults, as
+	// serve runs).
+	budget google.BudgetConfig
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -48,18 +55,21 @@ func newEnv(t *testing.T, o envOptions) *env {
 	e := &env{t: t, fake: googlefake.StartForTest(t, o.fake), db: storetest.Open(t)}
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
+	b := brokertest.Embedded(t)
+	e.broker = b
+	budget, err := google.NewBudget(o.budget, b.Client())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.budget = budget
 	gc := google.New(google.Config{
 		APIURL: e.fake.URL(), TokenURL: e.fake.TokenURL(),
 		HTTPClient: &http.Client{Timeout: 10 * time.Second, Transport: tr},
+		Budget:     budget,
 	})
 	cfg := o.cfg
-	if cfg.QuotaPerSecond == 0 {
-		cfg.QuotaPerSecond = 100_000
-	}
 	cfg.Logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	e.table = queue.NewTable(queue.TableConfig{MaxRetries: 3, ConcurrencyMessageAdded: 3, ConcurrencyState: 5})
-	b := brokertest.Embedded(t)
-	var err error
 	e.q, err = queue.New(queue.Config{
 		RetryInitial: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond,
 		PollInterval: 10 * time.Millisecond, DelayedCheckInterval: 100 * time.Millisecond,

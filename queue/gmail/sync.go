@@ -53,10 +53,10 @@ func (p *Pipeline) handleSync(ctx context.Context, t *queue.Task) error {
 		run := store.SyncRun{Trigger: trigger, StartedAt: p.now(), FromHistoryID: acc.HistoryID}
 		if needsFullSync(acc) {
 			run.Kind = "full"
-			err = p.fullSync(ctx, gm, acc, &run)
+			err = p.fullSync(google.WithPriority(ctx, google.PriorityBulk), gm, acc, &run)
 		} else {
 			run.Kind = "history"
-			err = p.historySync(ctx, gm, acc, &run)
+			err = p.historySync(google.WithPriority(ctx, google.PriorityLive), gm, acc, &run)
 			if errors.Is(err, google.ErrHistoryTooOld) {
 				log.Info("history too old; doing a full sync", "from_history_id", acc.HistoryID)
 				p.metrics.syncs.WithLabelValues(run.Kind, "too_old").Inc()
@@ -205,9 +205,6 @@ func (p *Pipeline) finishSync(t *queue.Task, accountID string, run store.SyncRun
 func (p *Pipeline) historySync(ctx context.Context, gm *google.Gmail, acc store.Account, run *store.SyncRun) error {
 	start, token := acc.HistoryID, ""
 	for {
-		if err := p.quota.spend(ctx, acc.ID, unitsHistory); err != nil {
-			return err
-		}
 		page, err := gm.History(ctx, start, token, p.cfg.HistoryPageSize)
 		if err != nil {
 			return err
@@ -287,9 +284,6 @@ func (p *Pipeline) fullSync(ctx context.Context, gm *google.Gmail, acc store.Acc
 	if err := p.refreshLabels(ctx, gm, acc.ID); err != nil {
 		return err
 	}
-	if err := p.quota.spend(ctx, acc.ID, unitsProfile); err != nil {
-		return err
-	}
 	email, profileHID, err := gm.Profile(ctx)
 	if err != nil {
 		return err
@@ -305,9 +299,6 @@ func (p *Pipeline) fullSync(ctx context.Context, gm *google.Gmail, acc store.Acc
 	seen := map[string]bool{}
 	token := ""
 	for {
-		if err := p.quota.spend(ctx, acc.ID, unitsList); err != nil {
-			return err
-		}
 		refs, next, err := gm.ListMessages(ctx, token, listPageSize)
 		if err != nil {
 			return err
@@ -433,9 +424,6 @@ func (p *Pipeline) fetchAll(ctx context.Context, gm *google.Gmail, accountID str
 
 // fetch gets one message under the account's quota.
 func (p *Pipeline) fetch(ctx context.Context, gm *google.Gmail, accountID, id string, withBody bool) (google.Message, error) {
-	if err := p.quota.spend(ctx, accountID, unitsGet); err != nil {
-		return google.Message{}, err
-	}
 	m, err := gm.GetMessage(ctx, id, withBody)
 	if err == nil {
 		p.metrics.fetched.Inc()

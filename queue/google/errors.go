@@ -117,6 +117,47 @@ func rateLimitReason(ge *googleapi.Error) bool {
 	return strings.Contains(ge.Body, "RESOURCE_EXHAUSTED")
 }
 
+// retryAfterMessage reads the time in Gmail's "User-rate limit exceeded.
+// Retry after 2026-06-01T12:01:00.000Z" (developers.google.com/workspace/
+// gmail/api/guides/handle-errors).
+func retryAfterMessage(msg string) (time.Time, bool) {
+	_, rest, ok := strings.Cut(msg, "Retry after ")
+	if !ok {
+		return time.Time{}, false
+	}
+	if i := strings.IndexAny(rest, " \t\n"); i >= 0 {
+		rest = rest[:i]
+	}
+	t, err := time.Parse(time.RFC3339Nano, rest)
+	return t, err == nil
+}
+
+// quotaRefusal tells what kind of quota refusal a classified error of a
+// Gmail call is (RefusedUser, RefusedProject, RefusedConcurrent; 0: none)
+// and its wait. A wait for our own budget is none.
+func quotaRefusal(err error) (kind int, wait time.Duration) {
+	wait, limited := queue.RetryAfter(err)
+	var ge *googleapi.Error
+	if !limited || !errors.As(err, &ge) {
+		return 0, 0
+	}
+	switch {
+	case ge.Code == http.StatusTooManyRequests && strings.Contains(ge.Message, "concurrent"):
+		return RefusedConcurrent, wait
+	case ge.Code == http.StatusTooManyRequests:
+		return RefusedUser, wait
+	}
+	for _, e := range ge.Errors {
+		switch e.Reason {
+		case "userRateLimitExceeded":
+			return RefusedUser, wait
+		case "rateLimitExceeded":
+			return RefusedProject, wait
+		}
+	}
+	return 0, 0
+}
+
 // retryAfter reads Retry-After in seconds or as an HTTP date.
 func retryAfter(h http.Header) time.Duration {
 	v := strings.TrimSpace(h.Get("Retry-After"))

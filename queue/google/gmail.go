@@ -16,14 +16,20 @@ import (
 // errors (see Classify): a caller returns them to the queue as they are, or
 // checks them with errors.Is against ErrNotFound, ErrRevoked and
 // ErrHistoryTooOld.
+//
+// When the Client has a Budget, every call first spends its units (Google's
+// per-method cost) from the account's budget at the priority of its
+// context (WithPriority), and a quota refusal from Google shrinks it.
 type Gmail struct {
-	c   *Client
-	svc *gmailapi.Service
-	ts  *TokenSource
+	c       *Client
+	svc     *gmailapi.Service
+	ts      *TokenSource
+	account string
 }
 
-// Gmail returns the Gmail API of the account whose token source is ts.
-func (c *Client) Gmail(ctx context.Context, ts *TokenSource) (*Gmail, error) {
+// Gmail returns the Gmail API of the account whose token source is ts;
+// account keys its quota budget.
+func (c *Client) Gmail(ctx context.Context, account string, ts *TokenSource) (*Gmail, error) {
 	opts := []option.ClientOption{option.WithHTTPClient(c.httpClient(ts))}
 	if c.cfg.APIURL != "" {
 		opts = append(opts, option.WithEndpoint(c.cfg.APIURL))
@@ -32,7 +38,7 @@ func (c *Client) Gmail(ctx context.Context, ts *TokenSource) (*Gmail, error) {
 	if err != nil {
 		return nil, fmt.Errorf("google: gmail service: %w", err)
 	}
-	return &Gmail{c: c, svc: svc, ts: ts}, nil
+	return &Gmail{c: c, svc: svc, ts: ts, account: account}, nil
 }
 
 const me = "me"
@@ -93,16 +99,38 @@ type Label struct {
 	Type string
 }
 
-// call runs fn with the shared auth and retry rules (see call) and
-// classifies its error.
-func (g *Gmail) call(ctx context.Context, read bool, fn func() error) error {
-	return Classify(call(ctx, g.c, g.ts, read, fn))
+// call runs fn, a call costing units, with the shared auth and retry rules
+// (see call) and classifies its error. Each attempt spends its units from
+// the budget first and holds one of the account's in-flight slots.
+func (g *Gmail) call(ctx context.Context, read bool, units int, fn func() error) error {
+	b := g.c.cfg.Budget
+	if b == nil {
+		return Classify(call(ctx, g.c, g.ts, read, fn))
+	}
+	attempt := func() error {
+		if err := b.Spend(ctx, g.account, units); err != nil {
+			return err
+		}
+		release, err := b.acquire(ctx, g.account)
+		if err != nil {
+			return err
+		}
+		defer release()
+		return fn()
+	}
+	err := Classify(call(ctx, g.c, g.ts, read, attempt))
+	if kind, wait := quotaRefusal(err); kind != 0 {
+		if rerr := b.Refused(ctx, g.account, kind, wait); rerr != nil {
+			return errors.Join(err, rerr)
+		}
+	}
+	return err
 }
 
 // Profile returns the account's address and current history id.
 func (g *Gmail) Profile(ctx context.Context) (email string, historyID uint64, err error) {
 	var p *gmailapi.Profile
-	err = g.call(ctx, true, func() (err error) {
+	err = g.call(ctx, true, UnitsGetProfile, func() (err error) {
 		p, err = g.svc.Users.GetProfile(me).Context(ctx).Do()
 		return err
 	})
@@ -116,7 +144,7 @@ func (g *Gmail) Profile(ctx context.Context) (email string, historyID uint64, er
 // included), newest first. pageToken is empty for the first page.
 func (g *Gmail) ListMessages(ctx context.Context, pageToken string, pageSize int) (refs []MessageRef, next string, err error) {
 	var resp *gmailapi.ListMessagesResponse
-	err = g.call(ctx, true, func() (err error) {
+	err = g.call(ctx, true, UnitsMessagesList, func() (err error) {
 		call := g.svc.Users.Messages.List(me).IncludeSpamTrash(true).MaxResults(int64(pageSize)).Context(ctx)
 		if pageToken != "" {
 			call = call.PageToken(pageToken)
@@ -141,7 +169,7 @@ var metadataHeaders = []string{"From", "To", "Cc", "Subject"}
 // full). A message that no longer exists is a permanent ErrNotFound.
 func (g *Gmail) GetMessage(ctx context.Context, id string, withBody bool) (Message, error) {
 	var m *gmailapi.Message
-	err := g.call(ctx, true, func() (err error) {
+	err := g.call(ctx, true, UnitsMessagesGet, func() (err error) {
 		call := g.svc.Users.Messages.Get(me, id).Context(ctx)
 		if withBody {
 			call = call.Format("full")
@@ -205,7 +233,7 @@ func plainBody(p *gmailapi.MessagePart) string {
 // ErrHistoryTooOld (not a task error: the caller does a full sync).
 func (g *Gmail) History(ctx context.Context, startID uint64, pageToken string, pageSize int) (HistoryPage, error) {
 	var resp *gmailapi.ListHistoryResponse
-	err := g.call(ctx, true, func() (err error) {
+	err := g.call(ctx, true, UnitsHistoryList, func() (err error) {
 		call := g.svc.Users.History.List(me).StartHistoryId(startID).MaxResults(int64(pageSize)).Context(ctx)
 		if pageToken != "" {
 			call = call.PageToken(pageToken)
@@ -248,7 +276,7 @@ func (g *Gmail) History(ctx context.Context, startID uint64, pageToken string, p
 // Labels lists the account's labels, system and user.
 func (g *Gmail) Labels(ctx context.Context) ([]Label, error) {
 	var resp *gmailapi.ListLabelsResponse
-	err := g.call(ctx, true, func() (err error) {
+	err := g.call(ctx, true, UnitsLabelsList, func() (err error) {
 		resp, err = g.svc.Users.Labels.List(me).Context(ctx).Do()
 		return err
 	})
@@ -266,7 +294,7 @@ func (g *Gmail) Labels(ctx context.Context) ([]Label, error) {
 // error (409); list the labels first.
 func (g *Gmail) CreateLabel(ctx context.Context, name string) (Label, error) {
 	var l *gmailapi.Label
-	err := g.call(ctx, false, func() (err error) {
+	err := g.call(ctx, false, UnitsLabelsCreate, func() (err error) {
 		l, err = g.svc.Users.Labels.Create(me, &gmailapi.Label{
 			Name: name, LabelListVisibility: "labelShow", MessageListVisibility: "show",
 		}).Context(ctx).Do()
@@ -281,7 +309,7 @@ func (g *Gmail) CreateLabel(ctx context.Context, name string) (Label, error) {
 // Modify adds and removes labels of one message (a set operation: safe to
 // repeat).
 func (g *Gmail) Modify(ctx context.Context, id string, add, remove []string) error {
-	err := g.call(ctx, false, func() error {
+	err := g.call(ctx, false, UnitsModify, func() error {
 		_, err := g.svc.Users.Messages.Modify(me, id, &gmailapi.ModifyMessageRequest{
 			AddLabelIds: add, RemoveLabelIds: remove,
 		}).Context(ctx).Do()
@@ -302,7 +330,7 @@ func (g *Gmail) BatchModify(ctx context.Context, ids, add, remove []string) erro
 	if len(ids) > MaxBatchModify {
 		return fmt.Errorf("google: gmail messages.batchModify: %d ids, at most %d", len(ids), MaxBatchModify)
 	}
-	err := g.call(ctx, false, func() error {
+	err := g.call(ctx, false, UnitsBatchModify, func() error {
 		return g.svc.Users.Messages.BatchModify(me, &gmailapi.BatchModifyMessagesRequest{
 			Ids: ids, AddLabelIds: add, RemoveLabelIds: remove,
 		}).Context(ctx).Do()
@@ -317,7 +345,7 @@ func (g *Gmail) BatchModify(ctx context.Context, ids, add, remove []string) erro
 // topic; it returns the history id then and when the watch expires.
 func (g *Gmail) Watch(ctx context.Context, topic string) (historyID uint64, expiration time.Time, err error) {
 	var resp *gmailapi.WatchResponse
-	err = g.call(ctx, false, func() (err error) {
+	err = g.call(ctx, false, UnitsWatch, func() (err error) {
 		resp, err = g.svc.Users.Watch(me, &gmailapi.WatchRequest{TopicName: topic}).Context(ctx).Do()
 		return err
 	})
@@ -329,7 +357,7 @@ func (g *Gmail) Watch(ctx context.Context, topic string) (historyID uint64, expi
 
 // Stop ends push notifications of the mailbox.
 func (g *Gmail) Stop(ctx context.Context) error {
-	err := g.call(ctx, false, func() error {
+	err := g.call(ctx, false, UnitsStop, func() error {
 		return g.svc.Users.Stop(me).Context(ctx).Do()
 	})
 	if err != nil {

@@ -61,6 +61,9 @@ type Config struct {
 	// ReadRetryDelay is the wait before the first such retry, doubled each
 	// time. Zero: 200 ms.
 	ReadRetryDelay time.Duration
+	// Budget, when set, is the Gmail quota every Gmail call spends from
+	// first. Nil: calls are not budgeted (tests of the adapter alone).
+	Budget *Budget
 }
 
 // Client makes the per-account API adapters and runs the OAuth flow.
@@ -111,6 +114,9 @@ func New(cfg Config) *Client {
 		},
 	}
 }
+
+// Budget returns the Gmail quota budget of Config.Budget (nil without one).
+func (c *Client) Budget() *Budget { return c.cfg.Budget }
 
 // OAuthConfigured reports whether an OAuth client is set, so that accounts
 // can be connected through the consent flow.

@@ -22,5 +22,10 @@ func retryHint(ge *googleapi.Error) time.Duration {
 			return max(wait, time.Second)
 		}
 	}
+	// Gmail's per-user refusal names the time in its message: "User-rate
+	// limit exceeded.  Retry after 2026-06-01T12:01:00.000Z".
+	if at, ok := retryAfterMessage(ge.Message); ok {
+		return max(time.Until(at), time.Second)
+	}
 	return retryAfter(ge.Header)
 }

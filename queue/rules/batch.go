@@ -23,10 +23,13 @@ import (
 // then counts as skipped). For each message and label it adds the label where a rule
 // matches, removes it where it no longer matches and a rule had applied it,
 // and never removes a label a person applied. Changes go to Gmail in
-// messages.batchModify calls grouped by label change, within the account's
+// messages.batchModify calls grouped by label change, within the account.s
 // quota share; provenance, the batch's state, the job's counters and the
 // task's completion commit in one transaction.
 func (p *Pipeline) HandleBatch(ctx context.Context, t *queue.Task) error {
+	// Reclassify spends the account's Gmail budget after live changes and
+	// before full syncs.
+	ctx = google.WithPriority(ctx, google.PriorityReclassify)
 	var pl batchPayload
 	if err := json.Unmarshal(t.Payload, &pl); err != nil {
 		return queue.Permanent(fmt.Errorf("rules: decode batch payload: %w", err))
@@ -112,7 +115,7 @@ type batch struct {
 	msgs []*batchMessage
 	gm   Gmail
 
-	calls, units int
+	calls int
 	// applied are the label changes of an earlier attempt that reached
 	// Gmail and are recorded (see relabel); the job's counters count them.
 	applied []provChange
@@ -172,23 +175,6 @@ func (b *batch) needBody() bool {
 	return false
 }
 
-// spend takes units of the account's quota share, or asks to run again
-// when it is there.
-func (b *batch) spend(ctx context.Context, units int) error {
-	b.units += units
-	if b.p.quota == nil || units == 0 {
-		return nil
-	}
-	ok, wait, err := b.p.quota.Spend(ctx, b.pl.AccountID, units)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return queue.RateLimited(errQuota, wait)
-	}
-	return nil
-}
-
 func (b *batch) run(ctx context.Context) error {
 	start := time.Now()
 	gm, err := b.p.gmail(ctx, b.pl.AccountID)
@@ -233,9 +219,6 @@ func (b *batch) run(ctx context.Context) error {
 			return err
 		}
 		changes, adds, removes := b.plan(ids, known)
-		if err := b.spend(ctx, unitsBatchModify*(modifyCalls(adds)+modifyCalls(removes))); err != nil {
-			return err
-		}
 		tApply := time.Now()
 		failed, err := b.apply(ctx, adds, removes)
 		if !retried && errors.Is(err, google.ErrInvalidLabel) {
@@ -294,9 +277,6 @@ func (b *batch) relabel(ctx context.Context, changes []provChange, failed map[st
 // fetchBodies reads the text of every message of the batch from Gmail, a
 // few at a time: the mirror keeps no bodies.
 func (b *batch) fetchBodies(ctx context.Context) error {
-	if err := b.spend(ctx, unitsGet*len(b.msgs)); err != nil {
-		return err
-	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (

@@ -48,8 +48,13 @@ func newFixture(t testing.TB, cfg Config, start bool) *fixture {
 	t.Helper()
 	f := &fixture{t: t, db: storetest.Open(t), broker: brokertest.Embedded(t), tokens: map[string]string{}, openers: map[string]Gmail{}}
 	f.fake = googlefake.StartForTest(t, googlefake.Options{})
-	f.client = google.New(google.Config{APIURL: f.fake.URL(), TokenURL: f.fake.TokenURL(), ReadRetries: -1})
-	var err error
+	// The Gmail budget at Google's defaults, over the fixture's broker, as
+	// serve runs it.
+	budget, err := google.NewBudget(google.BudgetConfig{}, f.broker.Client())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.client = google.New(google.Config{APIURL: f.fake.URL(), TokenURL: f.fake.TokenURL(), ReadRetries: -1, Budget: budget})
 	f.p, err = New(cfg, f.db, f.broker.Client(), f.open)
 	if err != nil {
 		t.Fatal(err)
@@ -118,7 +123,7 @@ func (f *fixture) open(ctx context.Context, accountID string) (Gmail, error) {
 	if !ok {
 		return nil, queue.Permanent(fmt.Errorf("no account %s", accountID))
 	}
-	g, err := f.client.Gmail(ctx, f.client.TokenSource(google.Token{RefreshToken: tok}, nil))
+	g, err := f.client.Gmail(ctx, accountID, f.client.TokenSource(google.Token{RefreshToken: tok}, nil))
 	if err != nil {
 		return nil, err
 	}

@@ -129,26 +129,3 @@ func TestLimiterBurstStraddlingTheEdge(t *testing.T) {
 		}
 	})
 }
-
-func TestQuotaSpendsUnitsPerAccount(t *testing.T) {
-	brokertest.Each(t, func(t *testing.T, b *broker.Broker) {
-		ctx := context.Background()
-		q := NewQuota(b.Client(), 100, time.Minute)
-		if ok, _, err := q.Spend(ctx, "a", 60); err != nil || !ok {
-			t.Fatalf("first spend: %v %v", ok, err)
-		}
-		ok, wait, err := q.Spend(ctx, "a", 60)
-		if err != nil || ok {
-			t.Fatalf("second spend of 60 out of 100 a minute: ok %v, err %v", ok, err)
-		}
-		if wait < 11*time.Second || wait > 12*time.Second {
-			t.Errorf("wait %s, want about 12s (20 more units at 100 a minute)", wait)
-		}
-		if ok, _, err := q.Spend(ctx, "b", 100); err != nil || !ok {
-			t.Errorf("another account shares the budget: %v %v", ok, err)
-		}
-		if ok, _, err := q.Spend(ctx, "a", 30); err != nil || !ok {
-			t.Errorf("the refused spend took units: %v %v", ok, err)
-		}
-	})
-}

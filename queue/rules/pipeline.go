@@ -39,11 +39,6 @@ type Config struct {
 	// PublishPerTick bounds the jobs one tick publishes (the rest wait for
 	// the next tick, which comes at once when this one was full). Default 100.
 	PublishPerTick int
-	// GmailUnitsPerMinute is the share of each account's Gmail quota (15,000
-	// units a minute) that reclassify batches may use, enforced in the
-	// broker; a batch that would go over waits (rate limited). Default
-	// 10,000; negative: no limit (benchmarks against the emulator).
-	GmailUnitsPerMinute int
 	// BodyFetchers is how many message bodies a batch fetches at once when
 	// a rule looks at the body. Default 8.
 	BodyFetchers int
@@ -85,9 +80,6 @@ func (c *Config) defaults() {
 	}
 	if c.PublishPerTick <= 0 {
 		c.PublishPerTick = 100
-	}
-	if c.GmailUnitsPerMinute == 0 {
-		c.GmailUnitsPerMinute = 10000
 	}
 	if c.BodyFetchers <= 0 {
 		c.BodyFetchers = 8
@@ -140,7 +132,6 @@ type Pipeline struct {
 	cfg     Config
 	db      *store.DB
 	limiter *Limiter
-	quota   *Quota
 	gmail   GmailOpener
 	log     *slog.Logger
 	metrics *metrics
@@ -170,9 +161,6 @@ func New(cfg Config, db *store.DB, rdb RedisClient, gmail GmailOpener) (*Pipelin
 		metrics:  m,
 		gate:     newGate(),
 		compiled: map[string]*compiledRule{},
-	}
-	if cfg.GmailUnitsPerMinute > 0 {
-		p.quota = NewQuota(rdb, cfg.GmailUnitsPerMinute, time.Minute)
 	}
 	return p, nil
 }
@@ -260,8 +248,6 @@ var (
 	// ErrNotFound: no such user or rule.
 	ErrNotFound = errors.New("not found")
 
-	// errQuota is the cause of a batch that waits for the account's quota.
-	errQuota = errors.New("the account's Gmail quota share for reclassify is used up")
 	// errStopPreview ends a preview's walk of the mail.
 	errStopPreview = errors.New("rules: preview: enough messages read")
 )

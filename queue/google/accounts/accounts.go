@@ -80,9 +80,16 @@ func (s *Service) conn(ctx context.Context, acc store.Account) (*conn, error) {
 	ts := s.google.TokenSource(tok, func(t google.Token) error { return s.saveToken(id, t) })
 	refresh := tok.RefreshToken
 	ts.OnRevoked(func(err error) { s.failAccount(id, refresh, err) })
-	g, err := s.google.Gmail(ctx, ts)
+	g, err := s.google.Gmail(ctx, acc.ID, ts)
 	if err != nil {
 		return nil, err
+	}
+	if b := s.google.Budget(); b != nil && acc.HistoryID != 0 {
+		// The account spent before this process opened it (a restart, perhaps
+		// after a crash that took the embedded broker's budget with it).
+		if err := b.Resume(ctx, acc.ID); err != nil {
+			return nil, err
+		}
 	}
 	c := &conn{ts: ts, gmail: g}
 	s.conns[acc.ID] = c

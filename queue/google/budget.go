@@ -1,0 +1,550 @@
+package google
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"mailroom/queue"
+)
+
+// Gmail quota units per method, from Google's table
+// (developers.google.com/workspace/gmail/api/reference/quota).
+const (
+	UnitsGetProfile   = 1
+	UnitsMessagesList = 5
+	UnitsMessagesGet  = 5
+	UnitsModify       = 5
+	UnitsBatchModify  = 50
+	UnitsHistoryList  = 2
+	UnitsLabelsList   = 1
+	UnitsLabelsCreate = 5
+	UnitsWatch        = 100
+	UnitsStop         = 50
+)
+
+// Google's documented limits: 6,000 units per user per minute for projects
+// created since May 1, 2026 (15,000 before), 1,200,000 per project per
+// minute, and a daily billing threshold of 80,000,000 units per project.
+const (
+	DefaultUserUnitsPerMinute    = 6000
+	DefaultProjectUnitsPerMinute = 1_200_000
+	DailyBillingThreshold        = 80_000_000
+)
+
+// Priority orders the Gmail calls of one account inside its budget.
+type Priority int
+
+// Priorities, most urgent first.
+const (
+	// PriorityLive: a pushed or polled history page and its event tasks,
+	// label creation and watch renewals. Always served first, and a small
+	// share of the budget is kept for it.
+	PriorityLive Priority = iota
+	// PriorityReclassify: reclassify batches.
+	PriorityReclassify
+	// PriorityBulk: full syncs and backfills.
+	PriorityBulk
+)
+
+func (p Priority) String() string {
+	switch p {
+	case PriorityLive:
+		return "live"
+	case PriorityReclassify:
+		return "reclassify"
+	}
+	return "bulk"
+}
+
+type priorityKey struct{}
+
+// WithPriority marks the Gmail calls made with ctx. Calls without a mark
+// are bulk (they can never overtake marked work).
+func WithPriority(ctx context.Context, p Priority) context.Context {
+	return context.WithValue(ctx, priorityKey{}, p)
+}
+
+// PriorityOf returns the mark of ctx.
+func PriorityOf(ctx context.Context) Priority {
+	if p, ok := ctx.Value(priorityKey{}).(Priority); ok {
+		return p
+	}
+	return PriorityBulk
+}
+
+// ErrQuotaWait is the cause of a task handed back to wait for Gmail quota.
+var ErrQuotaWait = errors.New("waiting for Gmail quota")
+
+// BudgetConfig configures a Budget. Zero values take the defaults named.
+type BudgetConfig struct {
+	// UserUnits per Window per Google account
+	// (MAILROOM_GMAIL_USER_UNITS_PER_MINUTE). Default 6000.
+	UserUnits int
+	// ProjectUnits per Window for all accounts together
+	// (MAILROOM_GMAIL_PROJECT_UNITS_PER_MINUTE). Default 1,200,000.
+	ProjectUnits int
+	// Window is Google's minute (tests compress it). Default one minute.
+	Window time.Duration
+	// MaxWait is the longest a call waits in its task for budget; a longer
+	// wait hands the task back (rate limited: no failure, no attempt).
+	// Default 20 s.
+	MaxWait time.Duration
+	// MaxInFlight is the most Gmail calls of one account this process has
+	// in flight at once (Google answers 429 beyond its own number).
+	// Default 8.
+	MaxInFlight int
+	// Recover is how long a budget that Google shrank takes to grow back
+	// from nothing to the setting, while calls succeed. Default 10 windows.
+	Recover time.Duration
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+	// Logger. Default: discard.
+	Logger *slog.Logger
+	// Registerer receives mailroom_gmail_quota_units_total. Nil: a private
+	// registry.
+	Registerer prometheus.Registerer
+}
+
+func (c *BudgetConfig) defaults() {
+	if c.UserUnits <= 0 {
+		c.UserUnits = DefaultUserUnitsPerMinute
+	}
+	if c.ProjectUnits <= 0 {
+		c.ProjectUnits = DefaultProjectUnitsPerMinute
+	}
+	if c.Window <= 0 {
+		c.Window = time.Minute
+	}
+	if c.MaxWait <= 0 {
+		c.MaxWait = 20 * time.Second
+	}
+	if c.MaxInFlight <= 0 {
+		c.MaxInFlight = 8
+	}
+	if c.Recover <= 0 {
+		c.Recover = 10 * c.Window
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Registerer == nil {
+		c.Registerer = prometheus.NewRegistry()
+	}
+}
+
+// Budget is the Gmail quota of every account and of the project, kept in
+// the broker so that it holds across workers and, with an external Redis,
+// across processes. Every Gmail call of the adapter spends from it first
+// (Google's per-method cost), by priority; a refusal from Google shrinks
+// it (see Refused). Its methods are safe for concurrent use.
+//
+// The window is a sliding log of 60 buckets per account and for the
+// project. A bucket counts until all of it has left Google's window, so
+// the budget never lets more through in any window than the limit.
+type Budget struct {
+	cfg   BudgetConfig
+	rdb   redis.Scripter
+	log   *slog.Logger
+	units prometheus.Counter
+	waits prometheus.Counter
+
+	mu       sync.Mutex
+	inFlight map[string]chan struct{}
+}
+
+// Buckets of the sliding window.
+const budgetBuckets = 60
+
+// NewBudget returns the budget kept in the broker rdb.
+func NewBudget(cfg BudgetConfig, rdb redis.Scripter) (*Budget, error) {
+	cfg.defaults()
+	b := &Budget{
+		cfg: cfg, rdb: rdb, log: cfg.Logger.With("component", "gmail-quota"),
+		units: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "mailroom_gmail_quota_units_total",
+			Help: "Gmail quota units spent, by Google's per-method table.",
+		}),
+		waits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "mailroom_gmail_quota_waits_total",
+			Help: "Gmail calls that waited for the account's or the project's quota.",
+		}),
+		inFlight: map[string]chan struct{}{},
+	}
+	for _, c := range []prometheus.Collector{b.units, b.waits} {
+		if err := cfg.Registerer.Register(c); err != nil {
+			return nil, fmt.Errorf("google: register gmail quota metrics: %w", err)
+		}
+	}
+	return b, nil
+}
+
+// Config returns the budget's configuration with its defaults filled.
+func (b *Budget) Config() BudgetConfig { return b.cfg }
+
+const budgetPrefix = "mailroom:{gmailquota}:"
+
+// budgetKeys: user buckets, user state, project buckets, project state,
+// active accounts, today's units. The hash tag keeps them in one Redis
+// Cluster slot.
+func (b *Budget) keys(account string, now time.Time) []string {
+	return []string{
+		budgetPrefix + "u:" + account + ":b", budgetPrefix + "u:" + account + ":s",
+		budgetPrefix + "p:b", budgetPrefix + "p:s", budgetPrefix + "active",
+		budgetPrefix + "day:" + now.UTC().Format("20060102"),
+	}
+}
+
+// budgetLib is shared by the scripts: the sliding bucket log and the
+// adaptive limit.
+const budgetLib = `
+local now = tonumber(ARGV[1])
+local window = tonumber(ARGV[2])
+local bm = window / tonumber(ARGV[3])
+local recover = tonumber(ARGV[4])
+local oldest = math.floor((now - window) / bm)
+
+-- load returns a log's units in the window and its buckets, oldest first.
+local function load(key)
+  local raw = redis.call('HGETALL', key)
+  local list, stale, used = {}, {}, 0
+  for i = 1, #raw, 2 do
+    local idx, u = tonumber(raw[i]), tonumber(raw[i + 1])
+    if idx < oldest then
+      stale[#stale + 1] = raw[i]
+    else
+      used = used + u
+      list[#list + 1] = {idx, u}
+    end
+  end
+  if #stale > 0 then redis.call('HDEL', key, unpack(stale)) end
+  table.sort(list, function(a, b) return a[1] < b[1] end)
+  return used, list
+end
+
+-- limit returns the effective limit (shrunk by Google's refusals, growing
+-- back over recover) and until when calls are blocked.
+local function limit(key, setting)
+  local s = redis.call('HMGET', key, 'eff', 'at', 'blocked')
+  local e, at, blocked = tonumber(s[1]), tonumber(s[2]), tonumber(s[3]) or 0
+  if e == nil then return setting, blocked end
+  e = e + (now - at) * setting / recover
+  if e >= setting then
+    redis.call('HDEL', key, 'eff', 'at')
+    return setting, blocked
+  end
+  return math.floor(e), blocked
+end
+
+-- waitFor is how long until a log's units fall to target.
+local function waitFor(list, used, target)
+  for _, b in ipairs(list) do
+    used = used - b[2]
+    if used <= target then return math.ceil((b[1] + 1) * bm + window - now) end
+  end
+  return math.ceil(bm)
+end
+`
+
+// spendScript: KEYS as budgetKeys; ARGV now_ms, window_ms, buckets,
+// recover_ms, user limit, project limit, cost, priority, account.
+// Returns {granted, wait_ms, user units in window, user limit, why}; why:
+// 0 granted, 1 blocked by Google, 2 higher priority waiting, 3 user
+// window, 4 project window, 5 fair share.
+var spendScript = redis.NewScript(budgetLib + `
+local ulim = tonumber(ARGV[5])
+local plim = tonumber(ARGV[6])
+local cost = tonumber(ARGV[7])
+local prio = tonumber(ARGV[8])
+local acct = ARGV[9]
+local ttl = math.ceil(window * 20)
+
+redis.call('ZADD', KEYS[5], now, acct)
+redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now - window)
+redis.call('PEXPIRE', KEYS[5], ttl)
+
+local uused, ulist = load(KEYS[1])
+local ueff, ublocked = limit(KEYS[2], ulim)
+local pused, plist = load(KEYS[3])
+local peff, pblocked = limit(KEYS[4], plim)
+
+local function refuse(wait, why)
+  if wait < 1 then wait = 1 end
+  local d = 'd' .. prio
+  local until_ = now + wait + 2 * bm
+  local old = tonumber(redis.call('HGET', KEYS[2], d) or '0')
+  if until_ > old then redis.call('HSET', KEYS[2], d, until_) end
+  redis.call('PEXPIRE', KEYS[2], ttl)
+  return {0, wait, uused, ueff, why}
+end
+
+if ublocked > now or pblocked > now then
+  return refuse(math.max(ublocked, pblocked) - now, 1)
+end
+-- Strict priorities: a caller waits while more urgent work of the account
+-- waits (it asked within its wait and a grace of two buckets).
+for q = 0, prio - 1 do
+  local d = tonumber(redis.call('HGET', KEYS[2], 'd' .. q) or '0')
+  if d > now then return refuse(math.ceil(bm), 2) end
+end
+-- A share of the budget is kept for live work.
+local cap = ueff
+if prio > 0 then cap = ueff - math.max(math.floor(ueff / 50), 20) end
+if cap < 1 then cap = 1 end
+local c = math.min(cost, cap)
+if uused + c > cap then
+  return refuse(waitFor(ulist, uused, cap - c), 3)
+end
+local pc = math.min(cost, peff)
+if pused + pc > peff then
+  return refuse(waitFor(plist, pused, peff - pc), 4)
+end
+-- Fairness: past 90% of the project's window an account may spend only up
+-- to its share among the accounts active in the window.
+local n = redis.call('ZCARD', KEYS[5])
+local share = math.floor(peff / n)
+if pused + pc > peff * 0.9 and uused + c > share then
+  return refuse(waitFor(ulist, uused, math.max(share - c, 0)), 5)
+end
+
+local cur = tostring(math.floor(now / bm))
+redis.call('HINCRBY', KEYS[1], cur, cost)
+redis.call('PEXPIRE', KEYS[1], math.ceil(window * 2))
+redis.call('HINCRBY', KEYS[3], cur, cost)
+redis.call('PEXPIRE', KEYS[3], math.ceil(window * 2))
+redis.call('INCRBY', KEYS[6], cost)
+redis.call('EXPIRE', KEYS[6], 172800)
+redis.call('HDEL', KEYS[2], 'd' .. prio)
+return {1, 0, uused + cost, ueff, 0}
+`)
+
+// refusedScript: KEYS as budgetKeys; ARGV now_ms, window_ms, buckets,
+// recover_ms, user limit, project limit, kind (1 user, 2 project, 3
+// concurrent), blocked-until ms.
+var refusedScript = redis.NewScript(budgetLib + `
+local ulim = tonumber(ARGV[5])
+local plim = tonumber(ARGV[6])
+local kind = tonumber(ARGV[7])
+local until_ = tonumber(ARGV[8])
+local ttl = math.ceil(window * 20)
+local function shrink(bkey, skey, setting)
+  local used = load(bkey)
+  local e = limit(skey, setting)
+  local ne = math.max(math.floor(setting / 20), math.floor(math.min(e, used) * 0.9))
+  if ne < e then redis.call('HSET', skey, 'eff', ne, 'at', now) end
+  local b = tonumber(redis.call('HGET', skey, 'blocked') or '0')
+  if until_ > b then redis.call('HSET', skey, 'blocked', until_) end
+  redis.call('PEXPIRE', skey, ttl)
+  return ne
+end
+if kind == 2 then
+  return shrink(KEYS[3], KEYS[4], plim)
+end
+if kind == 3 then
+  local b = tonumber(redis.call('HGET', KEYS[2], 'blocked') or '0')
+  if until_ > b then redis.call('HSET', KEYS[2], 'blocked', until_) end
+  redis.call('PEXPIRE', KEYS[2], ttl)
+  return 0
+end
+return shrink(KEYS[1], KEYS[2], ulim)
+`)
+
+// resumeScript: an account without budget state starts at half its
+// setting (growing back over recover). KEYS user state, user buckets;
+// ARGV now_ms, setting, ttl_ms.
+var resumeScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 1 or redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'eff', math.floor(tonumber(ARGV[2]) / 2), 'at', ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return 1
+`)
+
+func (b *Budget) args(now time.Time) []any {
+	return []any{now.UnixMilli(), b.cfg.Window.Milliseconds(), budgetBuckets, b.cfg.Recover.Milliseconds(),
+		b.cfg.UserUnits, b.cfg.ProjectUnits}
+}
+
+// Grant is the budget's answer to one request for units.
+type Grant struct {
+	OK bool
+	// Wait is, when refused, how long until the units may be there.
+	Wait time.Duration
+	// Used is the account's units in the window (with these, when granted);
+	// Limit its effective limit now.
+	Used, Limit int
+	// Reason names a refusal.
+	Reason string
+}
+
+var refusalReasons = []string{"", "blocked after Google refused", "more urgent work of the account waits",
+	"the account's quota", "the project's quota", "the account's fair share of the project's quota"}
+
+// TrySpend takes units of the account's budget at priority p, or tells how
+// long to wait.
+func (b *Budget) TrySpend(ctx context.Context, account string, units int, p Priority) (Grant, error) {
+	now := b.cfg.Now()
+	res, err := spendScript.Run(ctx, b.rdb, b.keys(account, now),
+		append(b.args(now), units, int(p), account)...).Int64Slice()
+	if err != nil {
+		return Grant{}, fmt.Errorf("google: gmail quota of account %s: %w", account, err)
+	}
+	if len(res) != 5 {
+		return Grant{}, fmt.Errorf("google: gmail quota of account %s: script answered %v", account, res)
+	}
+	g := Grant{OK: res[0] == 1, Wait: time.Duration(res[1]) * time.Millisecond, Used: int(res[2]), Limit: int(res[3])}
+	if int(res[4]) < len(refusalReasons) {
+		g.Reason = refusalReasons[res[4]]
+	}
+	if g.OK {
+		b.units.Add(float64(units))
+	}
+	return g, nil
+}
+
+// Spend takes units of the account's budget at ctx's priority, waiting in
+// the task while the wait is short, and returns a rate-limited error
+// (ErrQuotaWait) naming the wait once waiting would pass MaxWait.
+func (b *Budget) Spend(ctx context.Context, account string, units int) error {
+	p := PriorityOf(ctx)
+	waited := time.Duration(0)
+	for {
+		g, err := b.TrySpend(ctx, account, units, p)
+		if err != nil {
+			return err
+		}
+		if g.OK {
+			return nil
+		}
+		b.waits.Inc()
+		if waited+g.Wait > b.cfg.MaxWait {
+			return queue.RateLimited(fmt.Errorf("google: account %s, %s call of %d units: %s: %w",
+				account, p, units, g.Reason, ErrQuotaWait), g.Wait)
+		}
+		if err := queue.Wait(ctx, g.Wait); err != nil {
+			return err
+		}
+		waited += g.Wait
+	}
+}
+
+// acquire holds one of the account's in-flight slots until release.
+func (b *Budget) acquire(ctx context.Context, account string) (release func(), err error) {
+	b.mu.Lock()
+	sem := b.inFlight[account]
+	if sem == nil {
+		sem = make(chan struct{}, b.cfg.MaxInFlight)
+		b.inFlight[account] = sem
+	}
+	b.mu.Unlock()
+	select {
+	case sem <- struct{}{}:
+		return func() { <-sem }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Refusal kinds for Refused.
+const (
+	RefusedUser       = 1 // userRateLimitExceeded
+	RefusedProject    = 2 // rateLimitExceeded
+	RefusedConcurrent = 3 // 429 too many concurrent requests
+)
+
+// Refused records that Google refused a call of the account for quota:
+// the account's budget (the project's, for RefusedProject) shrinks to 90%
+// of what it spent in the window, and no call is made before retry has
+// passed. It grows back over Recover.
+func (b *Budget) Refused(ctx context.Context, account string, kind int, retry time.Duration) error {
+	now := b.cfg.Now()
+	until := now.Add(retry).UnixMilli()
+	eff, err := refusedScript.Run(ctx, b.rdb, b.keys(account, now), append(b.args(now), kind, until)...).Int64()
+	if err != nil {
+		return fmt.Errorf("google: gmail quota refusal of account %s: %w", account, err)
+	}
+	b.log.Warn("Google refused a Gmail call for quota", "account_id", account, "kind", kind,
+		"retry_after", retry, "budget_now", eff)
+	return nil
+}
+
+// Resume starts an account this process has not spent for yet, but which
+// may have spent before a restart, at half its setting (growing back over
+// Recover), unless the broker still holds its budget. A crash never resets
+// the budget to full.
+func (b *Budget) Resume(ctx context.Context, account string) error {
+	now := b.cfg.Now()
+	k := b.keys(account, now)
+	ttl := (20 * b.cfg.Window).Milliseconds()
+	if err := resumeScript.Run(ctx, b.rdb, []string{k[1], k[0]}, now.UnixMilli(), b.cfg.UserUnits, ttl).Err(); err != nil {
+		return fmt.Errorf("google: resume gmail quota of account %s: %w", account, err)
+	}
+	return nil
+}
+
+// Usage is an account's use of its budget now.
+type Usage struct {
+	// Used is the account's units in the current window; Limit its
+	// effective limit (below Setting after Google refused); Setting the
+	// configured limit.
+	Used, Limit, Setting int
+	// ProjectUsed and ProjectLimit are the project's.
+	ProjectUsed, ProjectLimit int
+	// Today is the project's units today (UTC), against
+	// DailyBillingThreshold.
+	Today int64
+	// Waiting lists the priorities with calls waiting for budget.
+	Waiting []Priority
+	// BlockedUntil is set while Google's retry time holds calls back.
+	BlockedUntil time.Time
+}
+
+var usageScript = redis.NewScript(budgetLib + `
+local ulim = tonumber(ARGV[5])
+local plim = tonumber(ARGV[6])
+local uused = load(KEYS[1])
+local ueff, ublocked = limit(KEYS[2], ulim)
+local pused = load(KEYS[3])
+local peff, pblocked = limit(KEYS[4], plim)
+local today = tonumber(redis.call('GET', KEYS[6]) or '0')
+local w = {}
+for q = 0, 2 do
+  local d = tonumber(redis.call('HGET', KEYS[2], 'd' .. q) or '0')
+  if d > now then w[#w + 1] = q end
+end
+return {uused, ueff, pused, peff, today, math.max(ublocked, pblocked), w}
+`)
+
+// Usage reports the account's use of its budget.
+func (b *Budget) Usage(ctx context.Context, account string) (Usage, error) {
+	now := b.cfg.Now()
+	v, err := usageScript.Run(ctx, b.rdb, b.keys(account, now), b.args(now)...).Slice()
+	if err != nil {
+		return Usage{}, fmt.Errorf("google: gmail quota use of account %s: %w", account, err)
+	}
+	if len(v) != 7 {
+		return Usage{}, fmt.Errorf("google: gmail quota use of account %s: script answered %v", account, v)
+	}
+	n := func(i int) int64 { x, _ := v[i].(int64); return x }
+	u := Usage{Used: int(n(0)), Limit: int(n(1)), Setting: b.cfg.UserUnits, ProjectUsed: int(n(2)),
+		ProjectLimit: int(n(3)), Today: n(4)}
+	if bl := n(5); bl > now.UnixMilli() {
+		u.BlockedUntil = time.UnixMilli(bl)
+	}
+	if ws, ok := v[6].([]any); ok {
+		for _, w := range ws {
+			if q, ok := w.(int64); ok {
+				u.Waiting = append(u.Waiting, Priority(q))
+			}
+		}
+	}
+	return u, nil
+}

@@ -1,0 +1,340 @@
+package google
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"mailroom/queue"
+	"mailroom/queue/broker"
+	"mailroom/queue/broker/brokertest"
+	"mailroom/queue/google/googlefake"
+)
+
+// testClock is a settable clock.
+type testClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *testClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *testClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+func newBudget(t *testing.T, b *broker.Broker, cfg BudgetConfig) (*Budget, *testClock) {
+	t.Helper()
+	clk := &testClock{t: time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)}
+	if cfg.Now == nil {
+		cfg.Now = clk.Now
+	}
+	bud, err := NewBudget(cfg, b.Client())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bud, clk
+}
+
+func spend(t *testing.T, b *Budget, account string, units int, p Priority) Grant {
+	t.Helper()
+	g, err := b.TrySpend(context.Background(), account, units, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// The window slides: units spent leave it a window later, never earlier,
+// and a refusal names the wait until they do.
+func TestBudgetSlidingWindow(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, b *broker.Broker) {
+		bud, clk := newBudget(t, b, BudgetConfig{UserUnits: 100})
+		if g := spend(t, bud, "a", 60, PriorityLive); !g.OK || g.Used != 60 {
+			t.Fatalf("first spend: %+v", g)
+		}
+		clk.Advance(30 * time.Second)
+		if g := spend(t, bud, "a", 40, PriorityLive); !g.OK {
+			t.Fatalf("second spend (100 of 100): %+v", g)
+		}
+		g := spend(t, bud, "a", 5, PriorityLive)
+		if g.OK {
+			t.Fatal("a spend over the limit was granted")
+		}
+		// The 60 units of 12:00:00 leave the window once all of their
+		// bucket has: at 12:01:01 at the latest.
+		if g.Wait < 30*time.Second || g.Wait > 31*time.Second {
+			t.Errorf("wait %s, want 30-31s", g.Wait)
+		}
+		clk.Advance(29 * time.Second) // 12:00:59: still inside
+		if g := spend(t, bud, "a", 5, PriorityLive); g.OK {
+			t.Fatal("granted before the first units left the window")
+		}
+		clk.Advance(g.Wait - 29*time.Second)
+		if g := spend(t, bud, "a", 60, PriorityLive); !g.OK {
+			t.Fatalf("after the wait: %+v", g)
+		}
+		if g := spend(t, bud, "b", 100, PriorityLive); !g.OK {
+			t.Errorf("another account has a budget of its own: %+v", g)
+		}
+		u, err := bud.Usage(context.Background(), "a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if u.Used != 100 || u.Limit != 100 || u.Today != 260 {
+			t.Errorf("usage = %+v, want 100 of 100, 260 today", u)
+		}
+	})
+}
+
+// Live work is served first: a share of the budget is kept for it, and
+// while live work waits, reclassify and bulk wait behind it; reclassify
+// goes before bulk.
+func TestBudgetPriorities(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, b *broker.Broker) {
+		bud, clk := newBudget(t, b, BudgetConfig{UserUnits: 1000})
+		// Bulk fills what it may: 1000 minus the 20 kept for live work.
+		if g := spend(t, bud, "a", 980, PriorityBulk); !g.OK {
+			t.Fatalf("bulk 980: %+v", g)
+		}
+		if g := spend(t, bud, "a", 5, PriorityBulk); g.OK {
+			t.Fatal("bulk took the share kept for live work")
+		}
+		if g := spend(t, bud, "a", 5, PriorityLive); !g.OK {
+			t.Fatalf("live refused with its share free: %+v", g)
+		}
+		// Live asks for more than is left: it waits, and so does every
+		// lower priority until it is served.
+		if g := spend(t, bud, "a", 50, PriorityLive); g.OK {
+			t.Fatal("live over the limit granted")
+		}
+		clk.Advance(61 * time.Second)
+		if g := spend(t, bud, "a", 5, PriorityReclassify); g.OK || g.Reason != refusalReasons[2] {
+			t.Fatalf("reclassify went before waiting live work: %+v", g)
+		}
+		if g := spend(t, bud, "a", 50, PriorityLive); !g.OK {
+			t.Fatalf("live after the window: %+v", g)
+		}
+		// Reclassify waits, then bulk waits behind it.
+		if g := spend(t, bud, "a", 930, PriorityReclassify); !g.OK {
+			t.Fatalf("reclassify 930: %+v", g)
+		}
+		if g := spend(t, bud, "a", 50, PriorityReclassify); g.OK {
+			t.Fatal("reclassify over its cap granted")
+		}
+		if g := spend(t, bud, "a", 1, PriorityBulk); g.OK || g.Reason != refusalReasons[2] {
+			t.Fatalf("bulk went before waiting reclassify work: %+v", g)
+		}
+	})
+}
+
+// A refusal from Google shrinks the account's budget to 90% of what it
+// spent and blocks it until Google's retry time; it grows back over
+// Recover. A project refusal shrinks the project's.
+func TestBudgetAdaptsToGoogle(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, b *broker.Broker) {
+		ctx := context.Background()
+		bud, clk := newBudget(t, b, BudgetConfig{UserUnits: 1000, ProjectUnits: 10_000})
+		if g := spend(t, bud, "a", 500, PriorityLive); !g.OK {
+			t.Fatal(g)
+		}
+		if err := bud.Refused(ctx, "a", RefusedUser, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if g := spend(t, bud, "a", 1, PriorityLive); g.OK || g.Wait != 10*time.Second {
+			t.Fatalf("inside Google's retry time: %+v", g)
+		}
+		clk.Advance(10 * time.Second)
+		u, _ := bud.Usage(ctx, "a")
+		// 450 at the refusal, +1000/10min for 10 s.
+		if u.Limit < 450 || u.Limit > 470 {
+			t.Fatalf("limit after the refusal = %d, want about 450-466", u.Limit)
+		}
+		if g := spend(t, bud, "a", 100, PriorityLive); g.OK {
+			t.Fatal("spent past the shrunk limit")
+		}
+		clk.Advance(10 * time.Minute)
+		if u, _ := bud.Usage(ctx, "a"); u.Limit != 1000 {
+			t.Errorf("limit after Recover = %d, want the setting 1000", u.Limit)
+		}
+		// The project: another account's refusal names the project.
+		if g := spend(t, bud, "b", 900, PriorityLive); !g.OK {
+			t.Fatal(g)
+		}
+		if err := bud.Refused(ctx, "b", RefusedProject, time.Second); err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(time.Second)
+		if u, _ := bud.Usage(ctx, "c"); u.ProjectLimit > 900 {
+			t.Errorf("project limit after a project refusal = %d, want at most 900", u.ProjectLimit)
+		}
+	})
+}
+
+// An account that spent before a restart, whose budget the broker lost,
+// resumes at half its setting, not at full.
+func TestBudgetResumesConservatively(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, b *broker.Broker) {
+		ctx := context.Background()
+		bud, clk := newBudget(t, b, BudgetConfig{UserUnits: 1000})
+		if err := bud.Resume(ctx, "a"); err != nil {
+			t.Fatal(err)
+		}
+		if g := spend(t, bud, "a", 400, PriorityLive); !g.OK {
+			t.Fatalf("400 of half the setting: %+v", g)
+		}
+		if g := spend(t, bud, "a", 200, PriorityLive); g.OK || g.Limit != 500 {
+			t.Fatalf("a resumed account spent more than half its setting: %+v", g)
+		}
+		// A budget the broker still holds is kept as it is.
+		clk.Advance(10 * time.Minute)
+		if g := spend(t, bud, "b", 900, PriorityLive); !g.OK {
+			t.Fatal(g)
+		}
+		if err := bud.Resume(ctx, "b"); err != nil {
+			t.Fatal(err)
+		}
+		if u, _ := bud.Usage(ctx, "b"); u.Used != 900 || u.Limit != 1000 {
+			t.Errorf("resume changed a held budget: %+v", u)
+		}
+	})
+}
+
+// Past 90% of the project's window an account spends only up to its fair
+// share among the active accounts.
+func TestBudgetProjectFairShare(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, b *broker.Broker) {
+		bud, _ := newBudget(t, b, BudgetConfig{UserUnits: 10_000, ProjectUnits: 1000})
+		if g := spend(t, bud, "b", 1, PriorityLive); !g.OK { // b is active
+			t.Fatal(g)
+		}
+		if g := spend(t, bud, "a", 890, PriorityBulk); !g.OK {
+			t.Fatalf("a alone under 90%%: %+v", g)
+		}
+		if g := spend(t, bud, "a", 50, PriorityBulk); g.OK || g.Reason != refusalReasons[5] {
+			t.Fatalf("a past its share at 94%%: %+v", g)
+		}
+		if g := spend(t, bud, "b", 100, PriorityBulk); !g.OK {
+			t.Fatalf("b within its share: %+v", g)
+		}
+		if g := spend(t, bud, "b", 10, PriorityBulk); g.OK || g.Reason != refusalReasons[4] {
+			t.Fatalf("over the project's limit: %+v", g)
+		}
+	})
+}
+
+// Through the adapter, against the strict emulator: calls wait for the
+// budget instead of being refused by Google, every unit the emulator
+// counts was spent from the budget, and a long wait hands the task back
+// as rate limited (no failure).
+func TestGmailCallsSpendTheBudget(t *testing.T) {
+	ctx := WithPriority(context.Background(), PriorityLive)
+	fake := googlefake.StartForTest(t, googlefake.Options{GmailUserUnitsPerMinute: 30, GmailQuotaWindow: time.Second})
+	const ann = "ann@example.com"
+	refresh := fake.AddAccount(ann)
+	reg := prometheus.NewRegistry()
+	bud, err := NewBudget(BudgetConfig{UserUnits: 30, Window: time.Second, MaxWait: 5 * time.Second, Registerer: reg},
+		brokertest.Embedded(t).Client())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := New(Config{APIURL: fake.URL(), TokenURL: fake.TokenURL(), ReadRetries: -1, Budget: bud})
+	gm, err := c.Gmail(ctx, "acc-1", c.TokenSource(Token{RefreshToken: refresh}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	for range 12 { // 60 units at 30 a second
+		if _, err := gm.Labels(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := gm.ListMessages(ctx, "", 10); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := gm.Profile(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if el := time.Since(start); el < time.Second {
+		t.Errorf("84 units at 30 a second took %s: the budget did not hold them back", el)
+	}
+	if r := fake.Gmail.QuotaRefusals(ann); len(r) != 0 {
+		t.Errorf("Google refused: %v", r)
+	}
+	spent := gathered(t, reg, "mailroom_gmail_quota_units_total")
+	if got := fake.Gmail.QuotaUnits(ann); got != 84 || spent != 84 {
+		t.Errorf("emulator counted %d units, the budget spent %v; want 84 each", got, spent)
+	}
+	// A call that cannot wait long enough hands its task back.
+	short, err := NewBudget(BudgetConfig{UserUnits: 1, Window: time.Minute, MaxWait: time.Millisecond}, brokertest.Embedded(t).Client())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2 := New(Config{APIURL: fake.URL(), TokenURL: fake.TokenURL(), ReadRetries: -1, Budget: short})
+	gm2, _ := c2.Gmail(ctx, "acc-1", c2.TokenSource(Token{RefreshToken: refresh}, nil))
+	if _, err := gm2.Labels(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, err = gm2.Labels(ctx)
+	if d, limited := queue.RetryAfter(err); !limited || !errors.Is(err, ErrQuotaWait) || d < 50*time.Second {
+		t.Errorf("second call: %v (wait %s), want a rate-limited ErrQuotaWait of about a minute", err, d)
+	}
+}
+
+// A refusal by Google (the emulator's limit below the budget's) becomes a
+// rate-limited error with Google's retry time and shrinks the budget.
+func TestGmailRefusalShrinksTheBudget(t *testing.T) {
+	ctx := WithPriority(context.Background(), PriorityLive)
+	fake := googlefake.StartForTest(t, googlefake.Options{GmailUserUnitsPerMinute: 10})
+	const ann = "ann@example.com"
+	refresh := fake.AddAccount(ann)
+	bud, err := NewBudget(BudgetConfig{UserUnits: 6000}, brokertest.Embedded(t).Client())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := New(Config{APIURL: fake.URL(), TokenURL: fake.TokenURL(), ReadRetries: -1, Budget: bud})
+	gm, _ := c.Gmail(ctx, "acc-1", c.TokenSource(Token{RefreshToken: refresh}, nil))
+	for range 2 {
+		if _, _, err := gm.ListMessages(ctx, "", 10); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, _, err = gm.ListMessages(ctx, "", 10)
+	d, limited := queue.RetryAfter(err)
+	if !limited || d < 50*time.Second || d > 61*time.Second {
+		t.Fatalf("refused call: %v (wait %s), want rate limited until the emulator's window frees (~60s)", err, d)
+	}
+	u, err := bud.Usage(ctx, "acc-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.Limit > 300 || u.BlockedUntil.Before(time.Now().Add(50*time.Second)) {
+		t.Errorf("usage after Google's refusal = %+v, want the limit shrunk (floor 300) and blocked ~60s", u)
+	}
+}
+
+// gathered returns the value of the counter named in reg.
+func gathered(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no counter %s", name)
+	return 0
+}
