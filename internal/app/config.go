@@ -75,6 +75,9 @@ type Config struct {
 	ConcurrencyState        int
 	GmailPollInterval       time.Duration
 	GmailWatchRenew         time.Duration
+	GmailUserUnits          int
+	GmailProjectUnits       int
+	GmailQuotaWindow        time.Duration // the "minute" of the Gmail units (tests compress it)
 
 	// Beyond the contract.
 	Demo                 bool
@@ -181,6 +184,9 @@ func (c *Config) settings() []setting {
 		{"concurrency-state", "MAILROOM_CONCURRENCY_STATE", "workers of each state-change queue", n(&c.ConcurrencyState, 5), false, false},
 		{"gmail-poll-interval", "MAILROOM_GMAIL_POLL_INTERVAL", "each account is also synced this often without a push", d(&c.GmailPollInterval, 15*time.Minute), false, false},
 		{"gmail-watch-renew", "MAILROOM_GMAIL_WATCH_RENEW", "how often users.watch is renewed", d(&c.GmailWatchRenew, 24*time.Hour), false, false},
+		{"gmail-user-units-per-minute", "MAILROOM_GMAIL_USER_UNITS_PER_MINUTE", "Gmail quota units per minute per Google account, shared by every pipeline (Google's limit for projects made since May 2026; older projects may set 15000)", n(&c.GmailUserUnits, 6000), false, false},
+		{"gmail-project-units-per-minute", "MAILROOM_GMAIL_PROJECT_UNITS_PER_MINUTE", "Gmail quota units per minute for the whole project, shared fairly between accounts", n(&c.GmailProjectUnits, 1200000), false, false},
+		{"gmail-quota-window", "MAILROOM_GMAIL_QUOTA_WINDOW", "the window of the Gmail units per minute (tests compress the minute)", d(&c.GmailQuotaWindow, time.Minute), false, true},
 		{"demo", "MAILROOM_DEMO", "run with a built-in simulated Google and a traffic generator", b(&c.Demo, false), false, false},
 		{"demo-scale", "MAILROOM_DEMO_SCALE", "share of the demo's mailbox sizes (tests use a small one)", f(&c.DemoScale, 1), false, true},
 		{"broker-addr", "MAILROOM_BROKER_ADDR", "expose the embedded broker on this loopback address (for redis-cli); empty: no port", s(&c.BrokerAddr, ""), false, false},
@@ -341,7 +347,7 @@ func (c *Config) validateTimings() error {
 		{"reclassify-debounce", c.ReclassifyDebounce}, {"reclassify-max-wait", c.ReclassifyMaxWait},
 		{"reclassify-tick", c.ReclassifyTick}, {"rule-save-window", c.RuleSaveWindow},
 		{"sheets-flush-delay", c.SheetsFlushDelay}, {"sheets-quota-window", c.SheetsQuotaWindow}, {"sheets-recheck-max", c.SheetsRecheckMax}, {"retry-initial", c.RetryInitial}, {"retry-max", c.RetryMax},
-		{"gmail-poll-interval", c.GmailPollInterval}, {"gmail-watch-renew", c.GmailWatchRenew},
+		{"gmail-poll-interval", c.GmailPollInterval}, {"gmail-watch-renew", c.GmailWatchRenew}, {"gmail-quota-window", c.GmailQuotaWindow},
 		{"task-poll-interval", c.TaskPollInterval}, {"delayed-check-interval", c.DelayedCheckInterval},
 		{"task-server-linger", c.TaskServerLinger}, {"shutdown-timeout", c.ShutdownTimeout},
 	}
@@ -379,6 +385,8 @@ func (c *Config) validateCounts() error {
 		{"sheets-reads-per-minute", c.SheetsReadsPerMinute, 1, 1 << 20},
 		{"sheets-project-writes-per-minute", c.SheetsProjectWritesPerMinute, 1, 1 << 20},
 		{"sheets-project-reads-per-minute", c.SheetsProjectReadsPerMinute, 1, 1 << 20},
+		{"gmail-user-units-per-minute", c.GmailUserUnits, 100, 1 << 30},
+		{"gmail-project-units-per-minute", c.GmailProjectUnits, 100, 1 << 30},
 		{"max-retries", c.MaxRetries, 0, 100},
 		{"concurrency-message-added", c.ConcurrencyMessageAdded, 1, 1000},
 		{"concurrency-state", c.ConcurrencyState, 1, 1000},

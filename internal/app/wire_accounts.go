@@ -15,10 +15,24 @@ import (
 // saved token).
 func (a *App) wireAccounts(context.Context) error {
 	cfg := a.cfg
+	// One Gmail budget per account and for the project, in the broker: every
+	// Gmail call of every pipeline spends from it.
+	var budget *google.Budget
+	if !cfg.Overrides.GmailQuotaOff {
+		var err error
+		budget, err = google.NewBudget(google.BudgetConfig{
+			UserUnits: cfg.GmailUserUnits, ProjectUnits: cfg.GmailProjectUnits, Window: cfg.GmailQuotaWindow,
+			Logger: a.log, Registerer: a.registry,
+		}, a.broker.Client())
+		if err != nil {
+			return err
+		}
+	}
 	gc := google.New(google.Config{
 		APIURL: cfg.GoogleAPIURL, TokenURL: cfg.GoogleTokenURL,
 		ClientID: cfg.GoogleClientID, ClientSecret: cfg.GoogleClientSecret, RedirectURL: cfg.redirectURL(),
 		HTTPClient: &http.Client{Timeout: 30 * time.Second},
+		Budget:     budget,
 	})
 	a.accounts = accounts.New(a.db, gc, accounts.Config{Logger: a.log})
 	return nil

@@ -205,7 +205,7 @@ func RunGoogleChild(ctx context.Context, threads int, dir, email string, stdin i
 	}
 	// Gmail keeps history at Google; the emulator keeps only the last 1,000
 	// records so its heap does not grow with the run.
-	fake := googlefake.New(googlefake.Options{HistoryMaxRecords: 1000})
+	fake := googlefake.New(googlefake.Options{HistoryMaxRecords: 1000, GmailUserUnitsPerMinute: -1, GmailProjectUnitsPerMinute: -1})
 	if _, err := fake.Start(); err != nil {
 		return err
 	}

@@ -10,7 +10,7 @@ import (
 // its details ({"@type": "type.googleapis.com/google.rpc.RetryInfo",
 // "retryDelay": "30s"}, Google's error model:
 // cloud.google.com/apis/design/errors#retryinfo), else its Retry-After
-// header, else defaultRateWait.
+// header, else Gmail's "Retry after <time>" message, else defaultRateWait.
 func retryHint(ge *googleapi.Error) time.Duration {
 	for _, d := range ge.Details {
 		m, ok := d.(map[string]any)
