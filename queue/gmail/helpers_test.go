@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"mailroom/queue"
 	"mailroom/queue/broker"
@@ -38,6 +39,24 @@ type env struct {
 
 	broker *broker.Broker
 	budget *google.Budget
+	reg    *prometheus.Registry // the budget's metrics
+}
+
+// budgetUnits returns the units the budget granted
+// (mailroom_gmail_quota_units_total).
+func (e *env) budgetUnits() int {
+	e.t.Helper()
+	mfs, err := e.reg.Gather()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "mailroom_gmail_quota_units_total" {
+			return int(mf.GetMetric()[0].GetCounter().GetValue())
+		}
+	}
+	e.t.Fatal("no mailroom_gmail_quota_units_total")
+	return 0
 }
 
 type envOptions struct {
@@ -57,6 +76,10 @@ func newEnv(t *testing.T, o envOptions) *env {
 	t.Cleanup(tr.CloseIdleConnections)
 	b := brokertest.Embedded(t)
 	e.broker = b
+	e.reg = prometheus.NewRegistry()
+	if o.budget.Registerer == nil {
+		o.budget.Registerer = e.reg
+	}
 	budget, err := google.NewBudget(o.budget, b.Client())
 	if err != nil {
 		t.Fatal(err)

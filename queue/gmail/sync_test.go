@@ -154,7 +154,11 @@ func TestFullSyncSchedulesTheRules(t *testing.T) {
 // equal to the mailbox.
 func TestInterruptedFullSyncResumes(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, envOptions{})
+	// 1,200 messages cost over 6,000 units, more than one minute of the
+	// account's quota: the minute is compressed to 2 s (emulator and budget
+	// alike) so the test waits for the budget but not for a minute.
+	e := newEnv(t, envOptions{fake: googlefake.Options{GmailQuotaWindow: 2 * time.Second},
+		budget: google.BudgetConfig{Window: 2 * time.Second}})
 	refresh := e.fake.AddAccount(ann)
 	if _, err := e.fake.Gmail.Generate(ann, 1200, 7); err != nil {
 		t.Fatal(err)

@@ -92,6 +92,10 @@ type BudgetConfig struct {
 	ProjectUnits int
 	// Window is Google's minute (tests compress it). Default one minute.
 	Window time.Duration
+	// Margin is added to Window: Google counts a call when it arrives, a
+	// moment after the budget granted it, so a unit leaves the budget's
+	// window a little after it leaves Google's. Default min(1s, Window/20).
+	Margin time.Duration
 	// MaxWait is the longest a call waits in its task for budget; a longer
 	// wait hands the task back (rate limited: no failure, no attempt).
 	// Default 20 s.
@@ -100,8 +104,9 @@ type BudgetConfig struct {
 	// in flight at once (Google answers 429 beyond its own number).
 	// Default 8.
 	MaxInFlight int
-	// Recover is how long a budget that Google shrank takes to grow back
-	// from nothing to the setting, while calls succeed. Default 10 windows.
+	// Recover sets how fast a budget that Google shrank grows back while
+	// calls succeed: by its own size every Recover (10% a window by
+	// default), up to the setting. Default 10 windows.
 	Recover time.Duration
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
@@ -121,6 +126,9 @@ func (c *BudgetConfig) defaults() {
 	}
 	if c.Window <= 0 {
 		c.Window = time.Minute
+	}
+	if c.Margin <= 0 {
+		c.Margin = min(time.Second, c.Window/20)
 	}
 	if c.MaxWait <= 0 {
 		c.MaxWait = 20 * time.Second
@@ -232,12 +240,13 @@ local function load(key)
 end
 
 -- limit returns the effective limit (shrunk by Google's refusals, growing
--- back over recover) and until when calls are blocked.
+-- back by window/recover of itself per window, linearly in time) and until
+-- when calls are blocked.
 local function limit(key, setting)
   local s = redis.call('HMGET', key, 'eff', 'at', 'blocked')
   local e, at, blocked = tonumber(s[1]), tonumber(s[2]), tonumber(s[3]) or 0
   if e == nil then return setting, blocked end
-  e = e + (now - at) * setting / recover
+  e = e + (now - at) * e / recover
   if e >= setting then
     redis.call('HDEL', key, 'eff', 'at')
     return setting, blocked
@@ -359,7 +368,7 @@ return shrink(KEYS[1], KEYS[2], ulim)
 `)
 
 // resumeScript: an account without budget state starts at half its
-// setting (growing back over recover). KEYS user state, user buckets;
+// setting (growing back). KEYS user state, user buckets;
 // ARGV now_ms, setting, ttl_ms.
 var resumeScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 1 or redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
@@ -369,7 +378,7 @@ return 1
 `)
 
 func (b *Budget) args(now time.Time) []any {
-	return []any{now.UnixMilli(), b.cfg.Window.Milliseconds(), budgetBuckets, b.cfg.Recover.Milliseconds(),
+	return []any{now.UnixMilli(), (b.cfg.Window + b.cfg.Margin).Milliseconds(), budgetBuckets, b.cfg.Recover.Milliseconds(),
 		b.cfg.UserUnits, b.cfg.ProjectUnits}
 }
 
@@ -463,7 +472,7 @@ const (
 // Refused records that Google refused a call of the account for quota:
 // the account's budget (the project's, for RefusedProject) shrinks to 90%
 // of what it spent in the window, and no call is made before retry has
-// passed. It grows back over Recover.
+// passed. It grows back by 10% a window (Recover).
 func (b *Budget) Refused(ctx context.Context, account string, kind int, retry time.Duration) error {
 	now := b.cfg.Now()
 	until := now.Add(retry).UnixMilli()
@@ -477,8 +486,8 @@ func (b *Budget) Refused(ctx context.Context, account string, kind int, retry ti
 }
 
 // Resume starts an account this process has not spent for yet, but which
-// may have spent before a restart, at half its setting (growing back over
-// Recover), unless the broker still holds its budget. A crash never resets
+// may have spent before a restart, at half its setting (growing back by
+// 10% a window), unless the broker still holds its budget. A crash never resets
 // the budget to full.
 func (b *Budget) Resume(ctx context.Context, account string) error {
 	now := b.cfg.Now()

@@ -1,0 +1,126 @@
+package gmail_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"mailroom/queue/gmail"
+	"mailroom/queue/google"
+	"mailroom/queue/google/googlefake"
+	"mailroom/store"
+)
+
+// Every Gmail call the pipeline makes (profile, list and get of a full
+// sync, history pages, the event handlers' gets and label lookups, watch,
+// the stop of a deleted account) spends from the account's budget: the
+// units Google (the emulator) counted equal the units the budget granted,
+// so no call site goes around it.
+func TestEveryGmailCallSpendsTheBudget(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{cfg: gmail.Config{PubSubTopic: "projects/p/topics/mail"}})
+	acc := e.connect(ann, 40)
+	e.waitConverged(acc.ID, ann, 20*time.Second)
+	waitUntil(t, 10*time.Second, "the watch", func() bool { return !e.account(acc.ID).WatchExpiration.IsZero() })
+	mutate(t, e.fake, ann, 3)
+	e.notify(ann)
+	e.waitConverged(acc.ID, ann, 20*time.Second)
+	if err := e.p.Delete(context.Background(), acc.ID); err != nil {
+		t.Fatal(err)
+	}
+	by := e.fake.Gmail.QuotaUnitsByMethod(ann)
+	for _, m := range []string{googlefake.MethodGetProfile, googlefake.MethodMessagesList, googlefake.MethodMessagesGet,
+		googlefake.MethodHistoryList, googlefake.MethodWatch, googlefake.MethodStop} {
+		if by[m] == 0 {
+			t.Errorf("no %s call was made (units by method %v): the test does not cover it", m, by)
+		}
+	}
+	if google, budget := e.fake.Gmail.TotalQuotaUnits(), e.budgetUnits(); google != budget {
+		t.Errorf("Google counted %d units, the budget granted %d: a call went around the budget (by method: %v)", google, budget, by)
+	}
+	if r := e.fake.Gmail.TotalQuotaRefusals(); r != 0 {
+		t.Errorf("Google refused %d calls under the budget", r)
+	}
+}
+
+// When Google's limit is lower than the budget thinks (a project whose
+// quota was lowered), its refusals become waits, never failures or dead
+// letters: the budget shrinks to what Google allows and the sync converges.
+func TestGoogleRefusalsBecomeWaits(t *testing.T) {
+	t.Parallel()
+	// The minute is compressed to 3 s; Google allows 400 units in it, the
+	// budget believes 6,000.
+	e := newEnv(t, envOptions{
+		fake:   googlefake.Options{GmailUserUnitsPerMinute: 400, GmailQuotaWindow: 3 * time.Second},
+		budget: google.BudgetConfig{Window: 3 * time.Second},
+	})
+	acc := e.connect(ann, 200) // over 1,000 units
+	e.waitConverged(acc.ID, ann, 40*time.Second)
+	refused := e.fake.Gmail.QuotaRefusals(ann)[googlefake.ReasonUserRateLimit]
+	if refused == 0 {
+		t.Fatal("Google refused nothing: the test did not reach its limit")
+	}
+	calls := 0
+	for _, n := range e.fake.CallCounts() {
+		calls += n
+	}
+	// After the first refusals the budget holds the account under Google's
+	// limit; refusals stay a small share of the calls.
+	if refused*20 > calls {
+		t.Errorf("%d of %d calls refused: the budget did not adapt", refused, calls)
+	}
+	var dead map[string]int
+	if err := e.db.View(func(tx *store.Tx) (err error) { dead, err = tx.DeadLetterCounts(); return err }); err != nil {
+		t.Fatal(err)
+	}
+	if len(dead) != 0 {
+		t.Errorf("dead letters %v: a quota refusal failed a task", dead)
+	}
+	u, err := e.budget.Usage(context.Background(), acc.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.Limit >= 6000 {
+		t.Errorf("budget limit %d after Google's refusals, want it shrunk below the 6,000 setting", u.Limit)
+	}
+}
+
+// An account that had synced before this process opened it (a restart,
+// perhaps after kill -9 took the embedded broker's budget with it) resumes
+// at half its budget, growing back, not at full.
+func TestRestartResumesTheBudgetConservatively(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{})
+	acc := e.connect(ann, 5)
+	e.waitConverged(acc.ID, ann, 20*time.Second)
+	ctx := context.Background()
+	u, err := e.budget.Usage(ctx, acc.ID)
+	if err != nil || u.Limit != 6000 {
+		t.Fatalf("a new account's budget = %+v, %v; want the full 6,000", u, err)
+	}
+	// The broker forgets (as the embedded one does in a crash), and a new
+	// process (a new pipeline over the same store) opens the account.
+	rdb := e.broker.Client()
+	keys, err := rdb.Keys(ctx, "mailroom:{gmailquota}:*").Result()
+	if err != nil || len(keys) == 0 {
+		t.Fatalf("budget keys %v, %v", keys, err)
+	}
+	if err := rdb.Del(ctx, keys...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	gc := google.New(google.Config{APIURL: e.fake.URL(), TokenURL: e.fake.TokenURL(), Budget: e.budget})
+	p2, err := gmail.New(gmail.Config{}, gmail.Deps{DB: e.db, Google: gc, Queue: lazy{e}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p2.Gmail(ctx, acc.ID); err != nil {
+		t.Fatal(err)
+	}
+	u, err = e.budget.Usage(ctx, acc.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.Limit < 3000 || u.Limit > 3100 {
+		t.Errorf("budget after the restart = %d, want about half the 6,000 setting", u.Limit)
+	}
+}
