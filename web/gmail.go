@@ -93,6 +93,9 @@ func (g *gmailHandlers) apiConnect(c *gin.Context) {
 // user's (a user token always sees only its own).
 func (g *gmailHandlers) apiAccounts(c *gin.Context) {
 	accs, err := g.p.Accounts()
+	if err == nil {
+		err = g.p.WithQuota(c.Request.Context(), accs)
+	}
 	if err != nil {
 		Fail(c, err)
 		return
@@ -108,6 +111,9 @@ func (g *gmailHandlers) apiAccounts(c *gin.Context) {
 
 func (g *gmailHandlers) apiAccount(c *gin.Context) {
 	v, err := g.p.Account(c.Param("id"))
+	if err == nil {
+		v.GmailQuota, err = g.p.Quota(c.Request.Context(), v.ID)
+	}
 	if err != nil {
 		Fail(c, err)
 		return

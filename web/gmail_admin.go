@@ -14,6 +14,9 @@ import (
 type accountsView struct {
 	Accounts []gmail.AccountView
 	Users    []store.User
+	// Project is the project's Gmail quota use (any account's view has
+	// it); nil without accounts or a budget.
+	Project *gmail.QuotaView
 	// OAuth: connecting through Google's consent page is possible.
 	OAuth bool
 	// Watch: push notifications are set up (a Pub/Sub topic); without it
@@ -35,6 +38,9 @@ type accountPageView struct {
 
 func (g *gmailHandlers) accountsPage(c *gin.Context) {
 	accs, err := g.p.Accounts()
+	if err == nil {
+		err = g.p.WithQuota(c.Request.Context(), accs)
+	}
 	if err != nil {
 		Fail(c, err)
 		return
@@ -44,8 +50,12 @@ func (g *gmailHandlers) accountsPage(c *gin.Context) {
 		Fail(c, fmt.Errorf("web: list users: %w", err))
 		return
 	}
+	var project *gmail.QuotaView
+	if len(accs) > 0 {
+		project = accs[0].GmailQuota
+	}
 	Render(c, "accounts", accountsView{
-		Accounts: accs, Users: users, OAuth: g.p.OAuthConfigured(), Watch: g.p.WatchEnabled(),
+		Accounts: accs, Users: users, Project: project, OAuth: g.p.OAuthConfigured(), Watch: g.p.WatchEnabled(),
 		PollInterval: g.p.PollInterval(), PushURL: g.opts.PublicURL + "/push/gmail",
 		PushAudience: g.opts.PushAudience, PushToken: g.opts.PushToken,
 	})
@@ -54,6 +64,10 @@ func (g *gmailHandlers) accountsPage(c *gin.Context) {
 func (g *gmailHandlers) accountPage(c *gin.Context) {
 	d, err := g.p.Detail(c.Param("id"), 30)
 	if err != nil {
+		Fail(c, err)
+		return
+	}
+	if d.GmailQuota, err = g.p.Quota(c.Request.Context(), d.ID); err != nil {
 		Fail(c, err)
 		return
 	}

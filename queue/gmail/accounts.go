@@ -167,6 +167,9 @@ type AccountView struct {
 	LastSyncAt    string              `json:"lastSyncAt,omitempty"`
 	LastError     string              `json:"lastError,omitempty"`
 	CreatedAt     string              `json:"createdAt"`
+	// GmailQuota is the account's use of its Gmail budget (filled by
+	// WithQuota; nil without a budget).
+	GmailQuota *QuotaView `json:"gmailQuota,omitempty"`
 
 	// The same times as time.Time, for pages.
 	LastSync     time.Time `json:"-"`

@@ -2,6 +2,8 @@ package gmail_test
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -82,6 +84,31 @@ func TestGoogleRefusalsBecomeWaits(t *testing.T) {
 	}
 	if u.Limit >= 6000 {
 		t.Errorf("budget limit %d after Google's refusals, want it shrunk below the 6,000 setting", u.Limit)
+	}
+	q, err := e.p.Quota(context.Background(), acc.ID)
+	if err != nil || q == nil || !strings.Contains(q.Status, "budget lowered") {
+		t.Errorf("quota view %+v, %v: want a status saying the budget was lowered", q, err)
+	}
+}
+
+// While work waits for the account's budget, its quota view says so (the
+// status line of the Accounts page and the API).
+func TestQuotaStatusWhileWaiting(t *testing.T) {
+	t.Parallel()
+	// Bulk work may spend 80 of the 100 (20 are kept for live work).
+	e := newEnv(t, envOptions{budget: google.BudgetConfig{UserUnits: 100}})
+	acc := e.connect(ann, 60) // 300 units of gets: three minutes at 100
+	var q *gmail.QuotaView
+	waitUntil(t, 10*time.Second, "the full sync to wait for quota", func() bool {
+		var err error
+		q, err = e.p.Quota(context.Background(), acc.ID)
+		return err == nil && q != nil && slices.Contains(q.Waiting, "bulk")
+	})
+	if !strings.Contains(q.Status, "waiting for Gmail quota: bulk work queued") || q.UnitsLastMinute < 70 || q.Setting != 100 {
+		t.Errorf("quota view while waiting = %+v", q)
+	}
+	if e.fake.Gmail.TotalQuotaUnits() > 100 {
+		t.Errorf("Google counted %d units in the first minute, the budget allows 100", e.fake.Gmail.TotalQuotaUnits())
 	}
 }
 
