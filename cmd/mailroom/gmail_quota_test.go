@@ -1,0 +1,64 @@
+package main
+
+import (
+	"testing"
+	"time"
+
+	"mailroom/queue/google/googlefake"
+)
+
+// budgetCoversGmail checks that every Gmail unit Google (the emulator)
+// counted was spent from mailroom's budget (mailroom_gmail_quota_units_total):
+// a call site that went around the budget makes Google's count the larger
+// for good. It waits a moment for calls still in flight. With exact, the
+// two must be equal (no call was granted and then given up); without, the
+// budget may have spent more (a full sync's fetchers cancelled by a quota
+// wait give up calls they were granted).
+func (ta *testApp) budgetCoversGmail(fake *googlefake.Server, exact bool) {
+	ta.t.Helper()
+	var google, budget float64
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		google, budget = float64(fake.Gmail.TotalQuotaUnits()), ta.metrics()["mailroom_gmail_quota_units_total"]
+		if google > 0 && (google == budget || !exact && google < budget) {
+			break
+		}
+		if time.Now().After(deadline) {
+			ta.t.Fatalf("Google counted %v Gmail units, mailroom's budget spent %v: a Gmail call went around the budget", google, budget)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if r := fake.Gmail.TotalQuotaRefusals(); r != 0 {
+		ta.t.Errorf("Google refused %d calls for quota under mailroom's budget", r)
+	}
+}
+
+// The Gmail settings reach the budget: a lower per-account limit holds the
+// app's calls to it, and the account API shows the account's use.
+func TestGmailQuotaSettings(t *testing.T) {
+	t.Parallel()
+	fake := googlefake.StartForTest(t, googlefake.Options{PushAudience: pushAudience})
+	ta := startApp(t, withGoogle(fake, func(cfg *config) { cfg.GmailUserUnits = 150 }))
+	fake.AddAccount(gmailAddr)
+	storyThreads(t, fake, gmailAddr, 40) // more than 150 units of gets
+	userID := ta.createUser("owner@example.com")
+	acc := ta.connectAccount(fake, userID, gmailAddr)
+	var v struct {
+		GmailQuota struct {
+			UnitsLastMinute, Limit, Setting int
+			Waiting                         []string
+			Status                          string
+		}
+	}
+	waitUntil(t, 10*time.Second, "the account to wait for quota", func() bool {
+		ta.json("GET", "/api/v1/accounts/"+acc.ID, nil, 200, &v)
+		return len(v.GmailQuota.Waiting) > 0
+	})
+	if q := v.GmailQuota; q.Setting != 150 || q.UnitsLastMinute > 150 || q.Status == "" {
+		t.Errorf("gmailQuota = %+v, want the 150 setting, at most 150 units and a status", q)
+	}
+	if u := fake.Gmail.QuotaUnits(gmailAddr); u > 150 {
+		t.Errorf("Google counted %d units in the first minute; the setting is 150", u)
+	}
+	ta.budgetCoversGmail(fake, false)
+}
