@@ -22,6 +22,10 @@ type GmailAccounts interface {
 	Account(id string) (gmail.AccountView, error)
 	Accounts() ([]gmail.AccountView, error)
 	Detail(id string, runs int) (gmail.AccountDetail, error)
+	// Quota and WithQuota give an account's (or each view's) use of its
+	// Gmail budget; nil without a budget.
+	Quota(ctx context.Context, accountID string) (*gmail.QuotaView, error)
+	WithQuota(ctx context.Context, views []gmail.AccountView) error
 }
 
 // GmailActions are an account's resync and delete.

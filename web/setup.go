@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -47,6 +48,10 @@ type SetupOptions struct {
 	PushTokenSet       bool
 	// AlertWebhookURL is MAILROOM_ALERT_WEBHOOK_URL; only its host is shown.
 	AlertWebhookURL string
+	// GmailUserUnits and GmailProjectUnits are
+	// MAILROOM_GMAIL_USER_UNITS_PER_MINUTE and
+	// MAILROOM_GMAIL_PROJECT_UNITS_PER_MINUTE (the demo's as it runs).
+	GmailUserUnits, GmailProjectUnits int
 	// Google is the OAuth client the credentials check calls (a
 	// *google.Client built from the settings above); its consent URL also
 	// gives the scopes shown. Nil: no check, no scopes.
@@ -143,6 +148,9 @@ func (x *setupHandlers) view() setupView {
 	o := x.opts
 	v := setupView{Demo: o.Demo, Scopes: x.scopes(), CanCheck: o.Google != nil && o.GoogleClientID != "" && o.GoogleClientSecretSet}
 	v.Items = []setupItem{x.publicURLItem(), x.oauthItem(), x.redirectItem(), x.topicItem(), x.pushItem(), x.alertItem()}
+	if x.opts.GmailUserUnits > 0 {
+		v.Items = append(v.Items[:len(v.Items)-1], x.gmailQuotaItem(), v.Items[len(v.Items)-1])
+	}
 	for _, it := range v.Items {
 		switch it.State {
 		case setupMissing:
@@ -306,6 +314,33 @@ func (x *setupHandlers) pushItem() setupItem {
 		it.Note = "Every push is refused: set MAILROOM_PUSH_AUDIENCE and MAILROOM_PUSH_SERVICE_ACCOUNT for OIDC, or MAILROOM_PUSH_TOKEN for a shared token."
 	}
 	return it
+}
+
+func (x *setupHandlers) gmailQuotaItem() setupItem {
+	o := x.opts
+	it := setupItem{Key: "gmail_quota", Title: "Gmail quota",
+		Value: fmt.Sprintf("%s units a minute per account, %s for the project", thousands(o.GmailUserUnits), thousands(o.GmailProjectUnits))}
+	switch {
+	case o.Demo:
+		it.State = setupDemo
+		it.Note = "The emulated Google project is an older one, with Google's former 15,000 units a minute per user (projects created since May 2026 get 6,000), so the demo's first syncs stay short; the emulator refuses what Google would."
+	case o.GmailUserUnits > 6000:
+		it.State = setupWarn
+		it.Note = "More than the 6,000 units a minute per user that Google gives projects created since May 2026: set MAILROOM_GMAIL_USER_UNITS_PER_MINUTE to what your project's quota page in Cloud Console shows (older projects have 15,000). Refusals from Google lower mailroom's budget on their own anyway."
+	default:
+		it.State = setupOK
+		it.Note = "Every Gmail call spends from one budget per account and one for the project, live changes first, then reclassify, then full syncs. A project with a higher quota in Cloud Console may raise MAILROOM_GMAIL_USER_UNITS_PER_MINUTE."
+	}
+	return it
+}
+
+// thousands writes n with comma separators.
+func thousands(n int) string {
+	s := strconv.Itoa(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }
 
 func (x *setupHandlers) alertItem() setupItem {

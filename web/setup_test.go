@@ -105,8 +105,12 @@ func setupRows(t *testing.T, body string) map[string][2]string {
 	for _, m := range setupRow.FindAllStringSubmatch(body, -1) {
 		rows[m[1]] = [2]string{m[2], html.UnescapeString(m[3])}
 	}
-	if len(rows) != 6 {
-		t.Fatalf("checklist has %d items, want 6: %v", len(rows), rows)
+	want := 6 // and the Gmail quota when its settings are given
+	if _, ok := rows["gmail_quota"]; ok {
+		want = 7
+	}
+	if len(rows) != want {
+		t.Fatalf("checklist has %d items, want %d: %v", len(rows), want, rows)
 	}
 	return rows
 }
@@ -214,6 +218,7 @@ func TestSetupPageEverythingConfigured(t *testing.T) {
 		RedirectURL: redirect, PubSubTopic: "projects/acme/topics/gmail", PollInterval: 15 * time.Minute,
 		PushAudience: "https://mail.example.com/push/gmail", PushServiceAccount: "push@acme.iam.gserviceaccount.com",
 		PushTokenSet: true, AlertWebhookURL: "https://hooks.slack.com/services/" + hookSecret,
+		GmailUserUnits: 6000, GmailProjectUnits: 1200000,
 		Google: te.client("1234-abc.apps.googleusercontent.com", clientSecret, redirect),
 	}
 	e := setupEnv(t, opts, queue.NewAlerter(queue.AlertConfig{WebhookURL: opts.AlertWebhookURL}))
@@ -236,6 +241,7 @@ func TestSetupPageEverythingConfigured(t *testing.T) {
 		"https://www.googleapis.com/auth/gmail.modify", "https://www.googleapis.com/auth/spreadsheets",
 		"1234-abc.apps.googleusercontent.com · secret set (not shown)", "projects/acme/topics/gmail",
 		"posts to hooks.slack.com", `action="/admin/setup/google"`, `action="/admin/setup/alert"`,
+		"6,000 units a minute per account, 1,200,000 for the project",
 	} {
 		if !strings.Contains(body, s) {
 			t.Errorf("page lacks %q", s)
@@ -270,6 +276,7 @@ func TestSetupPageDemo(t *testing.T) {
 		Demo: true, PublicURL: "http://127.0.0.1:8080", GoogleClientID: "mailroom-demo.apps.googleusercontent.com", GoogleClientSecretSet: true,
 		RedirectURL: "http://127.0.0.1:8080/oauth/google/callback", PubSubTopic: "projects/mailroom-demo/topics/gmail",
 		PushAudience: "http://127.0.0.1:8080/push/gmail", PushServiceAccount: "push@emulator",
+		GmailUserUnits: 15000, GmailProjectUnits: 1200000,
 	}
 	e := setupEnv(t, opts, queue.NewAlerter(queue.AlertConfig{}))
 	s := login(t, e.h)
@@ -278,10 +285,13 @@ func TestSetupPageDemo(t *testing.T) {
 		t.Error("demo: the page does not say Google is emulated")
 	}
 	rows := setupRows(t, body)
-	for _, key := range []string{"oauth_client", "redirect_url", "pubsub_topic", "push_auth", "alert_webhook"} {
+	for _, key := range []string{"oauth_client", "redirect_url", "pubsub_topic", "push_auth", "gmail_quota", "alert_webhook"} {
 		if rows[key][0] != setupDemo {
 			t.Errorf("demo: %s is %q, want demo", key, rows[key][0])
 		}
+	}
+	if q := rows["gmail_quota"][1]; !strings.Contains(q, "15,000 units a minute per account") || !strings.Contains(body, "former 15,000 units a minute per user") {
+		t.Errorf("demo: the Gmail quota row %q does not say the emulated project has 15,000 units", q)
 	}
 	if !strings.Contains(body, `action="/admin/setup/alert"`) {
 		t.Error("demo: no test alert button (the demo catches alerts in process)")

@@ -261,7 +261,7 @@ func TestRulesApplyToNewMail(t *testing.T) {
 	})
 	if got := labelled(fake, gmailAddr, "Dev"); !slices.Equal(got, []string{hand}) {
 		t.Fatalf("labelled %v, want only the hand-applied %s", got, hand)
-	}	// Sync, events, the rules on new mail and both reclassifies spent every
+	} // Sync, events, the rules on new mail and both reclassifies spent every
 	// Gmail unit from the budget.
 	ta.budgetCoversGmail(fake, true)
 }
@@ -332,7 +332,7 @@ func TestRulesApplyAfterFullSync(t *testing.T) {
 	}
 	if m := scrapeMetrics(ta); m[`mailroom_rule_saves_total{outcome="accepted"}`] != 1 {
 		t.Errorf("accepted saves %v, want 1: the full sync's reclassify is not a save", m[`mailroom_rule_saves_total{outcome="accepted"}`])
-	}	// The label's creation (labels.create) spent from the budget too.
+	} // The label's creation (labels.create) spent from the budget too.
 	if fake.Gmail.QuotaUnitsByMethod(gmailAddr)[googlefake.MethodLabelsCreate] == 0 {
 		t.Error("no labels.create call: the budget check below does not cover it")
 	}

@@ -37,6 +37,8 @@ func (a *App) setupOptions() *web.SetupOptions {
 		PushServiceAccount:    cfg.PushServiceAccount,
 		PushTokenSet:          cfg.PushToken != "",
 		AlertWebhookURL:       cfg.AlertWebhookURL,
+		GmailUserUnits:        cfg.GmailUserUnits,
+		GmailProjectUnits:     cfg.GmailProjectUnits,
 		Google:                gc,
 		CheckTimeout:          setupCheckTimeout,
 	}

@@ -153,7 +153,12 @@ func newDemo(log *slog.Logger, cfg *app.Config, pushURL string, api *demoAPI, pu
 		// history ids must start above the ones of any earlier run.
 		HistoryStart:     uint64(now.UnixMicro()),
 		SheetsWriteLimit: cfg.SheetsWritesPerMinute,
-		SheetsWindow:     cfg.SheetsQuotaWindow,
+		// Gmail's quota as mailroom budgets it (15,000 for the demo's
+		// project unless set), per minute of Google's.
+		GmailUserUnitsPerMinute:    cfg.GmailUserUnits,
+		GmailProjectUnitsPerMinute: cfg.GmailProjectUnits,
+		GmailQuotaWindow:           cfg.GmailQuotaWindow,
+		SheetsWindow:               cfg.SheetsQuotaWindow,
 		// Google's read and project quotas as mailroom is told them; the
 		// grid and the cell cap are Google's (the emulator's defaults).
 		SheetsReadLimit:         cfg.SheetsReadsPerMinute,

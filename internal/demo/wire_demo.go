@@ -2,6 +2,7 @@ package demo
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -26,6 +27,10 @@ var demoTimings = []struct {
 	{"reclassify-tick", func(c *app.Config) *time.Duration { return &c.ReclassifyTick }, 5 * time.Second},
 	{"gmail-poll-interval", func(c *app.Config) *time.Duration { return &c.GmailPollInterval }, 2 * time.Minute},
 }
+
+// demoGmailUserUnits is the demo project's Gmail units per user a minute
+// (Google's limit for projects made before May 2026).
+const demoGmailUserUnits = 15000
 
 // Option builds `serve --demo` into the app (cmd adds it only with
 // --demo): it starts the emulated Google on a loopback port and points
@@ -74,6 +79,13 @@ func wire(ctx context.Context, b *app.Builder) (*demo, error) {
 		}
 	}
 	cfg.RetryMax = max(cfg.RetryMax, cfg.RetryInitial)
+	// The emulated project is an older one, with Google's former 15,000
+	// Gmail units a minute per user, so the demo's first syncs stay short;
+	// the emulator enforces what mailroom budgets (the setup page says so).
+	if cfg.GmailUserUnits == defaults.GmailUserUnits {
+		cfg.GmailUserUnits = demoGmailUserUnits
+		shortened = append(shortened, fmt.Sprintf("gmail-user-units-per-minute=%d", demoGmailUserUnits))
+	}
 
 	// Push: Pub/Sub's OIDC token, signed by the emulator and checked
 	// against its certificates, as in production.
