@@ -96,11 +96,16 @@ func reclassify(ta *apptest.App, userID string) reclassifyStatus {
 // message by message, and the 21st save in a window refused with 429.
 func TestRuleSaveStory(t *testing.T) {
 	t.Parallel()
-	fake := googlefake.StartForTest(t, googlefake.Options{})
+	// Time is compressed 100x, Gmail's quota minute with it (emulator and
+	// budget alike): the seeded account resumes at half its 6,000 units (it
+	// looks synced before this process), and the reclassify's 60 batches
+	// spend about 3,000.
+	fake := googlefake.StartForTest(t, googlefake.Options{GmailQuotaWindow: 600 * time.Millisecond})
 	ta := apptest.Start(t, withGoogle(fake, func(cfg *app.Config) {
 		cfg.ReclassifyDebounce = 600 * time.Millisecond
 		cfg.ReclassifyMaxWait = 6 * time.Second
 		cfg.ReclassifyTick = 100 * time.Millisecond
+		cfg.GmailQuotaWindow = 600 * time.Millisecond
 	}))
 	userID := createUser(ta, "owner@example.com")
 	fake.AddAccount(gmailAddr)
