@@ -66,10 +66,13 @@ type dataFileView struct {
 }
 
 type overviewView struct {
-	Running  bool        `json:"running"`
-	Problems []Problem   `json:"problems"`
-	Queues   []queueRow  `json:"queues"`
-	Totals   queueTotals `json:"totals"`
+	// Panels are figures of the pipelines (the Gmail quota; page only,
+	// not refreshed).
+	Panels   []OverviewPanel `json:"-"`
+	Running  bool            `json:"running"`
+	Problems []Problem       `json:"problems"`
+	Queues   []queueRow      `json:"queues"`
+	Totals   queueTotals     `json:"totals"`
 	// DataFile is the bbolt file's size and the part of it free for reuse
 	// (mailroom compact gives it back), in bytes.
 	DataFile  dataFileView `json:"dataFile"`
@@ -151,6 +154,18 @@ func (s *server) overviewPage(c *gin.Context) {
 	if err != nil {
 		Fail(c, err)
 		return
+	}
+	if s.deps.Gmail != nil {
+		ctx, cancel := s.ctx(c, 5*time.Second)
+		p, err := gmailOverview(ctx, s.deps.Gmail)
+		cancel()
+		if err != nil {
+			Fail(c, err)
+			return
+		}
+		if len(p.Figures) > 0 {
+			v.Panels = append(v.Panels, p)
+		}
 	}
 	Render(c, "overview", v)
 }

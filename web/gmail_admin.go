@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -98,4 +99,34 @@ func (g *gmailHandlers) adminDelete(c *gin.Context) {
 	}
 	SetFlash(c, "ok", v.Email+" is disconnected and its mirror deleted.")
 	Redirect(c, "/admin/accounts")
+}
+
+// gmailOverview is the Gmail quota on the overview page: the project's units in
+// the last minute and today, and the accounts waiting for quota.
+func gmailOverview(ctx context.Context, p GmailPipeline) (OverviewPanel, error) {
+	accs, err := p.Accounts()
+	if err == nil {
+		err = p.WithQuota(ctx, accs)
+	}
+	if err != nil || len(accs) == 0 || accs[0].GmailQuota == nil {
+		return OverviewPanel{}, err
+	}
+	q := accs[0].GmailQuota
+	waiting, busiest, top := 0, "", -1
+	for _, a := range accs {
+		if len(a.GmailQuota.Waiting) > 0 {
+			waiting++
+		}
+		if a.GmailQuota.UnitsLastMinute > top {
+			busiest, top = a.Email, a.GmailQuota.UnitsLastMinute
+		}
+	}
+	return OverviewPanel{Title: "Gmail quota", Figures: []OverviewFigure{
+		{Label: "Gmail units, last minute", Value: thousands(q.ProjectUnitsLastMinute),
+			Note: fmt.Sprintf("of the project's %s; busiest %s (%s of %s)", thousands(q.ProjectLimit), busiest, thousands(top), thousands(q.Setting)), Link: "/admin/accounts"},
+		{Label: "Gmail units today (UTC)", Value: thousands(int(q.ProjectUnitsToday)),
+			Note: "of Google's daily billing threshold, " + thousands(int(q.DailyThreshold)), Alert: q.NearDailyThreshold},
+		{Label: "Accounts waiting for Gmail quota", Value: fmt.Sprintf("%d", waiting), Note: fmt.Sprintf("of %d", len(accs)),
+			Alert: waiting > 0, Link: "/admin/accounts"},
+	}}, nil
 }

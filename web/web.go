@@ -114,6 +114,22 @@ type server struct {
 	sessionTTL time.Duration
 }
 
+// OverviewPanel is a titled row of figures on the overview page (the
+// Gmail quota).
+type OverviewPanel struct {
+	Title   string
+	Figures []OverviewFigure
+}
+
+// OverviewFigure is one figure of a panel.
+type OverviewFigure struct {
+	Label, Value, Note string
+	// Alert marks a figure that needs the operator's attention.
+	Alert bool
+	// Link, when set, is where the figure leads.
+	Link string
+}
+
 // New builds the HTTP handler: a gin engine with every route of routes.go.
 // It fails when a template does not parse.
 func New(deps Deps) (http.Handler, error) {

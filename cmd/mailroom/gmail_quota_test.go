@@ -1,6 +1,7 @@
 package main
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -59,6 +60,10 @@ func TestGmailQuotaSettings(t *testing.T) {
 	}
 	if u := fake.Gmail.QuotaUnits(gmailAddr); u > 150 {
 		t.Errorf("Google counted %d units in the first minute; the setting is 150", u)
+	}
+	_, body := getPage(t, ta.adminClient(), ta.URL+"/admin/accounts")
+	if !strings.Contains(body, "waiting for Gmail quota: bulk work queued") {
+		t.Error("the accounts page does not say the account waits for Gmail quota")
 	}
 	ta.budgetCoversGmail(fake, false)
 }

@@ -64,9 +64,20 @@ func TestGmailAdminPages(t *testing.T) {
 	if status != http.StatusOK || !strings.Contains(body, gmailAddr) || !strings.Contains(body, "ready") || !strings.Contains(body, "/push/gmail") {
 		t.Fatalf("accounts page: %d\n%s", status, body)
 	}
+	for _, want := range []string{"Gmail units / min", "of 6,000", "s Gmail units, last minute", "of 1,200,000 (MAILROOM_GMAIL_PROJECT_UNITS_PER_MINUTE)", "daily billing threshold, 80,000,000"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the accounts page lacks the Gmail quota %q", want)
+		}
+	}
 	status, body = getPage(t, c, ta.URL+"/admin/accounts/"+acc.ID)
 	if status != http.StatusOK || !strings.Contains(body, "Recent sync runs") || !strings.Contains(body, "connect") {
 		t.Fatalf("account page: %d\n%s", status, body)
+	}
+	if !strings.Contains(body, "units in the last minute") {
+		t.Error("the account page lacks its Gmail quota")
+	}
+	if _, body := getPage(t, c, ta.URL+"/admin"); !strings.Contains(body, "Gmail units, last minute") || !strings.Contains(body, "Accounts waiting for Gmail quota") {
+		t.Error("the overview lacks the Gmail quota")
 	}
 	m := csrfRE.FindStringSubmatch(body)
 	if m == nil {
