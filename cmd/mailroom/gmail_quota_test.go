@@ -66,4 +66,10 @@ func TestGmailQuotaSettings(t *testing.T) {
 		t.Error("the accounts page does not say the account waits for Gmail quota")
 	}
 	ta.budgetCoversGmail(fake, false)
+	m := ta.metrics()
+	for _, series := range []string{`mailroom_google_rate_limited_total{api="gmail"}`, `mailroom_google_rate_limited_total{api="sheets"}`} {
+		if v, ok := m[series]; !ok || v != 0 {
+			t.Errorf("%s = %v (present %v), want 0: the budget kept Google from refusing", series, v, ok)
+		}
+	}
 }

@@ -33,6 +33,7 @@ func (a *App) wireAccounts(context.Context) error {
 		ClientID: cfg.GoogleClientID, ClientSecret: cfg.GoogleClientSecret, RedirectURL: cfg.redirectURL(),
 		HTTPClient: &http.Client{Timeout: 30 * time.Second},
 		Budget:     budget,
+		Registerer: a.registry,
 	})
 	a.accounts = accounts.New(a.db, gc, accounts.Config{Logger: a.log})
 	return nil

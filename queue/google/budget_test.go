@@ -306,7 +306,8 @@ func TestGmailRefusalShrinksTheBudget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := New(Config{APIURL: fake.URL(), TokenURL: fake.TokenURL(), ReadRetries: -1, Budget: bud})
+	reg := prometheus.NewRegistry()
+	c := New(Config{APIURL: fake.URL(), TokenURL: fake.TokenURL(), ReadRetries: -1, Budget: bud, Registerer: reg})
 	gm, _ := c.Gmail(ctx, "acc-1", c.TokenSource(Token{RefreshToken: refresh}, nil))
 	for range 2 {
 		if _, _, err := gm.ListMessages(ctx, "", 10); err != nil {
@@ -317,6 +318,12 @@ func TestGmailRefusalShrinksTheBudget(t *testing.T) {
 	d, limited := queue.RetryAfter(err)
 	if !limited || d < 50*time.Second || d > 61*time.Second {
 		t.Fatalf("refused call: %v (wait %s), want rate limited until the emulator's window frees (~60s)", err, d)
+	}
+	if n := gatheredLabel(t, reg, "mailroom_google_rate_limited_total", "gmail"); n != 1 {
+		t.Errorf("mailroom_google_rate_limited_total{api=gmail} = %v, want 1", n)
+	}
+	if n := gatheredLabel(t, reg, "mailroom_google_rate_limited_total", "sheets"); n != 0 {
+		t.Errorf("mailroom_google_rate_limited_total{api=sheets} = %v, want 0 (and present)", n)
 	}
 	u, err := bud.Usage(ctx, "acc-1")
 	if err != nil {
@@ -340,5 +347,27 @@ func gathered(t *testing.T, reg *prometheus.Registry, name string) float64 {
 		}
 	}
 	t.Fatalf("no counter %s", name)
+	return 0
+}
+
+// gatheredLabel returns the value of the counter named in reg whose only
+// label has value v.
+func gatheredLabel(t *testing.T, reg *prometheus.Registry, name, v string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if len(m.GetLabel()) == 1 && m.GetLabel()[0].GetValue() == v {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	t.Fatalf("no %s{%s}", name, v)
 	return 0
 }

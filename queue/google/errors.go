@@ -158,6 +158,16 @@ func quotaRefusal(err error) (kind int, wait time.Duration) {
 	return 0, 0
 }
 
+// quotaRefused reports whether err (unclassified) is Google refusing a call
+// for quota: 429, or 403 with a rate-limit reason.
+func quotaRefused(err error) bool {
+	var ge *googleapi.Error
+	if !errors.As(err, &ge) {
+		return false
+	}
+	return ge.Code == http.StatusTooManyRequests || ge.Code == http.StatusForbidden && rateLimitReason(ge)
+}
+
 // retryAfter reads Retry-After in seconds or as an HTTP date.
 func retryAfter(h http.Header) time.Duration {
 	v := strings.TrimSpace(h.Get("Retry-After"))

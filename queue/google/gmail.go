@@ -105,7 +105,7 @@ type Label struct {
 func (g *Gmail) call(ctx context.Context, read bool, units int, fn func() error) error {
 	b := g.c.cfg.Budget
 	if b == nil {
-		return Classify(call(ctx, g.c, g.ts, read, fn))
+		return Classify(call(ctx, g.c, g.ts, apiGmail, read, fn))
 	}
 	attempt := func() error {
 		if err := b.Spend(ctx, g.account, units); err != nil {
@@ -118,7 +118,7 @@ func (g *Gmail) call(ctx context.Context, read bool, units int, fn func() error)
 		defer release()
 		return fn()
 	}
-	err := Classify(call(ctx, g.c, g.ts, read, attempt))
+	err := Classify(call(ctx, g.c, g.ts, apiGmail, read, attempt))
 	if kind, wait := quotaRefusal(err); kind != 0 {
 		if rerr := b.Refused(ctx, g.account, kind, wait); rerr != nil {
 			return errors.Join(err, rerr)

@@ -10,11 +10,13 @@ package google
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/oauth2"
 )
 
@@ -64,6 +66,9 @@ type Config struct {
 	// Budget, when set, is the Gmail quota every Gmail call spends from
 	// first. Nil: calls are not budgeted (tests of the adapter alone).
 	Budget *Budget
+	// Registerer receives mailroom_google_rate_limited_total. Nil: a
+	// private registry.
+	Registerer prometheus.Registerer
 }
 
 // Client makes the per-account API adapters and runs the OAuth flow.
@@ -71,6 +76,8 @@ type Client struct {
 	cfg   Config
 	hc    *http.Client
 	oauth oauth2.Config
+	// rateLimited counts the answers in which Google refused for quota.
+	rateLimited *prometheus.CounterVec
 }
 
 // New returns a Client for cfg.
@@ -105,6 +112,25 @@ func New(cfg Config) *Client {
 		ep.AuthURL = cfg.AuthURL
 	}
 	ep.AuthStyle = oauth2.AuthStyleInParams
+	if cfg.Registerer == nil {
+		cfg.Registerer = prometheus.NewRegistry()
+	}
+	rl := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "mailroom_google_rate_limited_total",
+		Help: "Answers in which Google refused a call for quota (429, or 403 with a rate-limit reason).",
+	}, []string{"api"})
+	if err := cfg.Registerer.Register(rl); err != nil {
+		// A second client on one registry counts into the first's series.
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if existing, ok := are.ExistingCollector.(*prometheus.CounterVec); ok {
+				rl = existing
+			}
+		}
+	}
+	for _, api := range []string{apiGmail, apiSheets} {
+		rl.WithLabelValues(api)
+	}
 	return &Client{
 		cfg: cfg,
 		hc:  cfg.HTTPClient,
@@ -112,6 +138,7 @@ func New(cfg Config) *Client {
 			ClientID: cfg.ClientID, ClientSecret: cfg.ClientSecret, RedirectURL: cfg.RedirectURL,
 			Scopes: cfg.Scopes, Endpoint: ep,
 		},
+		rateLimited: rl,
 	}
 }
 
