@@ -1,11 +1,14 @@
 package main
 
 import (
+	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"mailroom/queue/google/googlefake"
+	"mailroom/queue/rules"
 )
 
 // budgetCoversGmail checks that every Gmail unit Google (the emulator)
@@ -71,5 +74,65 @@ func TestGmailQuotaSettings(t *testing.T) {
 		if v, ok := m[series]; !ok || v != 0 {
 			t.Errorf("%s = %v (present %v), want 0: the budget kept Google from refusing", series, v, ok)
 		}
+	}
+}
+
+// While a reclassify whose rule reads bodies (5 units a message) spends the
+// account's quota minute after minute, a new matching message gets its
+// label within two quota minutes, not after the reclassify, and Google
+// refuses nothing. Gmail's minute is compressed to 3 s (emulator and budget
+// alike). (At this scale the window frees units every bucket, so the live
+// calls get through quickly even without priorities: TestBudgetPriorities
+// in queue/google is the test of the order itself.)
+func TestNewMailIsLabelledWhileAReclassifyRuns(t *testing.T) {
+	t.Parallel()
+	const window = 3 * time.Second
+	fake := googlefake.StartForTest(t, googlefake.Options{PushAudience: pushAudience, GmailQuotaWindow: window})
+	ta := startApp(t, withGoogle(fake, func(cfg *config) {
+		cfg.GmailQuotaWindow = window
+		cfg.ReclassifyDebounce, cfg.ReclassifyMaxWait, cfg.ReclassifyTick = 100*time.Millisecond, time.Second, 50*time.Millisecond
+	}))
+	userID := ta.createUser("owner@example.com")
+	fake.AddAccount(gmailAddr)
+	storyThreads(t, fake, gmailAddr, 1500)
+	seedAccount(t, ta, fake, userID, gmailAddr)
+	// A rule on the body: the reclassify downloads every message again,
+	// several minutes of the account's quota.
+	spec := rules.Spec{Label: "Deploys", Match: "any", Conditions: []rules.Condition{{Field: "body", Op: "contains", Value: "deploy-7f3a"}}}
+	ta.json(http.MethodPost, "/api/v1/users/"+userID+"/rules", spec, http.StatusCreated, nil)
+	waitUntil(t, 20*time.Second, "the reclassify to be under way", func() bool {
+		st := ta.reclassify(userID)
+		return len(st.Jobs) == 1 && st.Jobs[0].BatchesDone > 0
+	})
+	// Let the reclassify fill the window first.
+	time.Sleep(window)
+
+	id, err := fake.Gmail.AddMessage(gmailAddr, googlefake.Message{From: "ci@example.com", To: gmailAddr, Subject: "done", Body: "deploy-7f3a finished"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pushed := time.Now()
+	if st := ta.push(fake, gmailAddr, fake.Gmail.HistoryID(gmailAddr)); st != http.StatusNoContent {
+		t.Fatalf("push: %d", st)
+	}
+	labelID := ""
+	waitUntil(t, 4*window, "the new message to be labelled", func() bool {
+		if labelID == "" {
+			labelID, _ = fake.Gmail.LabelID(gmailAddr, "Deploys")
+		}
+		m, _ := fake.Gmail.Message(gmailAddr, id)
+		return labelID != "" && slices.Contains(m.LabelIDs, labelID)
+	})
+	took := time.Since(pushed)
+	st := ta.reclassify(userID)
+	if st.Jobs[0].FinishedAt != nil {
+		t.Fatalf("the reclassify finished first (%+v): the test did not overlap them", st.Jobs[0])
+	}
+	if took > 2*window {
+		t.Errorf("the new message took %s to be labelled during the reclassify, want within two quota minutes (%s)", took, 2*window)
+	}
+	t.Logf("labelled %s after its push; reclassify at %d of %d batches", took.Round(time.Millisecond), st.Jobs[0].BatchesDone, st.Jobs[0].Batches)
+	if r := fake.Gmail.TotalQuotaRefusals(); r != 0 {
+		t.Errorf("Google refused %d calls", r)
 	}
 }
