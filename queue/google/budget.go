@@ -105,8 +105,9 @@ type BudgetConfig struct {
 	// Default 8.
 	MaxInFlight int
 	// Recover sets how fast a budget that Google shrank grows back while
-	// calls succeed: by its own size every Recover (10% a window by
-	// default), up to the setting. Default 10 windows.
+	// calls succeed: by a factor e every Recover (about 10% a window by
+	// default: from half to full in 7 windows, from 1% in 46), up to the
+	// setting. Default 10 windows.
 	Recover time.Duration
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
@@ -240,13 +241,13 @@ local function load(key)
 end
 
 -- limit returns the effective limit (shrunk by Google's refusals, growing
--- back by window/recover of itself per window, linearly in time) and until
--- when calls are blocked.
+-- back exponentially, by e^(window/recover) a window) and until when calls
+-- are blocked.
 local function limit(key, setting)
   local s = redis.call('HMGET', key, 'eff', 'at', 'blocked')
   local e, at, blocked = tonumber(s[1]), tonumber(s[2]), tonumber(s[3]) or 0
   if e == nil then return setting, blocked end
-  e = e + (now - at) * e / recover
+  e = e * math.exp((now - at) / recover)
   if e >= setting then
     redis.call('HDEL', key, 'eff', 'at')
     return setting, blocked
@@ -348,7 +349,7 @@ local ttl = math.ceil(window * 20)
 local function shrink(bkey, skey, setting)
   local used = load(bkey)
   local e = limit(skey, setting)
-  local ne = math.max(math.floor(setting / 20), math.floor(math.min(e, used) * 0.9))
+  local ne = math.max(math.floor(setting / 100), 1, math.floor(math.min(e, used) * 0.9))
   if ne < e then redis.call('HSET', skey, 'eff', ne, 'at', now) end
   local b = tonumber(redis.call('HGET', skey, 'blocked') or '0')
   if until_ > b then redis.call('HSET', skey, 'blocked', until_) end
@@ -471,7 +472,7 @@ const (
 
 // Refused records that Google refused a call of the account for quota:
 // the account's budget (the project's, for RefusedProject) shrinks to 90%
-// of what it spent in the window, and no call is made before retry has
+// of what it spent in the window (at least 1% of the setting), and no call is made before retry has
 // passed. It grows back by 10% a window (Recover).
 func (b *Budget) Refused(ctx context.Context, account string, kind int, retry time.Duration) error {
 	now := b.cfg.Now()

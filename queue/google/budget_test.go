@@ -156,7 +156,7 @@ func TestBudgetAdaptsToGoogle(t *testing.T) {
 		}
 		clk.Advance(10 * time.Second)
 		u, _ := bud.Usage(ctx, "a")
-		// 450 at the refusal, growing 10% a minute: 457 after 10 s.
+		// 450 at the refusal, growing by e every 10 minutes: 457 after 10 s.
 		if u.Limit < 450 || u.Limit > 460 {
 			t.Fatalf("limit after the refusal = %d, want about 457", u.Limit)
 		}
@@ -164,8 +164,8 @@ func TestBudgetAdaptsToGoogle(t *testing.T) {
 			t.Fatal("spent past the shrunk limit")
 		}
 		clk.Advance(5 * time.Minute)
-		if u, _ := bud.Usage(ctx, "a"); u.Limit < 650 || u.Limit > 700 {
-			t.Errorf("limit 5 minutes later = %d, want about 457 + 50%%", u.Limit)
+		if u, _ := bud.Usage(ctx, "a"); u.Limit < 740 || u.Limit > 770 {
+			t.Errorf("limit 5 minutes later = %d, want about 450 × e^(310s/10min) = 754", u.Limit)
 		}
 		clk.Advance(10 * time.Minute)
 		if u, _ := bud.Usage(ctx, "a"); u.Limit != 1000 {
@@ -329,8 +329,8 @@ func TestGmailRefusalShrinksTheBudget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if u.Limit > 300 || u.BlockedUntil.Before(time.Now().Add(50*time.Second)) {
-		t.Errorf("usage after Google's refusal = %+v, want the limit shrunk (floor 300) and blocked ~60s", u)
+	if u.Limit > 60 || u.BlockedUntil.Before(time.Now().Add(50*time.Second)) {
+		t.Errorf("usage after Google's refusal = %+v, want the limit shrunk (to 1%% of 6,000) and blocked ~60s", u)
 	}
 }
 
@@ -370,4 +370,30 @@ func gatheredLabel(t *testing.T, reg *prometheus.Registry, name, v string) float
 	}
 	t.Fatalf("no %s{%s}", name, v)
 	return 0
+}
+
+// A call Google refused for quota, with a short retry time, is made again
+// in its task once the shrunk budget lets it: the caller sees no error.
+func TestGmailRefusedCallIsMadeAgain(t *testing.T) {
+	ctx := WithPriority(context.Background(), PriorityLive)
+	fake := googlefake.StartForTest(t, googlefake.Options{GmailUserUnitsPerMinute: 10, GmailQuotaWindow: time.Second})
+	const ann = "ann@example.com"
+	refresh := fake.AddAccount(ann)
+	bud, err := NewBudget(BudgetConfig{Window: time.Second}, brokertest.Embedded(t).Client())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := New(Config{APIURL: fake.URL(), TokenURL: fake.TokenURL(), ReadRetries: -1, Budget: bud})
+	gm, _ := c.Gmail(ctx, "acc-1", c.TokenSource(Token{RefreshToken: refresh}, nil))
+	for i := range 4 {
+		if _, _, err := gm.ListMessages(ctx, "", 10); err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+	if r := fake.Gmail.QuotaRefusals(ann)[googlefake.ReasonUserRateLimit]; r == 0 {
+		t.Error("Google refused nothing: the test did not reach its limit")
+	}
+	if got := fake.Gmail.QuotaUnits(ann); got != 20 {
+		t.Errorf("Google counted %d units, want the 4 calls' 20", got)
+	}
 }

@@ -118,14 +118,27 @@ func (g *Gmail) call(ctx context.Context, read bool, units int, fn func() error)
 		defer release()
 		return fn()
 	}
-	err := Classify(call(ctx, g.c, g.ts, apiGmail, read, attempt))
-	if kind, wait := quotaRefusal(err); kind != 0 {
+	// A call Google refused for quota did nothing there, so it is made again
+	// (a few times) once the shrunk budget lets it: the refusal becomes a
+	// wait in the task while the wait is short.
+	for try := 0; ; try++ {
+		err := Classify(call(ctx, g.c, g.ts, apiGmail, read, attempt))
+		kind, wait := quotaRefusal(err)
+		if kind == 0 {
+			return err
+		}
 		if rerr := b.Refused(ctx, g.account, kind, wait); rerr != nil {
 			return errors.Join(err, rerr)
 		}
+		if try == maxRefusedRetries || wait > b.cfg.MaxWait {
+			return err
+		}
 	}
-	return err
 }
+
+// maxRefusedRetries is how many times a call Google refused for quota is
+// made again in its task.
+const maxRefusedRetries = 3
 
 // Profile returns the account's address and current history id.
 func (g *Gmail) Profile(ctx context.Context) (email string, historyID uint64, err error) {
