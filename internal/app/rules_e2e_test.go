@@ -268,7 +268,7 @@ func TestRulesApplyToNewMail(t *testing.T) {
 		t.Fatalf("labelled %v, want only the hand-applied %s", got, hand)
 	} // Sync, events, the rules on new mail and both reclassifies spent every
 	// Gmail unit from the budget.
-	ta.budgetCoversGmail(fake, true)
+	budgetCoversGmail(ta, fake, true)
 }
 
 // scrapeMetrics reads /metrics into series → value.
@@ -341,5 +341,5 @@ func TestRulesApplyAfterFullSync(t *testing.T) {
 	if fake.Gmail.QuotaUnitsByMethod(gmailAddr)[googlefake.MethodLabelsCreate] == 0 {
 		t.Error("no labels.create call: the budget check below does not cover it")
 	}
-	ta.budgetCoversGmail(fake, true)
+	budgetCoversGmail(ta, fake, true)
 }

@@ -9,6 +9,7 @@ import (
 
 	"mailroom/queue/gmail"
 	"mailroom/queue/google"
+	"mailroom/queue/google/accounts"
 	"mailroom/queue/google/googlefake"
 	"mailroom/store"
 )
@@ -127,7 +128,8 @@ func TestRestartResumesTheBudgetConservatively(t *testing.T) {
 		t.Fatalf("a new account's budget = %+v, %v; want the full 6,000", u, err)
 	}
 	// The broker forgets (as the embedded one does in a crash), and a new
-	// process (a new pipeline over the same store) opens the account.
+	// process (a new accounts service over the same store) opens the
+	// account.
 	rdb := e.broker.Client()
 	keys, err := rdb.Keys(ctx, "mailroom:{gmailquota}:*").Result()
 	if err != nil || len(keys) == 0 {
@@ -137,11 +139,7 @@ func TestRestartResumesTheBudgetConservatively(t *testing.T) {
 		t.Fatal(err)
 	}
 	gc := google.New(google.Config{APIURL: e.fake.URL(), TokenURL: e.fake.TokenURL(), Budget: e.budget})
-	p2, err := gmail.New(gmail.Config{}, gmail.Deps{DB: e.db, Google: gc, Queue: lazy{e}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p2.Gmail(ctx, acc.ID); err != nil {
+	if _, err := accounts.New(e.db, gc, accounts.Config{}).Gmail(ctx, acc.ID); err != nil {
 		t.Fatal(err)
 	}
 	u, err = e.budget.Usage(ctx, acc.ID)

@@ -1,4 +1,4 @@
-package main
+package app_test
 
 import (
 	"net/http"
@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"mailroom/internal/app"
+	"mailroom/internal/app/apptest"
 	"mailroom/queue/google/googlefake"
 	"mailroom/queue/rules"
 )
@@ -18,22 +20,22 @@ import (
 // two must be equal (no call was granted and then given up); without, the
 // budget may have spent more (a full sync's fetchers cancelled by a quota
 // wait give up calls they were granted).
-func (ta *testApp) budgetCoversGmail(fake *googlefake.Server, exact bool) {
-	ta.t.Helper()
+func budgetCoversGmail(ta *apptest.App, fake *googlefake.Server, exact bool) {
+	ta.T().Helper()
 	var google, budget float64
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		google, budget = float64(fake.Gmail.TotalQuotaUnits()), ta.metrics()["mailroom_gmail_quota_units_total"]
+		google, budget = float64(fake.Gmail.TotalQuotaUnits()), scrapeMetrics(ta)["mailroom_gmail_quota_units_total"]
 		if google > 0 && (google == budget || !exact && google < budget) {
 			break
 		}
 		if time.Now().After(deadline) {
-			ta.t.Fatalf("Google counted %v Gmail units, mailroom's budget spent %v: a Gmail call went around the budget", google, budget)
+			ta.T().Fatalf("Google counted %v Gmail units, mailroom's budget spent %v: a Gmail call went around the budget", google, budget)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	if r := fake.Gmail.TotalQuotaRefusals(); r != 0 {
-		ta.t.Errorf("Google refused %d calls for quota under mailroom's budget", r)
+		ta.T().Errorf("Google refused %d calls for quota under mailroom's budget", r)
 	}
 }
 
@@ -42,11 +44,11 @@ func (ta *testApp) budgetCoversGmail(fake *googlefake.Server, exact bool) {
 func TestGmailQuotaSettings(t *testing.T) {
 	t.Parallel()
 	fake := googlefake.StartForTest(t, googlefake.Options{PushAudience: pushAudience})
-	ta := startApp(t, withGoogle(fake, func(cfg *config) { cfg.GmailUserUnits = 150 }))
+	ta := apptest.Start(t, withGoogle(fake, func(cfg *app.Config) { cfg.GmailUserUnits = 150 }))
 	fake.AddAccount(gmailAddr)
 	storyThreads(t, fake, gmailAddr, 40) // more than 150 units of gets
-	userID := ta.createUser("owner@example.com")
-	acc := ta.connectAccount(fake, userID, gmailAddr)
+	userID := createUser(ta, "owner@example.com")
+	acc := connectAccount(ta, fake, userID, gmailAddr)
 	var v struct {
 		GmailQuota struct {
 			UnitsLastMinute, Limit, Setting int
@@ -54,8 +56,8 @@ func TestGmailQuotaSettings(t *testing.T) {
 			Status                          string
 		}
 	}
-	waitUntil(t, 10*time.Second, "the account to wait for quota", func() bool {
-		ta.json("GET", "/api/v1/accounts/"+acc.ID, nil, 200, &v)
+	apptest.WaitUntil(t, 10*time.Second, "the account to wait for quota", func() bool {
+		ta.JSON("GET", "/api/v1/accounts/"+acc.ID, nil, 200, &v)
 		return len(v.GmailQuota.Waiting) > 0
 	})
 	if q := v.GmailQuota; q.Setting != 150 || q.UnitsLastMinute > 150 || q.Status == "" {
@@ -64,12 +66,12 @@ func TestGmailQuotaSettings(t *testing.T) {
 	if u := fake.Gmail.QuotaUnits(gmailAddr); u > 150 {
 		t.Errorf("Google counted %d units in the first minute; the setting is 150", u)
 	}
-	_, body := getPage(t, ta.adminClient(), ta.URL+"/admin/accounts")
+	_, body := getPage(t, adminClient(ta), ta.URL+"/admin/accounts")
 	if !strings.Contains(body, "waiting for Gmail quota: bulk work queued") {
 		t.Error("the accounts page does not say the account waits for Gmail quota")
 	}
-	ta.budgetCoversGmail(fake, false)
-	m := ta.metrics()
+	budgetCoversGmail(ta, fake, false)
+	m := scrapeMetrics(ta)
 	for _, series := range []string{`mailroom_google_rate_limited_total{api="gmail"}`, `mailroom_google_rate_limited_total{api="sheets"}`} {
 		if v, ok := m[series]; !ok || v != 0 {
 			t.Errorf("%s = %v (present %v), want 0: the budget kept Google from refusing", series, v, ok)
@@ -88,20 +90,20 @@ func TestNewMailIsLabelledWhileAReclassifyRuns(t *testing.T) {
 	t.Parallel()
 	const window = 3 * time.Second
 	fake := googlefake.StartForTest(t, googlefake.Options{PushAudience: pushAudience, GmailQuotaWindow: window})
-	ta := startApp(t, withGoogle(fake, func(cfg *config) {
+	ta := apptest.Start(t, withGoogle(fake, func(cfg *app.Config) {
 		cfg.GmailQuotaWindow = window
 		cfg.ReclassifyDebounce, cfg.ReclassifyMaxWait, cfg.ReclassifyTick = 100*time.Millisecond, time.Second, 50*time.Millisecond
 	}))
-	userID := ta.createUser("owner@example.com")
+	userID := createUser(ta, "owner@example.com")
 	fake.AddAccount(gmailAddr)
 	storyThreads(t, fake, gmailAddr, 1500)
 	seedAccount(t, ta, fake, userID, gmailAddr)
 	// A rule on the body: the reclassify downloads every message again,
 	// several minutes of the account's quota.
 	spec := rules.Spec{Label: "Deploys", Match: "any", Conditions: []rules.Condition{{Field: "body", Op: "contains", Value: "deploy-7f3a"}}}
-	ta.json(http.MethodPost, "/api/v1/users/"+userID+"/rules", spec, http.StatusCreated, nil)
-	waitUntil(t, 20*time.Second, "the reclassify to be under way", func() bool {
-		st := ta.reclassify(userID)
+	ta.JSON(http.MethodPost, "/api/v1/users/"+userID+"/rules", spec, http.StatusCreated, nil)
+	apptest.WaitUntil(t, 20*time.Second, "the reclassify to be under way", func() bool {
+		st := reclassify(ta, userID)
 		return len(st.Jobs) == 1 && st.Jobs[0].BatchesDone > 0
 	})
 	// Let the reclassify fill the window first.
@@ -112,11 +114,11 @@ func TestNewMailIsLabelledWhileAReclassifyRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	pushed := time.Now()
-	if st := ta.push(fake, gmailAddr, fake.Gmail.HistoryID(gmailAddr)); st != http.StatusNoContent {
+	if st := push(ta, fake, gmailAddr, fake.Gmail.HistoryID(gmailAddr)); st != http.StatusNoContent {
 		t.Fatalf("push: %d", st)
 	}
 	labelID := ""
-	waitUntil(t, 4*window, "the new message to be labelled", func() bool {
+	apptest.WaitUntil(t, 4*window, "the new message to be labelled", func() bool {
 		if labelID == "" {
 			labelID, _ = fake.Gmail.LabelID(gmailAddr, "Deploys")
 		}
@@ -124,7 +126,7 @@ func TestNewMailIsLabelledWhileAReclassifyRuns(t *testing.T) {
 		return labelID != "" && slices.Contains(m.LabelIDs, labelID)
 	})
 	took := time.Since(pushed)
-	st := ta.reclassify(userID)
+	st := reclassify(ta, userID)
 	if st.Jobs[0].FinishedAt != nil {
 		t.Fatalf("the reclassify finished first (%+v): the test did not overlap them", st.Jobs[0])
 	}
