@@ -179,10 +179,12 @@ func TestInterruptedFullSyncResumes(t *testing.T) {
 		d, err := e.p.Detail(acc.ID, 10)
 		return err == nil && len(d.Runs) > 0 && d.Runs[0].Error != ""
 	}
-	waitUntil(t, 20*time.Second, "the first full sync run to fail", failedRun)
+	// Generous deadlines: the test is about resuming, and on a loaded
+	// machine 1,200 downloads under the budget take a while.
+	waitUntil(t, 60*time.Second, "the first full sync run to fail", failedRun)
 	firstGets := e.fake.Calls(googlefake.MethodMessagesGet)
 	fault.Remove()
-	e.waitConverged(acc.ID, ann, 20*time.Second)
+	e.waitConverged(acc.ID, ann, 60*time.Second)
 
 	d, err := e.p.Detail(acc.ID, 10)
 	if err != nil {
