@@ -80,6 +80,13 @@ func New(ctx context.Context, cfg *Config, logger *slog.Logger, opts ...Option) 
 	if cfg.SecretKey != "" {
 		key, _ = store.ParseKey(cfg.SecretKey) // validated
 	}
+	loose, err := store.SecureDir(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	if loose != 0 {
+		logger.Warn("the data dir was readable by others; tightened to 0700", "data_dir", cfg.DataDir, "was", fmt.Sprintf("%04o", loose))
+	}
 	a.db, err = store.Open(cfg.DataDir, store.Options{SecretKey: key})
 	if err != nil {
 		return nil, err

@@ -242,6 +242,9 @@ func ParseConfig(name string, args []string, getenv func(string) string, stderr 
 	return c, nil
 }
 
+// minAPITokenLen is the shortest static API token accepted.
+const minAPITokenLen = 32
+
 // configError names the offending setting by flag and environment name.
 type configError struct {
 	flag, env, msg string
@@ -253,7 +256,7 @@ func (e *configError) Error() string {
 
 // Validate checks every setting and names the flag of the first bad one.
 func (c *Config) Validate() error {
-	for _, check := range []func() error{c.validateAddresses, c.validateTimings, c.validateCounts, c.validateBroker, c.validateLogging} {
+	for _, check := range []func() error{c.validateAddresses, c.validateTimings, c.validateCounts, c.validateBroker, c.validateLogging, c.validateSecrets} {
 		if err := check(); err != nil {
 			return err
 		}
@@ -331,6 +334,18 @@ func (c *Config) validateAddresses() error {
 	}
 	if (c.GoogleClientID == "") != (c.GoogleClientSecret == "") {
 		return bad("google-client-secret", "set both the OAuth client id and secret, or neither")
+	}
+	return nil
+}
+
+// validateSecrets checks the API token's length and that a push audience
+// names the one service account allowed to sign for it.
+func (c *Config) validateSecrets() error {
+	if c.APIToken != "" && len(c.APIToken) < minAPITokenLen {
+		return bad("api-token", fmt.Sprintf("must be at least %d characters; make one with: openssl rand -hex 32", minAPITokenLen))
+	}
+	if c.PushAudience != "" && c.PushServiceAccount == "" && !c.Demo {
+		return bad("push-service-account", "required when --push-audience (MAILROOM_PUSH_AUDIENCE) is set: without it any Google service account can mint a push token for the audience")
 	}
 	return nil
 }
