@@ -15,10 +15,15 @@ import (
 // saved token).
 func (a *App) wireAccounts(context.Context) error {
 	cfg := a.cfg
+	gm, err := google.NewMetrics(a.registry)
+	if err != nil {
+		return err
+	}
 	gc := google.New(google.Config{
 		APIURL: cfg.GoogleAPIURL, TokenURL: cfg.GoogleTokenURL,
 		ClientID: cfg.GoogleClientID, ClientSecret: cfg.GoogleClientSecret, RedirectURL: cfg.redirectURL(),
 		HTTPClient: &http.Client{Timeout: 30 * time.Second},
+		Metrics:    gm,
 	})
 	a.accounts = accounts.New(a.db, gc, accounts.Config{Logger: a.log})
 	return nil

@@ -95,14 +95,16 @@ type Label struct {
 
 // call runs fn with the shared auth and retry rules (see call) and
 // classifies its error.
-func (g *Gmail) call(ctx context.Context, read bool, fn func() error) error {
-	return Classify(call(ctx, g.c, g.ts, read, fn))
+// units is the call's Gmail quota cost (the GmailUnits* table), counted
+// for every request sent.
+func (g *Gmail) call(ctx context.Context, read bool, units int, fn func() error) error {
+	return Classify(call(ctx, g.c, g.ts, read, g.c.metered(APIGmail, units, fn)))
 }
 
 // Profile returns the account's address and current history id.
 func (g *Gmail) Profile(ctx context.Context) (email string, historyID uint64, err error) {
 	var p *gmailapi.Profile
-	err = g.call(ctx, true, func() (err error) {
+	err = g.call(ctx, true, GmailUnitsProfile, func() (err error) {
 		p, err = g.svc.Users.GetProfile(me).Context(ctx).Do()
 		return err
 	})
@@ -116,7 +118,7 @@ func (g *Gmail) Profile(ctx context.Context) (email string, historyID uint64, er
 // included), newest first. pageToken is empty for the first page.
 func (g *Gmail) ListMessages(ctx context.Context, pageToken string, pageSize int) (refs []MessageRef, next string, err error) {
 	var resp *gmailapi.ListMessagesResponse
-	err = g.call(ctx, true, func() (err error) {
+	err = g.call(ctx, true, GmailUnitsList, func() (err error) {
 		call := g.svc.Users.Messages.List(me).IncludeSpamTrash(true).MaxResults(int64(pageSize)).Context(ctx)
 		if pageToken != "" {
 			call = call.PageToken(pageToken)
@@ -141,7 +143,7 @@ var metadataHeaders = []string{"From", "To", "Cc", "Subject"}
 // full). A message that no longer exists is a permanent ErrNotFound.
 func (g *Gmail) GetMessage(ctx context.Context, id string, withBody bool) (Message, error) {
 	var m *gmailapi.Message
-	err := g.call(ctx, true, func() (err error) {
+	err := g.call(ctx, true, GmailUnitsGet, func() (err error) {
 		call := g.svc.Users.Messages.Get(me, id).Context(ctx)
 		if withBody {
 			call = call.Format("full")
@@ -205,7 +207,7 @@ func plainBody(p *gmailapi.MessagePart) string {
 // ErrHistoryTooOld (not a task error: the caller does a full sync).
 func (g *Gmail) History(ctx context.Context, startID uint64, pageToken string, pageSize int) (HistoryPage, error) {
 	var resp *gmailapi.ListHistoryResponse
-	err := g.call(ctx, true, func() (err error) {
+	err := g.call(ctx, true, GmailUnitsHistory, func() (err error) {
 		call := g.svc.Users.History.List(me).StartHistoryId(startID).MaxResults(int64(pageSize)).Context(ctx)
 		if pageToken != "" {
 			call = call.PageToken(pageToken)
@@ -248,7 +250,7 @@ func (g *Gmail) History(ctx context.Context, startID uint64, pageToken string, p
 // Labels lists the account's labels, system and user.
 func (g *Gmail) Labels(ctx context.Context) ([]Label, error) {
 	var resp *gmailapi.ListLabelsResponse
-	err := g.call(ctx, true, func() (err error) {
+	err := g.call(ctx, true, GmailUnitsLabelsList, func() (err error) {
 		resp, err = g.svc.Users.Labels.List(me).Context(ctx).Do()
 		return err
 	})
@@ -266,7 +268,7 @@ func (g *Gmail) Labels(ctx context.Context) ([]Label, error) {
 // error (409); list the labels first.
 func (g *Gmail) CreateLabel(ctx context.Context, name string) (Label, error) {
 	var l *gmailapi.Label
-	err := g.call(ctx, false, func() (err error) {
+	err := g.call(ctx, false, GmailUnitsLabelCreate, func() (err error) {
 		l, err = g.svc.Users.Labels.Create(me, &gmailapi.Label{
 			Name: name, LabelListVisibility: "labelShow", MessageListVisibility: "show",
 		}).Context(ctx).Do()
@@ -281,7 +283,7 @@ func (g *Gmail) CreateLabel(ctx context.Context, name string) (Label, error) {
 // Modify adds and removes labels of one message (a set operation: safe to
 // repeat).
 func (g *Gmail) Modify(ctx context.Context, id string, add, remove []string) error {
-	err := g.call(ctx, false, func() error {
+	err := g.call(ctx, false, GmailUnitsModify, func() error {
 		_, err := g.svc.Users.Messages.Modify(me, id, &gmailapi.ModifyMessageRequest{
 			AddLabelIds: add, RemoveLabelIds: remove,
 		}).Context(ctx).Do()
@@ -302,7 +304,7 @@ func (g *Gmail) BatchModify(ctx context.Context, ids, add, remove []string) erro
 	if len(ids) > MaxBatchModify {
 		return fmt.Errorf("google: gmail messages.batchModify: %d ids, at most %d", len(ids), MaxBatchModify)
 	}
-	err := g.call(ctx, false, func() error {
+	err := g.call(ctx, false, GmailUnitsBatchModify, func() error {
 		return g.svc.Users.Messages.BatchModify(me, &gmailapi.BatchModifyMessagesRequest{
 			Ids: ids, AddLabelIds: add, RemoveLabelIds: remove,
 		}).Context(ctx).Do()
@@ -317,7 +319,7 @@ func (g *Gmail) BatchModify(ctx context.Context, ids, add, remove []string) erro
 // topic; it returns the history id then and when the watch expires.
 func (g *Gmail) Watch(ctx context.Context, topic string) (historyID uint64, expiration time.Time, err error) {
 	var resp *gmailapi.WatchResponse
-	err = g.call(ctx, false, func() (err error) {
+	err = g.call(ctx, false, GmailUnitsWatch, func() (err error) {
 		resp, err = g.svc.Users.Watch(me, &gmailapi.WatchRequest{TopicName: topic}).Context(ctx).Do()
 		return err
 	})
@@ -329,7 +331,7 @@ func (g *Gmail) Watch(ctx context.Context, topic string) (historyID uint64, expi
 
 // Stop ends push notifications of the mailbox.
 func (g *Gmail) Stop(ctx context.Context) error {
-	err := g.call(ctx, false, func() error {
+	err := g.call(ctx, false, GmailUnitsStop, func() error {
 		return g.svc.Users.Stop(me).Context(ctx).Do()
 	})
 	if err != nil {

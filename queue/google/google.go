@@ -61,6 +61,8 @@ type Config struct {
 	// ReadRetryDelay is the wait before the first such retry, doubled each
 	// time. Zero: 200 ms.
 	ReadRetryDelay time.Duration
+	// Metrics counts Gmail quota units and quota refusals. Nil: none.
+	Metrics *Metrics
 }
 
 // Client makes the per-account API adapters and runs the OAuth flow.

@@ -46,11 +46,11 @@ type Tab struct {
 // ErrSpreadsheetForbidden say why it cannot be opened.
 func (s *Sheets) Tabs(ctx context.Context, spreadsheetID string) ([]Tab, error) {
 	var book *sheetsapi.Spreadsheet
-	err := call(ctx, s.c, s.ts, true, func() (err error) {
+	err := call(ctx, s.c, s.ts, true, s.c.metered(APISheets, 0, func() (err error) {
 		book, err = s.svc.Spreadsheets.Get(spreadsheetID).
 			Fields("sheets.properties(sheetId,title,gridProperties(rowCount,columnCount))").Context(ctx).Do()
 		return err
-	})
+	}))
 	if err != nil {
 		return nil, s.fail("spreadsheets.get "+spreadsheetID, err)
 	}
@@ -85,10 +85,10 @@ func (s *Sheets) Grow(ctx context.Context, spreadsheetID string, sheetID int64, 
 		return nil
 	}
 	body := &sheetsapi.BatchUpdateSpreadsheetRequest{Requests: reqs}
-	err := call(ctx, s.c, s.ts, false, func() error {
+	err := call(ctx, s.c, s.ts, false, s.c.metered(APISheets, 0, func() error {
 		_, err := s.svc.Spreadsheets.BatchUpdate(spreadsheetID, body).Fields("spreadsheetId").Context(ctx).Do()
 		return err
-	})
+	}))
 	if err != nil {
 		return s.fail(fmt.Sprintf("spreadsheets.batchUpdate appendDimension %d rows %d columns", rows, cols), err)
 	}
@@ -123,10 +123,10 @@ func (c *Client) Sheets(ctx context.Context, ts *TokenSource) (*Sheets, error) {
 // row, as values.get gives them (trailing empty cells and rows left out).
 func (s *Sheets) ReadRange(ctx context.Context, spreadsheetID, a1 string) ([][]string, error) {
 	var vr *sheetsapi.ValueRange
-	err := call(ctx, s.c, s.ts, true, func() (err error) {
+	err := call(ctx, s.c, s.ts, true, s.c.metered(APISheets, 0, func() (err error) {
 		vr, err = s.svc.Spreadsheets.Values.Get(spreadsheetID, a1).MajorDimension("ROWS").Context(ctx).Do()
 		return err
-	})
+	}))
 	if err != nil {
 		return nil, s.fail("values.get "+a1, err)
 	}
@@ -158,10 +158,10 @@ func (s *Sheets) WriteRange(ctx context.Context, spreadsheetID, a1 string, rows 
 		}
 	}
 	vr := &sheetsapi.ValueRange{Range: a1, MajorDimension: "ROWS", Values: values}
-	err := call(ctx, s.c, s.ts, false, func() error {
+	err := call(ctx, s.c, s.ts, false, s.c.metered(APISheets, 0, func() error {
 		_, err := s.svc.Spreadsheets.Values.Update(spreadsheetID, a1, vr).ValueInputOption("RAW").Fields("updatedRange").Context(ctx).Do()
 		return err
-	})
+	}))
 	if err != nil {
 		return s.fail("values.update "+a1, err)
 	}
