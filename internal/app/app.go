@@ -274,10 +274,12 @@ func NewLogger(cfg *Config, w io.Writer) *slog.Logger {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(cfg.LogLevel))
 	opts := &slog.HandlerOptions{Level: level}
+	var h slog.Handler = slog.NewTextHandler(w, opts)
 	if cfg.LogFormat == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
+		h = slog.NewJSONHandler(w, opts)
 	}
-	return slog.New(slog.NewTextHandler(w, opts))
+	// No secret reaches the log: every record is redacted.
+	return slog.New(cfg.Redactor().Handler(h))
 }
 
 // Config is the configuration the app runs with (options may have

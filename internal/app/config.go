@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"mailroom/internal/redact"
 	"mailroom/queue"
 	"mailroom/queue/gmail"
 	"mailroom/store"
@@ -202,6 +203,17 @@ func (c *Config) settings() []setting {
 	}
 }
 
+// secrets are the values of the secret settings (the rows marked secret),
+// hidden from every log line and error (TestSecretsCoverEverySecretSetting
+// checks that none is left out). The token URL is not a secret but may
+// carry credentials in its user info; redact hides those in any URL.
+func (c *Config) secrets() []string {
+	return []string{c.RedisURL, c.AdminPassword, c.APIToken, c.SecretKey, c.GoogleClientSecret, c.PushToken, c.AlertWebhookURL, c.BrokerPassword}
+}
+
+// Redactor hides the secrets of c.
+func (c *Config) Redactor() *redact.Redactor { return redact.New(c.secrets()...) }
+
 // parseConfig reads the environment, then the flags, then validates.
 func ParseConfig(name string, args []string, getenv func(string) string, stderr io.Writer) (*Config, error) {
 	c := &Config{}
@@ -221,6 +233,9 @@ func ParseConfig(name string, args []string, getenv func(string) string, stderr 
 		}
 		if v != "" {
 			if err := s.value.Set(v); err != nil {
+				if s.secret {
+					return nil, fmt.Errorf("%s: %w", s.env, err)
+				}
 				return nil, fmt.Errorf("%s=%q: %w", s.env, v, err)
 			}
 		}
