@@ -1,4 +1,4 @@
-package main
+package app_test
 
 import (
 	"fmt"
@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"mailroom/internal/app/apptest"
 )
 
 // TestMetricsFirstScrape: the first scrape of a freshly built app, before
@@ -13,8 +15,8 @@ import (
 // known label value (each task type, queue, state and outcome).
 func TestMetricsFirstScrape(t *testing.T) {
 	t.Parallel()
-	ta := startApp(t, nil)
-	status, raw := ta.do(http.MethodGet, "/metrics", nil)
+	ta := apptest.Start(t, nil)
+	status, raw := ta.Do(http.MethodGet, "/metrics", nil)
 	if status != http.StatusOK {
 		t.Fatalf("/metrics: %d", status)
 	}
