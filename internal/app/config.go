@@ -42,6 +42,7 @@ type Config struct {
 	GoogleRedirectURL  string
 	GoogleAPIURL       string
 	GoogleTokenURL     string
+	GoogleRevokeURL    string
 	GoogleCertsURL     string
 	PushAudience       string
 	PushServiceAccount string
@@ -156,6 +157,7 @@ func (c *Config) settings() []setting {
 		{"google-redirect-url", "MAILROOM_GOOGLE_REDIRECT_URL", "OAuth redirect URL (default: public URL + /oauth/google/callback)", s(&c.GoogleRedirectURL, ""), false, false},
 		{"google-api-url", "MAILROOM_GOOGLE_API_URL", "base URL serving Gmail and Sheets (default: Google's)", s(&c.GoogleAPIURL, ""), false, false},
 		{"google-token-url", "MAILROOM_GOOGLE_TOKEN_URL", "OAuth2 token endpoint (default: Google's)", s(&c.GoogleTokenURL, ""), false, false},
+		{"google-revoke-url", "MAILROOM_GOOGLE_REVOKE_URL", "OAuth2 revocation endpoint, called when an account is deleted (default: Google's, or \"revoke\" next to a token URL ending in /token)", s(&c.GoogleRevokeURL, ""), false, false},
 		{"google-certs-url", "MAILROOM_GOOGLE_CERTS_URL", "JWKS verifying push OIDC tokens (default: Google's)", s(&c.GoogleCertsURL, ""), false, false},
 		{"push-audience", "MAILROOM_PUSH_AUDIENCE", "required aud of the push OIDC token", s(&c.PushAudience, ""), false, false},
 		{"push-service-account", "MAILROOM_PUSH_SERVICE_ACCOUNT", "required email claim of the push OIDC token", s(&c.PushServiceAccount, ""), false, false},
@@ -299,7 +301,7 @@ func (c *Config) validateAddresses() error {
 	}
 	for _, u := range []struct{ flag, val string }{
 		{"public-url", c.PublicURL}, {"google-redirect-url", c.GoogleRedirectURL}, {"google-api-url", c.GoogleAPIURL},
-		{"google-token-url", c.GoogleTokenURL}, {"google-certs-url", c.GoogleCertsURL}, {"alert-webhook-url", c.AlertWebhookURL},
+		{"google-token-url", c.GoogleTokenURL}, {"google-revoke-url", c.GoogleRevokeURL}, {"google-certs-url", c.GoogleCertsURL}, {"alert-webhook-url", c.AlertWebhookURL},
 	} {
 		if u.val == "" {
 			continue

@@ -212,6 +212,7 @@ type Pipeline struct {
 	metrics  *metrics
 	quota    *quota
 	writes   *groupCommit
+	consents *consents
 
 	mu       sync.Mutex
 	labelsAt map[string]time.Time       // account \x00 label id -> when an unknown label was last looked up
@@ -237,6 +238,7 @@ func New(cfg Config, deps Deps) (*Pipeline, error) {
 		metrics:  m,
 		quota:    newQuota(cfg.QuotaPerSecond, cfg.QuotaBurst, cfg.MaxQuotaWait),
 		writes:   &groupCommit{db: deps.DB},
+		consents: &consents{pending: map[string]pendingConsent{}},
 		labelsAt: map[string]time.Time{},
 		known:    map[string]map[string]bool{},
 	}, nil

@@ -41,17 +41,22 @@ type envOptions struct {
 	cfg     gmail.Config
 	noStart bool // do not start the task servers: the test runs handlers itself
 	rules   gmail.RuleApplier
+	oauth   bool // an OAuth client the emulator knows (consent flow)
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
 	t.Helper()
+	gcfg := google.Config{}
+	if o.oauth {
+		o.fake.ClientID, o.fake.ClientSecret = testClientID, "client-secret"
+		gcfg.ClientID, gcfg.ClientSecret, gcfg.RedirectURL = testClientID, "client-secret", testRedirectURL
+	}
 	e := &env{t: t, fake: googlefake.StartForTest(t, o.fake), db: storetest.Open(t)}
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
-	gc := google.New(google.Config{
-		APIURL: e.fake.URL(), TokenURL: e.fake.TokenURL(),
-		HTTPClient: &http.Client{Timeout: 10 * time.Second, Transport: tr},
-	})
+	gcfg.APIURL, gcfg.TokenURL = e.fake.URL(), e.fake.TokenURL()
+	gcfg.HTTPClient = &http.Client{Timeout: 10 * time.Second, Transport: tr}
+	gc := google.New(gcfg)
 	cfg := o.cfg
 	if cfg.QuotaPerSecond == 0 {
 		cfg.QuotaPerSecond = 100_000
