@@ -210,7 +210,7 @@ func (c *Config) settings() []setting {
 // checks that none is left out). The token URL is not a secret but may
 // carry credentials in its user info; redact hides those in any URL.
 func (c *Config) secrets() []string {
-	return []string{c.RedisURL, c.AdminPassword, c.APIToken, c.SecretKey, c.GoogleClientSecret, c.PushToken, c.AlertWebhookURL, c.BrokerPassword}
+	return []string{c.RedisURL, c.AdminPassword, c.APIToken, c.SecretKey, c.GoogleClientSecret, c.PushToken, c.AlertWebhookURL, c.BrokerPassword, c.MetricsToken}
 }
 
 // Redactor hides the secrets of c.

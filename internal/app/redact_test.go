@@ -67,12 +67,13 @@ func secretEnv(t *testing.T) (env map[string]string, secrets []string) {
 		"MAILROOM_PUSH_TOKEN":           "PushTokenSecret-0006",
 		"MAILROOM_ALERT_WEBHOOK_URL":    "http://" + closed + "/api/webhooks/1/WebhookSecret-0007",
 		"MAILROOM_BROKER_PASSWORD":      "BrokerSecret-0008",
+		"MAILROOM_METRICS_TOKEN":        "MetricsTokenSecret-0011",
 		// Not a secret setting, but its user info is a credential.
 		"MAILROOM_GOOGLE_TOKEN_URL": "http://tokenuser:TokenUrlSecret-0009@" + closed + "/token",
 		"MAILROOM_LOG_LEVEL":        "debug",
 	}
 	secrets = []string{"RedisSecret-0001", "AdminSecret-0002", "ApiTokenSecret-0003", key, "ClientSecret-0005",
-		"PushTokenSecret-0006", "WebhookSecret-0007", "BrokerSecret-0008", "TokenUrlSecret-0009", "RefreshSecret-0010"}
+		"PushTokenSecret-0006", "WebhookSecret-0007", "BrokerSecret-0008", "TokenUrlSecret-0009", "RefreshSecret-0010", "MetricsTokenSecret-0011"}
 	return env, secrets
 }
 
@@ -167,6 +168,8 @@ func TestNoSecretInLogs(t *testing.T) {
 	send(http.MethodPost, "/push/gmail?token="+url.QueryEscape(env["MAILROOM_PUSH_TOKEN"]), "")
 	send(http.MethodPost, "/push/gmail/"+env["MAILROOM_PUSH_TOKEN"]+"?token="+env["MAILROOM_PUSH_TOKEN"], "")
 	send(http.MethodPost, "/admin/login?password="+url.QueryEscape(env["MAILROOM_ADMIN_PASSWORD"]), "")
+	send(http.MethodGet, "/metrics", "Bearer "+env["MAILROOM_METRICS_TOKEN"]+"x")
+	logger.Debug("metrics scrape", "authorization", "Bearer "+env["MAILROOM_METRICS_TOKEN"])
 	// The webhook: Go's client error quotes the whole URL.
 	resp, err := http.Post(cfg.AlertWebhookURL, "application/json", strings.NewReader("{}"))
 	if err == nil {
