@@ -27,7 +27,7 @@ func TestGmailOAuthStateBoundToSession(t *testing.T) {
 		cfg.GoogleClientID, cfg.GoogleClientSecret = "client-id", "client-secret"
 	}))
 	userID := createUser(ta, "owner@example.com")
-	a, b := adminClient(ta), adminClient(ta)
+	a := adminClient(ta)
 	noFollow := func(c *http.Client) *http.Client {
 		cc := *c
 		cc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
@@ -51,6 +51,8 @@ func TestGmailOAuthStateBoundToSession(t *testing.T) {
 		t.Fatalf("consent URL without an S256 challenge: %s", consent)
 	}
 	callback := location(a, consent.String())
+	// Another session (signing in ends the first one) brings the callback.
+	b := adminClient(ta)
 	status, body := getPage(t, b, callback.String())
 	if status != http.StatusOK || !strings.Contains(body, "The sign-in state is not valid") {
 		t.Fatalf("callback in another session: %d\n%s", status, body)
