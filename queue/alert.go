@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"mailroom/internal/redact"
 	"mailroom/store"
 )
 
@@ -379,7 +380,13 @@ func (a *Alerter) Test(ctx context.Context) error {
 	return a.post(ctx, raw)
 }
 
+// post sends body to the webhook. Its error never holds the webhook's URL,
+// whose path is the webhook's secret (Go's client errors quote the URL).
 func (a *Alerter) post(ctx context.Context, body []byte) error {
+	return redact.New(a.cfg.WebhookURL).Error(a.deliver(ctx, body))
+}
+
+func (a *Alerter) deliver(ctx context.Context, body []byte) error {
 	var err error
 	delay := 500 * time.Millisecond
 	for attempt := 0; attempt <= a.cfg.Retries; attempt++ {

@@ -47,6 +47,8 @@ func newMetrics(reg prometheus.Registerer, q *Queue) (*metrics, error) {
 		m.processed.WithLabelValues(tt.Name)
 		m.failed.WithLabelValues(tt.Name)
 		m.dead.WithLabelValues(tt.Name)
+		m.rateLimited.WithLabelValues(tt.Name)
+		m.duration.WithLabelValues(tt.Name)
 	}
 	for _, c := range []prometheus.Collector{m.processed, m.failed, m.dead, m.rateLimited, m.duration, &stateCollector{q: q}} {
 		if err := reg.Register(c); err != nil {

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
@@ -54,6 +55,27 @@ type DB struct {
 type Tx struct {
 	tx *bolt.Tx
 	db *DB
+}
+
+// SecureDir creates dir with mode 0700, or tightens an existing dir to
+// 0700 (it holds the database and the secret key). It returns the mode the
+// dir had when that was looser, so the caller can warn; zero otherwise.
+func SecureDir(dir string) (loose fs.FileMode, err error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return 0, fmt.Errorf("store: create data dir: %w", err)
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return 0, fmt.Errorf("store: data dir: %w", err)
+	}
+	mode := fi.Mode().Perm()
+	if mode&0o077 == 0 {
+		return 0, nil
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return mode, fmt.Errorf("store: tighten data dir %s (mode %04o) to 0700: %w", dir, mode, err)
+	}
+	return mode, nil
 }
 
 // Open opens (creating if needed) the store in dataDir and migrates it to

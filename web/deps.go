@@ -31,7 +31,9 @@ type GmailAccounts interface {
 // GmailActions are an account's resync and delete.
 type GmailActions interface {
 	Resync(ctx context.Context, id string) error
-	Delete(ctx context.Context, id string) error
+	// Delete deletes the account, revoking its grant at Google; a refused
+	// revoke is in Deleted.RevokeErr and does not stop the delete.
+	Delete(ctx context.Context, id string) (gmail.Deleted, error)
 }
 
 // GmailMessages reads an account's mirrored mail metadata.
@@ -44,8 +46,10 @@ type GmailMessages interface {
 type GmailIntake interface {
 	Push(ctx context.Context, r gmail.PushRequest) error
 	OAuthConfigured() bool
-	OAuthStart(userID, loginHint string) (string, error)
-	OAuthCallback(ctx context.Context, code, state string) (store.Account, error)
+	// session is a secret of the admin session (its CSRF token): only the
+	// session that started a consent can finish it.
+	OAuthStart(userID, loginHint, session string) (string, error)
+	OAuthCallback(ctx context.Context, code, state, session string) (store.Account, error)
 }
 
 // GmailSettings are what the Accounts pages say about keeping in sync.

@@ -130,7 +130,9 @@ func (g *gmailHandlers) apiResync(c *gin.Context) {
 }
 
 func (g *gmailHandlers) apiDelete(c *gin.Context) {
-	if err := g.p.Delete(c.Request.Context(), c.Param("id")); err != nil {
+	// A grant Google did not revoke is logged by the pipeline; the
+	// contract's answer stays 204.
+	if _, err := g.p.Delete(c.Request.Context(), c.Param("id")); err != nil {
 		Fail(c, err)
 		return
 	}
@@ -243,7 +245,8 @@ func (g *gmailHandlers) push(c *gin.Context) {
 // oauthStart is GET /oauth/google/start?userId=U[&email=hint]: it sends the
 // admin to Google's consent page.
 func (g *gmailHandlers) oauthStart(c *gin.Context) {
-	u, err := g.p.OAuthStart(c.Query("userId"), c.Query("email"))
+	// The consent is bound to this admin session (its CSRF secret).
+	u, err := g.p.OAuthStart(c.Query("userId"), c.Query("email"), CSRFToken(c))
 	if err != nil {
 		g.oauthFailed(c, err)
 		return
@@ -260,7 +263,7 @@ func (g *gmailHandlers) oauthCallback(c *gin.Context) {
 		Redirect(c, "/admin/accounts")
 		return
 	}
-	acc, err := g.p.OAuthCallback(c.Request.Context(), c.Query("code"), c.Query("state"))
+	acc, err := g.p.OAuthCallback(c.Request.Context(), c.Query("code"), c.Query("state"), CSRFToken(c))
 	if err != nil {
 		g.oauthFailed(c, err)
 		return

@@ -93,11 +93,16 @@ func (g *gmailHandlers) adminDelete(c *gin.Context) {
 		Fail(c, err)
 		return
 	}
-	if err := g.p.Delete(c.Request.Context(), v.ID); err != nil {
+	d, err := g.p.Delete(c.Request.Context(), v.ID)
+	if err != nil {
 		Fail(c, err)
 		return
 	}
-	SetFlash(c, "ok", v.Email+" is disconnected and its mirror deleted.")
+	if d.RevokeErr != nil {
+		SetFlash(c, "error", v.Email+" is disconnected and its mirror deleted, but Google did not revoke mailroom's access ("+d.RevokeErr.Error()+"); remove it in the Google account's security settings.")
+	} else {
+		SetFlash(c, "ok", v.Email+" is disconnected, its mirror deleted and its Google grant revoked.")
+	}
 	Redirect(c, "/admin/accounts")
 }
 

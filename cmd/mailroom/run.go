@@ -59,7 +59,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			}
 			return &usageError{err}
 		}
-		return serve(ctx, cfg, stdout, stderr)
+		// The reason printed on exit never holds a secret.
+		return cfg.Redactor().Error(serve(ctx, cfg, stdout, stderr))
 	case "bench":
 		return benchCommand(ctx, rest, getenv, stdout, stderr)
 	case "backup":

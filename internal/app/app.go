@@ -80,6 +80,13 @@ func New(ctx context.Context, cfg *Config, logger *slog.Logger, opts ...Option) 
 	if cfg.SecretKey != "" {
 		key, _ = store.ParseKey(cfg.SecretKey) // validated
 	}
+	loose, err := store.SecureDir(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	if loose != 0 {
+		logger.Warn("the data dir was readable by others; tightened to 0700", "data_dir", cfg.DataDir, "was", fmt.Sprintf("%04o", loose))
+	}
 	a.db, err = store.Open(cfg.DataDir, store.Options{SecretKey: key})
 	if err != nil {
 		return nil, err
@@ -267,10 +274,12 @@ func NewLogger(cfg *Config, w io.Writer) *slog.Logger {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(cfg.LogLevel))
 	opts := &slog.HandlerOptions{Level: level}
+	var h slog.Handler = slog.NewTextHandler(w, opts)
 	if cfg.LogFormat == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
+		h = slog.NewJSONHandler(w, opts)
 	}
-	return slog.New(slog.NewTextHandler(w, opts))
+	// No secret reaches the log: every record is redacted.
+	return slog.New(cfg.Redactor().Handler(h))
 }
 
 // Config is the configuration the app runs with (options may have

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"mailroom/internal/redact"
 	"mailroom/queue"
 	"mailroom/queue/gmail"
 	"mailroom/store"
@@ -41,6 +42,7 @@ type Config struct {
 	GoogleRedirectURL  string
 	GoogleAPIURL       string
 	GoogleTokenURL     string
+	GoogleRevokeURL    string
 	GoogleCertsURL     string
 	PushAudience       string
 	PushServiceAccount string
@@ -155,6 +157,7 @@ func (c *Config) settings() []setting {
 		{"google-redirect-url", "MAILROOM_GOOGLE_REDIRECT_URL", "OAuth redirect URL (default: public URL + /oauth/google/callback)", s(&c.GoogleRedirectURL, ""), false, false},
 		{"google-api-url", "MAILROOM_GOOGLE_API_URL", "base URL serving Gmail and Sheets (default: Google's)", s(&c.GoogleAPIURL, ""), false, false},
 		{"google-token-url", "MAILROOM_GOOGLE_TOKEN_URL", "OAuth2 token endpoint (default: Google's)", s(&c.GoogleTokenURL, ""), false, false},
+		{"google-revoke-url", "MAILROOM_GOOGLE_REVOKE_URL", "OAuth2 revocation endpoint, called when an account is deleted (default: Google's, or \"revoke\" next to a token URL ending in /token)", s(&c.GoogleRevokeURL, ""), false, false},
 		{"google-certs-url", "MAILROOM_GOOGLE_CERTS_URL", "JWKS verifying push OIDC tokens (default: Google's)", s(&c.GoogleCertsURL, ""), false, false},
 		{"push-audience", "MAILROOM_PUSH_AUDIENCE", "required aud of the push OIDC token", s(&c.PushAudience, ""), false, false},
 		{"push-service-account", "MAILROOM_PUSH_SERVICE_ACCOUNT", "required email claim of the push OIDC token", s(&c.PushServiceAccount, ""), false, false},
@@ -205,6 +208,17 @@ func (c *Config) settings() []setting {
 	}
 }
 
+// secrets are the values of the secret settings (the rows marked secret),
+// hidden from every log line and error (TestSecretsCoverEverySecretSetting
+// checks that none is left out). The token URL is not a secret but may
+// carry credentials in its user info; redact hides those in any URL.
+func (c *Config) secrets() []string {
+	return []string{c.RedisURL, c.AdminPassword, c.APIToken, c.SecretKey, c.GoogleClientSecret, c.PushToken, c.AlertWebhookURL, c.BrokerPassword, c.MetricsToken}
+}
+
+// Redactor hides the secrets of c.
+func (c *Config) Redactor() *redact.Redactor { return redact.New(c.secrets()...) }
+
 // parseConfig reads the environment, then the flags, then validates.
 func ParseConfig(name string, args []string, getenv func(string) string, stderr io.Writer) (*Config, error) {
 	c := &Config{}
@@ -224,6 +238,9 @@ func ParseConfig(name string, args []string, getenv func(string) string, stderr 
 		}
 		if v != "" {
 			if err := s.value.Set(v); err != nil {
+				if s.secret {
+					return nil, fmt.Errorf("%s: %w", s.env, err)
+				}
 				return nil, fmt.Errorf("%s=%q: %w", s.env, v, err)
 			}
 		}
@@ -245,6 +262,9 @@ func ParseConfig(name string, args []string, getenv func(string) string, stderr 
 	return c, nil
 }
 
+// minAPITokenLen is the shortest static API token accepted.
+const minAPITokenLen = 32
+
 // configError names the offending setting by flag and environment name.
 type configError struct {
 	flag, env, msg string
@@ -256,7 +276,7 @@ func (e *configError) Error() string {
 
 // Validate checks every setting and names the flag of the first bad one.
 func (c *Config) Validate() error {
-	for _, check := range []func() error{c.validateAddresses, c.validateTimings, c.validateCounts, c.validateBroker, c.validateLogging} {
+	for _, check := range []func() error{c.validateAddresses, c.validateTimings, c.validateCounts, c.validateBroker, c.validateLogging, c.validateSecrets} {
 		if err := check(); err != nil {
 			return err
 		}
@@ -284,7 +304,7 @@ func (c *Config) validateAddresses() error {
 	}
 	for _, u := range []struct{ flag, val string }{
 		{"public-url", c.PublicURL}, {"google-redirect-url", c.GoogleRedirectURL}, {"google-api-url", c.GoogleAPIURL},
-		{"google-token-url", c.GoogleTokenURL}, {"google-certs-url", c.GoogleCertsURL}, {"alert-webhook-url", c.AlertWebhookURL},
+		{"google-token-url", c.GoogleTokenURL}, {"google-revoke-url", c.GoogleRevokeURL}, {"google-certs-url", c.GoogleCertsURL}, {"alert-webhook-url", c.AlertWebhookURL},
 	} {
 		if u.val == "" {
 			continue
@@ -334,6 +354,18 @@ func (c *Config) validateAddresses() error {
 	}
 	if (c.GoogleClientID == "") != (c.GoogleClientSecret == "") {
 		return bad("google-client-secret", "set both the OAuth client id and secret, or neither")
+	}
+	return nil
+}
+
+// validateSecrets checks the API token's length and that a push audience
+// names the one service account allowed to sign for it.
+func (c *Config) validateSecrets() error {
+	if c.APIToken != "" && len(c.APIToken) < minAPITokenLen {
+		return bad("api-token", fmt.Sprintf("must be at least %d characters; make one with: openssl rand -hex 32", minAPITokenLen))
+	}
+	if c.PushAudience != "" && c.PushServiceAccount == "" && !c.Demo {
+		return bad("push-service-account", "required when --push-audience (MAILROOM_PUSH_AUDIENCE) is set: without it any Google service account can mint a push token for the audience")
 	}
 	return nil
 }

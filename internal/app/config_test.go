@@ -1,6 +1,7 @@
 package app
 
 import (
+	"slices"
 	"testing"
 )
 
@@ -16,6 +17,32 @@ func TestRedirectURL(t *testing.T) {
 	} {
 		if got := c.cfg.redirectURL(); got != c.want {
 			t.Errorf("%+v: redirect URL %q, want %q", c.cfg, got, c.want)
+		}
+	}
+}
+
+// TestSecretsCoverEverySecretSetting: every setting marked secret is among
+// the values the redactor hides (a new secret setting must be added to
+// secrets).
+func TestSecretsCoverEverySecretSetting(t *testing.T) {
+	t.Parallel()
+	for _, s := range new(Config).settings() {
+		if !s.secret {
+			continue
+		}
+		c := new(Config)
+		var target setting
+		for _, cs := range c.settings() {
+			if cs.env == s.env {
+				target = cs
+			}
+		}
+		val := "redis://:value-of-" + s.env + "@127.0.0.1:1/0"
+		if err := target.value.Set(val); err != nil {
+			t.Fatalf("%s: %v", s.env, err)
+		}
+		if !slices.Contains(c.secrets(), val) {
+			t.Errorf("secret setting %s is not among Config.secrets (the redactor would log it)", s.env)
 		}
 	}
 }

@@ -29,7 +29,7 @@ func (a *App) wireAccounts(context.Context) error {
 		}
 	}
 	gc := google.New(google.Config{
-		APIURL: cfg.GoogleAPIURL, TokenURL: cfg.GoogleTokenURL,
+		APIURL: cfg.GoogleAPIURL, TokenURL: cfg.GoogleTokenURL, RevokeURL: cfg.GoogleRevokeURL,
 		ClientID: cfg.GoogleClientID, ClientSecret: cfg.GoogleClientSecret, RedirectURL: cfg.redirectURL(),
 		HTTPClient: &http.Client{Timeout: 30 * time.Second},
 		Budget:     budget,

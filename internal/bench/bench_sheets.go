@@ -34,7 +34,7 @@ const (
 	sheetsStoryWrites    = 60 // per minute, Google's per-user quota
 	sheetsStoryDelay     = 10 * time.Second
 	sheetsStoryThreshold = 500
-	benchSheetsKey       = "bench-api-token"
+	benchSheetsKey       = "bench-api-token-0123456789abcdef0123456789"
 )
 
 // sheetsStorySpan is how long the story's submissions take to arrive: the

@@ -58,6 +58,7 @@ func wire(ctx context.Context, b *app.Builder) (*demo, error) {
 		val  string
 	}{
 		{"MAILROOM_GOOGLE_API_URL", cfg.GoogleAPIURL}, {"MAILROOM_GOOGLE_TOKEN_URL", cfg.GoogleTokenURL},
+		{"MAILROOM_GOOGLE_REVOKE_URL", cfg.GoogleRevokeURL},
 		{"MAILROOM_GOOGLE_CERTS_URL", cfg.GoogleCertsURL}, {"MAILROOM_GOOGLE_CLIENT_ID", cfg.GoogleClientID},
 		{"MAILROOM_PUSH_AUDIENCE", cfg.PushAudience}, {"MAILROOM_PUSH_SERVICE_ACCOUNT", cfg.PushServiceAccount},
 		{"MAILROOM_PUBSUB_TOPIC", cfg.PubSubTopic},
@@ -110,6 +111,7 @@ func wire(ctx context.Context, b *app.Builder) (*demo, error) {
 	base := d.fake.URL()
 	cfg.GoogleAPIURL = base
 	cfg.GoogleTokenURL = d.fake.TokenURL()
+	cfg.GoogleRevokeURL = "" // derived from the token URL: the emulator's
 	cfg.GoogleCertsURL = d.fake.CertsURL()
 
 	if cfg.AlertWebhookURL == "" {

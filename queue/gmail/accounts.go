@@ -2,8 +2,6 @@ package gmail
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/mail"
@@ -114,27 +112,57 @@ func (p *Pipeline) Resync(ctx context.Context, id string) error {
 	return nil
 }
 
+// Deleted says what deleting an account did at Google.
+type Deleted struct {
+	// Email is the deleted account's address.
+	Email string
+	// RevokeErr is why Google's revocation endpoint did not revoke the
+	// account's grant (nil: revoked). The account is deleted either way.
+	RevokeErr error
+}
+
 // Delete stops the account's watch (best effort: a revoked grant cannot
-// stop it, and Google expires it within 7 days) and deletes the account
-// with all its data. Its waiting tasks then fail permanently.
-func (p *Pipeline) Delete(ctx context.Context, id string) error {
+// stop it, and Google expires it within 7 days), revokes its grant at
+// Google's revocation endpoint (so the refresh token stops working there
+// too; a refusal is logged and returned in Deleted, and does not stop the
+// delete) and deletes the account with all its data. Its waiting tasks
+// then fail permanently.
+func (p *Pipeline) Delete(ctx context.Context, id string) (Deleted, error) {
 	acc, err := p.account(id)
 	if errors.Is(err, ErrAccountGone) {
-		return fmt.Errorf("gmail: delete %s: %w", id, store.ErrNotFound)
+		return Deleted{}, fmt.Errorf("gmail: delete %s: %w", id, store.ErrNotFound)
 	}
 	if err != nil {
-		return err
+		return Deleted{}, err
 	}
 	if p.WatchEnabled() && active(acc) {
 		if err := p.stopWatch(ctx, acc); err != nil {
 			p.log.Warn("stop watch of a deleted account; it expires on its own", "account_id", id, "err", err)
 		}
 	}
+	d := Deleted{Email: acc.Email, RevokeErr: p.revokeGrant(ctx, acc)}
 	if err := p.db.Update(func(tx *store.Tx) error { return tx.AccountDelete(id) }); err != nil {
-		return fmt.Errorf("gmail: delete %s: %w", id, err)
+		return Deleted{}, fmt.Errorf("gmail: delete %s: %w", id, err)
 	}
 	p.forgetClient(id)
-	p.log.Info("account deleted", "account_id", id)
+	p.log.Info("account deleted", "account_id", id, "grant_revoked", d.RevokeErr == nil)
+	return d, nil
+}
+
+// revokeGrant revokes the account's grant at Google; an error says why it
+// was not revoked (and is logged).
+func (p *Pipeline) revokeGrant(ctx context.Context, acc store.Account) error {
+	tok, err := p.accounts.Token(acc)
+	if err == nil {
+		ctx, cancel := context.WithTimeout(ctx, p.cfg.GoogleTimeout)
+		defer cancel()
+		err = p.google.Revoke(ctx, tok)
+	}
+	if err != nil {
+		p.log.Warn("Google did not revoke the grant of a deleted account; remove mailroom's access in the Google account", "account_id", acc.ID, "revoke_url", p.google.RevokeURL(), "err", err)
+		return fmt.Errorf("gmail: revoke the grant of %s: %w", acc.ID, err)
+	}
+	p.log.Info("grant revoked at Google", "account_id", acc.ID)
 	return nil
 }
 
@@ -385,80 +413,4 @@ func (p *Pipeline) Message(accountID, id string) (MessageView, error) {
 		return nil
 	})
 	return v, err
-}
-
-// ---- OAuth consent flow ----
-
-// oauthStateTTL is how long a consent round trip may take.
-const oauthStateTTL = 15 * time.Minute
-
-type oauthState struct {
-	UserID  string `json:"u"`
-	Expires int64  `json:"e"`
-}
-
-// OAuthConfigured reports whether accounts can be connected through
-// Google's consent page.
-func (p *Pipeline) OAuthConfigured() bool { return p.google.OAuthConfigured() }
-
-// OAuthStart returns the consent page URL that connects an account to the
-// user. The state carries the user id, sealed, and expires.
-func (p *Pipeline) OAuthStart(userID, loginHint string) (string, error) {
-	if !p.OAuthConfigured() {
-		return "", ErrOAuthUnavailable
-	}
-	err := p.db.View(func(tx *store.Tx) error { _, err := tx.UserGet(userID); return err })
-	if errors.Is(err, store.ErrNotFound) {
-		return "", &InvalidError{Field: "userId", Message: "no user has that id"}
-	}
-	if err != nil {
-		return "", err
-	}
-	raw, _ := json.Marshal(oauthState{UserID: userID, Expires: p.cfg.Now().Add(oauthStateTTL).Unix()})
-	state := base64.RawURLEncoding.EncodeToString(p.db.Seal(raw, "oauth-state"))
-	return p.google.AuthCodeURL(state, loginHint), nil
-}
-
-// OAuthCallback finishes the consent flow: the code is exchanged, the
-// mailbox's address read from Gmail, and the account connected.
-func (p *Pipeline) OAuthCallback(ctx context.Context, code, state string) (store.Account, error) {
-	if !p.OAuthConfigured() {
-		return store.Account{}, ErrOAuthUnavailable
-	}
-	sealed, err := base64.RawURLEncoding.DecodeString(state)
-	if err != nil {
-		return store.Account{}, &InvalidError{Field: "state", Message: "the sign-in state is not valid; start again"}
-	}
-	raw, err := p.db.Unseal(sealed, "oauth-state")
-	var st oauthState
-	if err != nil || json.Unmarshal(raw, &st) != nil {
-		return store.Account{}, &InvalidError{Field: "state", Message: "the sign-in state is not valid; start again"}
-	}
-	if p.cfg.Now().Unix() > st.Expires {
-		return store.Account{}, &InvalidError{Field: "state", Message: "the sign-in took too long; start again"}
-	}
-	if code == "" {
-		return store.Account{}, &InvalidError{Field: "code", Message: "Google did not send a code"}
-	}
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.GoogleTimeout)
-	defer cancel()
-	tok, err := p.google.Exchange(ctx, code)
-	if err != nil {
-		return store.Account{}, err
-	}
-	if tok.RefreshToken == "" {
-		return store.Account{}, &InvalidError{Field: "code", Message: "Google gave no refresh token; remove mailroom's access in your Google account and connect again"}
-	}
-	// The account is not known yet: its one profile call spends from a
-	// budget of its own.
-	gm, err := p.google.Gmail(ctx, "oauth-connect", p.google.TokenSource(tok, nil))
-	if err != nil {
-		return store.Account{}, err
-	}
-	email, _, err := gm.Profile(google.WithPriority(ctx, google.PriorityLive))
-	if err != nil {
-		return store.Account{}, err
-	}
-	acc, _, err := p.Connect(ctx, ConnectRequest{UserID: st.UserID, Email: email, Token: tok})
-	return acc, err
 }

@@ -64,6 +64,7 @@ type envOptions struct {
 	cfg     gmail.Config
 	noStart bool // do not start the task servers: the test runs handlers itself
 	rules   gmail.RuleApplier
+	oauth   bool // an OAuth client the emulator knows (consent flow)
 	// budget configures the Gmail budget (zero: Google's defaults, as
 	// serve runs).
 	budget google.BudgetConfig
@@ -71,6 +72,11 @@ type envOptions struct {
 
 func newEnv(t *testing.T, o envOptions) *env {
 	t.Helper()
+	gcfg := google.Config{}
+	if o.oauth {
+		o.fake.ClientID, o.fake.ClientSecret = testClientID, "client-secret"
+		gcfg.ClientID, gcfg.ClientSecret, gcfg.RedirectURL = testClientID, "client-secret", testRedirectURL
+	}
 	e := &env{t: t, fake: googlefake.StartForTest(t, o.fake), db: storetest.Open(t)}
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
@@ -85,11 +91,10 @@ func newEnv(t *testing.T, o envOptions) *env {
 		t.Fatal(err)
 	}
 	e.budget = budget
-	gc := google.New(google.Config{
-		APIURL: e.fake.URL(), TokenURL: e.fake.TokenURL(),
-		HTTPClient: &http.Client{Timeout: 10 * time.Second, Transport: tr},
-		Budget:     budget,
-	})
+	gcfg.APIURL, gcfg.TokenURL = e.fake.URL(), e.fake.TokenURL()
+	gcfg.HTTPClient = &http.Client{Timeout: 10 * time.Second, Transport: tr}
+	gcfg.Budget = budget
+	gc := google.New(gcfg)
 	cfg := o.cfg
 	cfg.Logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	e.table = queue.NewTable(queue.TableConfig{MaxRetries: 3, ConcurrencyMessageAdded: 3, ConcurrencyState: 5})

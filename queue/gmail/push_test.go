@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"mailroom/queue/gmail"
 	"mailroom/queue/google"
@@ -87,6 +88,13 @@ func FuzzPushDecode(f *testing.F) {
 // TestPushAuth checks every kind of bad token against the verifier and the
 // shared token, at the pipeline level (the HTTP statuses are checked end to
 // end in cmd/mailroom).
+// es256OneByte turns a token into an ES256 one with a one-byte signature.
+func es256OneByte(token string) string {
+	parts := strings.Split(token, ".")
+	header := base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"ES256","kid":"0oeLcQ","typ":"JWT"}`))
+	return header + "." + parts[1] + "." + base64.RawURLEncoding.EncodeToString([]byte{1})
+}
+
 func TestPushAuth(t *testing.T) {
 	t.Parallel()
 	fake := googlefake.StartForTest(t, googlefake.Options{PushAudience: "https://mailroom.example/push/gmail"})
@@ -121,6 +129,9 @@ func TestPushAuth(t *testing.T) {
 		{"wrong audience", "Bearer " + fake.SignPushToken(googlefake.IDTokenClaims{Audience: "https://evil.example"}), "", gmail.ErrPushForbidden},
 		{"wrong email", "Bearer " + fake.SignPushToken(googlefake.IDTokenClaims{Email: "evil@example.com"}), "", gmail.ErrPushForbidden},
 		{"unverified email", "Bearer " + fake.SignPushToken(googlefake.IDTokenClaims{}, googlefake.FlawUnverifiedEmail), "", gmail.ErrPushForbidden},
+		// idtoken's ES256 path panicked on a one-byte signature.
+		{"ES256 one-byte signature", "Bearer " + es256OneByte(fake.SignPushToken(googlefake.IDTokenClaims{})), "", gmail.ErrPushUnauthorized},
+		{"issued in the future", "Bearer " + fake.SignPushToken(googlefake.IDTokenClaims{IssuedAt: time.Now().Add(5 * time.Minute)}), "", gmail.ErrPushUnauthorized},
 	}
 	for _, tc := range cases {
 		err := p.Push(context.Background(), gmail.PushRequest{Authorization: tc.auth, Token: tc.token, Body: body})

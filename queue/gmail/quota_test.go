@@ -28,7 +28,7 @@ func TestEveryGmailCallSpendsTheBudget(t *testing.T) {
 	mutate(t, e.fake, ann, 3)
 	e.notify(ann)
 	e.waitConverged(acc.ID, ann, 20*time.Second)
-	if err := e.p.Delete(context.Background(), acc.ID); err != nil {
+	if _, err := e.p.Delete(context.Background(), acc.ID); err != nil {
 		t.Fatal(err)
 	}
 	by := e.fake.Gmail.QuotaUnitsByMethod(ann)

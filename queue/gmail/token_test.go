@@ -149,7 +149,7 @@ func TestDeletedAccountTasksFailPermanently(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.notify(ann) // a sync waits
-	if err := e.p.Delete(context.Background(), acc.ID); err != nil {
+	if _, err := e.p.Delete(context.Background(), acc.ID); err != nil {
 		t.Fatal(err)
 	}
 	for _, typ := range []string{queue.TypeGmailSync, queue.TypeGmailMessageAdded, queue.TypeGmailMessageRead} {

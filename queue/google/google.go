@@ -22,8 +22,9 @@ import (
 
 // Google's OAuth 2 endpoints.
 const (
-	googleAuthURL  = "https://accounts.google.com/o/oauth2/auth"
-	googleTokenURL = "https://oauth2.googleapis.com/token"
+	googleAuthURL   = "https://accounts.google.com/o/oauth2/auth"
+	googleTokenURL  = "https://oauth2.googleapis.com/token"
+	googleRevokeURL = "https://oauth2.googleapis.com/revoke"
 )
 
 // Scopes are the OAuth scopes mailroom asks for: read and label mail, write
@@ -44,6 +45,10 @@ type Config struct {
 	// AuthURL is the OAuth 2 consent page. Empty: Google's, or the
 	// emulator's "o/oauth2/auth" next to a TokenURL ending in "/token".
 	AuthURL string
+	// RevokeURL is the OAuth 2 revocation endpoint,
+	// MAILROOM_GOOGLE_REVOKE_URL. Empty: Google's, or "revoke" next to a
+	// TokenURL ending in "/token" (the emulator's).
+	RevokeURL string
 	// ClientID, ClientSecret and RedirectURL are the OAuth client
 	// (MAILROOM_GOOGLE_CLIENT_*). Refreshing tokens needs the id and secret
 	// with Google; the emulator accepts any.
@@ -111,6 +116,12 @@ func New(cfg Config) *Client {
 	if cfg.AuthURL != "" {
 		ep.AuthURL = cfg.AuthURL
 	}
+	if cfg.RevokeURL == "" {
+		cfg.RevokeURL = googleRevokeURL
+		if base, ok := strings.CutSuffix(cfg.TokenURL, "/token"); ok {
+			cfg.RevokeURL = base + "/revoke"
+		}
+	}
 	ep.AuthStyle = oauth2.AuthStyleInParams
 	if cfg.Registerer == nil {
 		cfg.Registerer = prometheus.NewRegistry()
@@ -152,18 +163,38 @@ func (c *Client) OAuthConfigured() bool { return c.cfg.ClientID != "" }
 // AuthCodeURL returns the consent page URL for state, asking for offline
 // access (a refresh token) and the consent prompt. loginHint may be empty.
 func (c *Client) AuthCodeURL(state, loginHint string) string {
+	return c.authCodeURL(state, loginHint)
+}
+
+// ConsentURL is AuthCodeURL with a PKCE challenge (S256) of verifier, which
+// ExchangeVerified must then present.
+func (c *Client) ConsentURL(state, loginHint, verifier string) string {
+	return c.authCodeURL(state, loginHint, oauth2.S256ChallengeOption(verifier))
+}
+
+func (c *Client) authCodeURL(state, loginHint string, extra ...oauth2.AuthCodeOption) string {
 	opts := []oauth2.AuthCodeOption{oauth2.AccessTypeOffline, oauth2.SetAuthURLParam("prompt", "consent")}
 	if loginHint != "" {
 		opts = append(opts, oauth2.SetAuthURLParam("login_hint", loginHint))
 	}
-	return c.oauth.AuthCodeURL(state, opts...)
+	return c.oauth.AuthCodeURL(state, append(opts, extra...)...)
 }
 
 // Exchange trades a consent code for a token. Errors are classified.
 func (c *Client) Exchange(ctx context.Context, code string) (Token, error) {
+	return c.exchange(ctx, code)
+}
+
+// ExchangeVerified trades a consent code asked for by ConsentURL, proving
+// the PKCE challenge with its verifier.
+func (c *Client) ExchangeVerified(ctx context.Context, code, verifier string) (Token, error) {
+	return c.exchange(ctx, code, oauth2.VerifierOption(verifier))
+}
+
+func (c *Client) exchange(ctx context.Context, code string, opts ...oauth2.AuthCodeOption) (Token, error) {
 	ctx, cancel := context.WithTimeout(context.WithValue(ctx, oauth2.HTTPClient, c.hc), c.cfg.RefreshTimeout)
 	defer cancel()
-	t, err := c.oauth.Exchange(ctx, code)
+	t, err := c.oauth.Exchange(ctx, code, opts...)
 	if err != nil {
 		return Token{}, fmt.Errorf("google: exchange consent code: %w", Classify(err))
 	}

@@ -2,23 +2,49 @@ package google
 
 import (
 	"context"
+	"crypto"
+	"crypto/rsa"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"math/big"
 	"net/http"
-	"net/url"
+	"strconv"
+	"strings"
+	"sync"
 	"time"
-
-	"google.golang.org/api/idtoken"
-	"google.golang.org/api/option"
 )
 
-// googleCertsURL is where idtoken fetches Google's signing keys.
+// googleCertsURL is Google's JWKS of the keys that sign its OIDC tokens.
 const googleCertsURL = "https://www.googleapis.com/oauth2/v3/certs"
+
+// Limits of the push token verifier.
+const (
+	// maxPushTokenLen bounds a token before anything is decoded (Google's
+	// are about 1 KiB).
+	maxPushTokenLen = 8 << 10
+	// pushClockSkew is how far iat and nbf may lie in the future, and exp
+	// in the past.
+	pushClockSkew = time.Minute
+	// maxJWKSBody bounds the JWKS answer.
+	maxJWKSBody = 1 << 20
+	// Keys are cached for the JWKS answer's max-age, within these bounds
+	// (the default when it gives none).
+	minKeysTTL, defaultKeysTTL, maxKeysTTL = time.Minute, 5 * time.Minute, 24 * time.Hour
+	// keysRetryAfter is how long a failed JWKS fetch is not repeated.
+	keysRetryAfter = 5 * time.Second
+	// minRSABits is the smallest signing key accepted.
+	minRSABits = 2048
+)
 
 // Push token verification errors.
 var (
 	// ErrTokenInvalid: the push token is missing or cannot be verified
-	// (malformed, bad signature, unknown key, expired, wrong issuer): 401.
+	// (malformed, not RS256, bad signature, unknown key, expired, issued
+	// in the future, wrong issuer): 401.
 	ErrTokenInvalid = errors.New("push token missing or not verifiable")
 	// ErrTokenForbidden: the token verifies but is not for us (audience,
 	// email, unverified email): 403.
@@ -28,92 +54,257 @@ var (
 // PushVerifierConfig configures a PushVerifier.
 type PushVerifierConfig struct {
 	// CertsURL is the JWKS of the signing keys, MAILROOM_GOOGLE_CERTS_URL.
-	// Empty: Google's.
+	// Empty: Google's. It is the only URL the verifier ever requests.
 	CertsURL string
 	// Audience is the required aud claim, MAILROOM_PUSH_AUDIENCE. Required.
 	Audience string
-	// ServiceAccount, when set, is the required email claim,
-	// MAILROOM_PUSH_SERVICE_ACCOUNT.
+	// ServiceAccount is the required email claim,
+	// MAILROOM_PUSH_SERVICE_ACCOUNT. Required: without it any Google
+	// service account could mint a token for the (public) audience.
 	ServiceAccount string
 	// HTTPClient fetches the keys. Nil: a client with a 10 s timeout.
 	HTTPClient *http.Client
+	// Now is the clock. Nil: time.Now.
+	Now func() time.Time
 }
 
-// PushVerifier checks the OIDC token Pub/Sub puts on a push request: the
-// signature against the JWKS, expiry, issuer, audience, email and
-// email_verified (idtoken checks only the first two and the audience).
+// PushVerifier checks the OIDC token Pub/Sub puts on a push request. It
+// refuses before any parsing beyond the header what it does not verify:
+// only RS256 tokens signed by a key of the configured JWKS are checked,
+// and any other alg, a missing or unknown kid, or a token over 8 KiB is a
+// 401 without an outbound request. Then the signature, exp, iat and nbf
+// (a minute of skew), the issuer, the audience, the email and
+// email_verified. The JWKS is fetched from CertsURL only, and cached for
+// its max-age.
 type PushVerifier struct {
 	cfg PushVerifierConfig
-	v   *idtoken.Validator
+	hc  *http.Client
+	now func() time.Time
+
+	mu        sync.Mutex
+	keys      map[string]*rsa.PublicKey
+	expires   time.Time // keys are fresh until then
+	failedAt  time.Time // last failed fetch
+	failedErr error
 }
 
-// NewPushVerifier returns a verifier for cfg.
-func NewPushVerifier(ctx context.Context, cfg PushVerifierConfig) (*PushVerifier, error) {
+// NewPushVerifier returns a verifier for cfg. It makes no request: the
+// keys are fetched on the first token that passes the header checks.
+func NewPushVerifier(_ context.Context, cfg PushVerifierConfig) (*PushVerifier, error) {
 	if cfg.Audience == "" {
 		return nil, errors.New("google: push verifier needs an audience")
+	}
+	if cfg.ServiceAccount == "" {
+		return nil, errors.New("google: push verifier needs a service account (any Google service account can mint a token for an audience)")
+	}
+	if cfg.CertsURL == "" {
+		cfg.CertsURL = googleCertsURL
 	}
 	hc := cfg.HTTPClient
 	if hc == nil {
 		hc = &http.Client{Timeout: 10 * time.Second}
 	}
-	if cfg.CertsURL != "" && cfg.CertsURL != googleCertsURL {
-		target, err := url.Parse(cfg.CertsURL)
-		if err != nil {
-			return nil, fmt.Errorf("google: certs URL: %w", err)
-		}
-		base := hc.Transport
-		if base == nil {
-			base = http.DefaultTransport
-		}
-		hc = &http.Client{Timeout: hc.Timeout, Transport: &certsRedirect{target: target, next: base}}
+	now := cfg.Now
+	if now == nil {
+		now = time.Now
 	}
-	v, err := idtoken.NewValidator(ctx, option.WithHTTPClient(hc))
-	if err != nil {
-		return nil, fmt.Errorf("google: push token validator: %w", err)
-	}
-	return &PushVerifier{cfg: cfg, v: v}, nil
+	return &PushVerifier{cfg: cfg, hc: hc, now: now}, nil
+}
+
+type jwtHeader struct {
+	Alg  string          `json:"alg"`
+	Kid  string          `json:"kid"`
+	Crit json.RawMessage `json:"crit"`
+}
+
+type jwtClaims struct {
+	Iss           string   `json:"iss"`
+	Aud           any      `json:"aud"`
+	Email         string   `json:"email"`
+	EmailVerified any      `json:"email_verified"`
+	Exp           *float64 `json:"exp"`
+	Iat           *float64 `json:"iat"`
+	Nbf           *float64 `json:"nbf"`
+}
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrTokenInvalid, fmt.Sprintf(format, args...))
 }
 
 // Verify checks a raw token (without "Bearer "). It returns nil, or an
 // error wrapping ErrTokenInvalid or ErrTokenForbidden.
 func (p *PushVerifier) Verify(ctx context.Context, token string) error {
 	if token == "" {
-		return fmt.Errorf("%w: no token", ErrTokenInvalid)
+		return invalid("no token")
 	}
-	// The audience is checked below, after the signature: a token that
-	// does not verify is a 401 whatever its audience says.
-	payload, err := p.v.Validate(ctx, token, "")
+	if len(token) > maxPushTokenLen {
+		return invalid("token longer than %d bytes", maxPushTokenLen)
+	}
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		return invalid("not a signed JWT (want 3 parts, got %d)", len(parts))
+	}
+	rawHeader, err := base64.RawURLEncoding.DecodeString(parts[0])
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrTokenInvalid, err)
+		return invalid("header is not base64url")
 	}
-	if payload.Issuer != "accounts.google.com" && payload.Issuer != "https://accounts.google.com" {
-		return fmt.Errorf("%w: issuer %q", ErrTokenInvalid, payload.Issuer)
+	var h jwtHeader
+	if err := json.Unmarshal(rawHeader, &h); err != nil {
+		return invalid("header is not a JSON object")
 	}
-	if payload.Audience != p.cfg.Audience {
-		return fmt.Errorf("%w: audience %q", ErrTokenForbidden, payload.Audience)
+	if h.Alg != "RS256" {
+		return invalid("alg %.20q is not RS256", h.Alg)
 	}
-	email, _ := payload.Claims["email"].(string)
-	if p.cfg.ServiceAccount != "" && email != p.cfg.ServiceAccount {
-		return fmt.Errorf("%w: email %q", ErrTokenForbidden, email)
+	if h.Kid == "" {
+		return invalid("no kid")
 	}
-	if verified, _ := payload.Claims["email_verified"].(bool); !verified {
+	if h.Crit != nil {
+		return invalid("critical header extensions are not supported")
+	}
+	sig, err := base64.RawURLEncoding.DecodeString(parts[2])
+	if err != nil || len(sig) == 0 {
+		return invalid("signature is not base64url")
+	}
+	key, err := p.key(ctx, h.Kid)
+	if err != nil {
+		return err
+	}
+	if len(sig) != key.Size() {
+		return invalid("signature is %d bytes, want %d", len(sig), key.Size())
+	}
+	sum := sha256.Sum256([]byte(parts[0] + "." + parts[1]))
+	if err := rsa.VerifyPKCS1v15(key, crypto.SHA256, sum[:], sig); err != nil {
+		return invalid("bad signature")
+	}
+	rawClaims, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return invalid("payload is not base64url")
+	}
+	var c jwtClaims
+	if err := json.Unmarshal(rawClaims, &c); err != nil {
+		return invalid("payload is not a JSON object")
+	}
+	now := p.now()
+	switch {
+	case c.Exp == nil:
+		return invalid("no exp")
+	case c.Iat == nil:
+		return invalid("no iat")
+	case now.After(unixTime(*c.Exp).Add(pushClockSkew)):
+		return invalid("expired")
+	case unixTime(*c.Iat).After(now.Add(pushClockSkew)):
+		return invalid("issued in the future")
+	case c.Nbf != nil && unixTime(*c.Nbf).After(now.Add(pushClockSkew)):
+		return invalid("not valid yet")
+	}
+	if c.Iss != "accounts.google.com" && c.Iss != "https://accounts.google.com" {
+		return invalid("issuer %.60q", c.Iss)
+	}
+	if aud, _ := c.Aud.(string); aud != p.cfg.Audience {
+		return fmt.Errorf("%w: audience %.100q", ErrTokenForbidden, fmt.Sprint(c.Aud))
+	}
+	if c.Email != p.cfg.ServiceAccount {
+		return fmt.Errorf("%w: email %.100q", ErrTokenForbidden, c.Email)
+	}
+	if verified, _ := c.EmailVerified.(bool); !verified {
 		return fmt.Errorf("%w: email not verified", ErrTokenForbidden)
 	}
 	return nil
 }
 
-// certsRedirect sends idtoken's requests for Google's JWKS to another URL.
-type certsRedirect struct {
-	target *url.URL
-	next   http.RoundTripper
+func unixTime(f float64) time.Time {
+	// Clamp so a huge value cannot overflow into the past.
+	const maxUnix = 1 << 40
+	return time.Unix(int64(max(min(f, maxUnix), -maxUnix)), 0)
 }
 
-func (t *certsRedirect) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.URL.String() != googleCertsURL {
-		return t.next.RoundTrip(req)
+// key returns the JWKS key kid, fetching the JWKS when the cache is stale.
+// An unknown kid with fresh keys is refused without a fetch.
+func (p *PushVerifier) key(ctx context.Context, kid string) (*rsa.PublicKey, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.now()
+	stale := p.keys == nil || !now.Before(p.expires)
+	recentlyFailed := p.failedErr != nil && now.Sub(p.failedAt) < keysRetryAfter
+	if stale && !recentlyFailed {
+		keys, ttl, err := p.fetch(ctx)
+		if err != nil {
+			// Stale keys, when there are some, serve until a fetch works.
+			p.failedAt, p.failedErr = now, err
+		} else {
+			p.keys, p.expires, p.failedErr = keys, now.Add(ttl), nil
+		}
 	}
-	out := req.Clone(req.Context())
-	out.URL = t.target
-	out.Host = t.target.Host
-	return t.next.RoundTrip(out)
+	if p.keys == nil {
+		return nil, fmt.Errorf("%w: signing keys unavailable: %w", ErrTokenInvalid, p.failedErr)
+	}
+	k := p.keys[kid]
+	if k == nil {
+		return nil, invalid("unknown kid %.60q", kid)
+	}
+	return k, nil
+}
+
+type jwk struct {
+	Kty string `json:"kty"`
+	Alg string `json:"alg"`
+	Use string `json:"use"`
+	Kid string `json:"kid"`
+	N   string `json:"n"`
+	E   string `json:"e"`
+}
+
+// fetch reads the JWKS: the RS256 signing keys by kid and how long to
+// keep them.
+func (p *PushVerifier) fetch(ctx context.Context) (map[string]*rsa.PublicKey, time.Duration, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.cfg.CertsURL, nil)
+	if err != nil {
+		return nil, 0, fmt.Errorf("google: certs request: %w", err)
+	}
+	resp, err := p.hc.Do(req)
+	if err != nil {
+		return nil, 0, fmt.Errorf("google: fetch certs: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, 0, fmt.Errorf("google: fetch certs: %s", resp.Status)
+	}
+	var set struct {
+		Keys []jwk `json:"keys"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxJWKSBody)).Decode(&set); err != nil {
+		return nil, 0, fmt.Errorf("google: certs are not a JWKS: %w", err)
+	}
+	keys := map[string]*rsa.PublicKey{}
+	for _, k := range set.Keys {
+		if k.Kty != "RSA" || k.Kid == "" || (k.Alg != "" && k.Alg != "RS256") || (k.Use != "" && k.Use != "sig") {
+			continue
+		}
+		n, err1 := base64.RawURLEncoding.DecodeString(k.N)
+		e, err2 := base64.RawURLEncoding.DecodeString(k.E)
+		if err1 != nil || err2 != nil || len(e) == 0 || len(e) > 4 {
+			continue
+		}
+		pub := &rsa.PublicKey{N: new(big.Int).SetBytes(n), E: int(new(big.Int).SetBytes(e).Int64())}
+		if pub.N.BitLen() < minRSABits || pub.E < 3 {
+			continue
+		}
+		keys[k.Kid] = pub
+	}
+	if len(keys) == 0 {
+		return nil, 0, errors.New("google: certs hold no RS256 signing key")
+	}
+	return keys, cacheTTL(resp.Header.Get("Cache-Control")), nil
+}
+
+// cacheTTL reads max-age from Cache-Control, within the cache bounds.
+func cacheTTL(cc string) time.Duration {
+	for part := range strings.SplitSeq(cc, ",") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(part), "max-age="); ok {
+			if secs, err := strconv.Atoi(v); err == nil {
+				return min(max(time.Duration(secs)*time.Second, minKeysTTL), maxKeysTTL)
+			}
+		}
+	}
+	return defaultKeysTTL
 }

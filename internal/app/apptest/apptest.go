@@ -20,7 +20,7 @@ import (
 )
 
 // Token is the API token of every test app.
-const Token = "test-api-token"
+const Token = "test-api-token-0123456789abcdef01234567"
 
 // App is a started appliance.
 type App struct {

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/base64"
 	"encoding/binary"
 	"fmt"
 	"net/http"
@@ -48,6 +49,9 @@ type accessToken struct {
 type authCode struct {
 	email, clientID, redirectURI, scope string
 	expires                             time.Time
+	// challenge is the PKCE code_challenge given at consent, as S256
+	// (a plain one is hashed when the code is issued); empty: none.
+	challenge string
 }
 
 func newAuthority(s *Server) *authority {
@@ -303,6 +307,15 @@ func (a *authority) codeGrant(form url.Values) (any, error) {
 	if form.Get("redirect_uri") != ac.redirectURI {
 		return nil, errOAuth(400, "redirect_uri_mismatch", "Bad Request")
 	}
+	if ac.challenge != "" {
+		verifier := form.Get("code_verifier")
+		switch {
+		case verifier == "":
+			return nil, errOAuth(400, "invalid_grant", "Missing code verifier.")
+		case subtle.ConstantTimeCompare([]byte(pkceS256(verifier)), []byte(ac.challenge)) != 1:
+			return nil, errOAuth(400, "invalid_grant", "Invalid code verifier.")
+		}
+	}
 	a.mu.Lock()
 	refresh := a.newRefreshLocked(ac.email)
 	tok, ttl := a.newAccessLocked(ac.email, refresh)
@@ -321,6 +334,13 @@ func (a *authority) codeGrant(form url.Values) (any, error) {
 		AccessToken: tok, ExpiresIn: ttlSeconds(ttl), RefreshToken: refresh,
 		Scope: scope, TokenType: "Bearer", IDToken: idToken,
 	}, nil
+}
+
+// pkceS256 is the S256 code challenge of a verifier: base64url of its
+// SHA-256, without padding.
+func pkceS256(verifier string) string {
+	sum := sha256.Sum256([]byte(verifier))
+	return base64.RawURLEncoding.EncodeToString(sum[:])
 }
 
 // subjectOf returns a stable Google-style numeric user id for an email.
@@ -358,6 +378,18 @@ func (a *authority) consentHandler(c *call) (any, error) {
 	if st := q.Get("state"); st != "" {
 		back.Set("state", st)
 	}
+	// PKCE (RFC 7636), as Google: S256 or plain.
+	challenge := q.Get("code_challenge")
+	switch method := q.Get("code_challenge_method"); {
+	case challenge == "" && method != "":
+		return nil, errOAuth(400, "invalid_request", "code_challenge_method without code_challenge.")
+	case challenge == "":
+	case method == "S256":
+	case method == "" || method == "plain":
+		challenge = pkceS256(challenge)
+	default:
+		return nil, errOAuth(400, "invalid_request", "Invalid code_challenge_method.")
+	}
 
 	a.mu.Lock()
 	email := a.consent
@@ -382,7 +414,7 @@ func (a *authority) consentHandler(c *call) (any, error) {
 	a.mu.Lock()
 	a.codes[code] = authCode{
 		email: email, clientID: clientID, redirectURI: redirectURI,
-		scope: q.Get("scope"), expires: a.s.now().Add(authCodeTTL),
+		scope: q.Get("scope"), expires: a.s.now().Add(authCodeTTL), challenge: challenge,
 	}
 	a.mu.Unlock()
 	back.Set("code", code)

@@ -232,3 +232,63 @@ func TestRevokeEndpoint(t *testing.T) {
 		t.Errorf("after revoke: %v, want invalid_grant", err)
 	}
 }
+
+// TestConsentPKCE: a code issued for a code_challenge is exchanged only
+// with its code_verifier (S256 or plain), as Google does.
+func TestConsentPKCE(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, googlefake.Options{ClientID: "client-id", ClientSecret: "client-secret", ConsentAccount: "dan@example.com"})
+	conf := &oauth2.Config{
+		ClientID: "client-id", ClientSecret: "client-secret",
+		Endpoint:    oauth2.Endpoint{AuthURL: e.srv.AuthURL(), TokenURL: e.srv.TokenURL()},
+		RedirectURL: "http://app.example/oauth/google/callback",
+	}
+	noFollow := &http.Client{
+		Transport:     e.hc.Transport,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	consent := func(opts ...oauth2.AuthCodeOption) (code string, status int) {
+		t.Helper()
+		resp, err := noFollow.Get(conf.AuthCodeURL("st", opts...))
+		check(t, err)
+		resp.Body.Close()
+		loc, _ := url.Parse(resp.Header.Get("Location"))
+		return loc.Query().Get("code"), resp.StatusCode
+	}
+	ctx := context.WithValue(context.Background(), oauth2.HTTPClient, e.hc)
+	grantErr := func(err error) string {
+		var rerr *oauth2.RetrieveError
+		if errors.As(err, &rerr) {
+			return rerr.ErrorCode
+		}
+		return ""
+	}
+	verifier := oauth2.GenerateVerifier()
+
+	code, _ := consent(oauth2.S256ChallengeOption(verifier))
+	if _, err := conf.Exchange(ctx, code); grantErr(err) != "invalid_grant" {
+		t.Errorf("S256 code without a verifier: %v, want invalid_grant", err)
+	}
+	code, _ = consent(oauth2.S256ChallengeOption(verifier))
+	if _, err := conf.Exchange(ctx, code, oauth2.VerifierOption(oauth2.GenerateVerifier())); grantErr(err) != "invalid_grant" {
+		t.Errorf("S256 code with another verifier: %v, want invalid_grant", err)
+	}
+	code, _ = consent(oauth2.S256ChallengeOption(verifier))
+	if tok, err := conf.Exchange(ctx, code, oauth2.VerifierOption(verifier)); err != nil || tok.RefreshToken == "" {
+		t.Errorf("S256 code with its verifier: %v", err)
+	}
+	// plain: the verifier is the challenge.
+	code, _ = consent(oauth2.SetAuthURLParam("code_challenge", verifier))
+	if _, err := conf.Exchange(ctx, code, oauth2.VerifierOption(verifier)); err != nil {
+		t.Errorf("plain code with its verifier: %v", err)
+	}
+	// An unknown method is refused at consent.
+	if _, status := consent(oauth2.SetAuthURLParam("code_challenge", verifier), oauth2.SetAuthURLParam("code_challenge_method", "S512")); status != http.StatusBadRequest {
+		t.Errorf("code_challenge_method S512: status %d, want 400", status)
+	}
+	// Without a challenge, no verifier is needed (as before).
+	code, _ = consent()
+	if _, err := conf.Exchange(ctx, code); err != nil {
+		t.Errorf("code without PKCE: %v", err)
+	}
+}
