@@ -76,23 +76,7 @@ func New(ctx context.Context, cfg *Config, logger *slog.Logger, opts ...Option) 
 	}()
 	a.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	var key []byte
-	if cfg.SecretKey != "" {
-		key, _ = store.ParseKey(cfg.SecretKey) // validated
-	}
-	loose, err := store.SecureDir(cfg.DataDir)
-	if err != nil {
-		return nil, err
-	}
-	if loose != 0 {
-		logger.Warn("the data dir was readable by others; tightened to 0700", "data_dir", cfg.DataDir, "was", fmt.Sprintf("%04o", loose))
-	}
-	a.db, err = store.Open(cfg.DataDir, store.Options{SecretKey: key})
-	if err != nil {
-		return nil, err
-	}
-	a.closed = append(a.closed, a.db.Close)
-	if err := a.registerStoreMetrics(); err != nil {
+	if err := a.openStore(cfg, logger); err != nil {
 		return nil, err
 	}
 
@@ -124,8 +108,45 @@ func New(ctx context.Context, cfg *Config, logger *slog.Logger, opts ...Option) 
 			return nil, err
 		}
 	}
+	if err := a.openQueue(cfg, logger); err != nil {
+		return nil, err
+	}
+	if err := a.buildPipelines(ctx); err != nil {
+		return nil, err
+	}
+	if err := a.buildWeb(); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// openStore opens the store in the data dir, tightening the dir's mode
+// first, and registers the store's metrics.
+func (a *App) openStore(cfg *Config, logger *slog.Logger) error {
+	var key []byte
+	if cfg.SecretKey != "" {
+		key, _ = store.ParseKey(cfg.SecretKey) // validated
+	}
+	loose, err := store.SecureDir(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	if loose != 0 {
+		logger.Warn("the data dir was readable by others; tightened to 0700", "data_dir", cfg.DataDir, "was", fmt.Sprintf("%04o", loose))
+	}
+	a.db, err = store.Open(cfg.DataDir, store.Options{SecretKey: key})
+	if err != nil {
+		return err
+	}
+	a.closed = append(a.closed, a.db.Close)
+	return a.registerStoreMetrics()
+}
+
+// openQueue makes the app's task machinery.
+func (a *App) openQueue(cfg *Config, logger *slog.Logger) error {
 	// The enqueue side works from here on; the task servers start in Start,
 	// once buildPipelines has given every task type its handler.
+	var err error
 	a.queue, err = queue.New(queue.Config{
 		RelayCap:             cfg.RelayCap,
 		RetryInitial:         cfg.RetryInitial,
@@ -141,16 +162,7 @@ func New(ctx context.Context, cfg *Config, logger *slog.Logger, opts ...Option) 
 		Logger:               logger,
 		Registerer:           a.registry,
 	}, a.db, a.broker.RedisConnOpt(), a.table)
-	if err != nil {
-		return nil, err
-	}
-	if err := a.buildPipelines(ctx); err != nil {
-		return nil, err
-	}
-	if err := a.buildWeb(); err != nil {
-		return nil, err
-	}
-	return a, nil
+	return err
 }
 
 // ready reports whether store, broker and task servers are up (the

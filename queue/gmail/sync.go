@@ -296,23 +296,38 @@ func (p *Pipeline) fullSync(ctx context.Context, gm *google.Gmail, acc store.Acc
 		return err
 	}
 	profileHID = start.HistoryID
+	seen, err := p.listAndFetch(ctx, gm, acc.ID, run)
+	if err != nil {
+		return err
+	}
+	if err := p.finishFullSync(acc.ID, requested, profileHID, seen); err != nil {
+		return err
+	}
+	run.ToHistoryID = profileHID
+	return nil
+}
+
+// listAndFetch lists every message id of the mailbox, page by page, and
+// fetches and stores the messages no run of the full sync stored yet,
+// counting them in run. It returns the ids listed.
+func (p *Pipeline) listAndFetch(ctx context.Context, gm *google.Gmail, accountID string, run *store.SyncRun) (map[string]bool, error) {
 	seen := map[string]bool{}
 	token := ""
 	for {
 		refs, next, err := gm.ListMessages(ctx, token, listPageSize)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		todo, err := p.notFetchedYet(acc.ID, refs)
+		todo, err := p.notFetchedYet(accountID, refs)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		msgs, err := p.fetchAll(ctx, gm, acc.ID, todo)
+		msgs, err := p.fetchAll(ctx, gm, accountID, todo)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		if err := p.storeFetched(acc.ID, msgs); err != nil {
-			return err
+		if err := p.storeFetched(accountID, msgs); err != nil {
+			return nil, err
 		}
 		for _, r := range refs {
 			seen[r.ID] = true
@@ -324,13 +339,21 @@ func (p *Pipeline) fullSync(ctx context.Context, gm *google.Gmail, acc store.Acc
 		}
 		token = next
 	}
-	err = p.db.Update(func(tx *store.Tx) error {
-		a, err := tx.AccountGet(acc.ID)
+	return seen, nil
+}
+
+// finishFullSync records the full sync serving request requested complete,
+// in one transaction: the messages not listed (seen) that are no newer
+// than profileHID become tombstones, the watermark goes to profileHID, and
+// the user's rules are scheduled over the account.
+func (p *Pipeline) finishFullSync(accountID string, requested, profileHID uint64, seen map[string]bool) error {
+	err := p.db.Update(func(tx *store.Tx) error {
+		a, err := tx.AccountGet(accountID)
 		if err != nil {
 			return err
 		}
 		var gone []store.Message
-		err = tx.EachMessage(acc.ID, func(m store.Message) error {
+		err = tx.EachMessage(accountID, func(m store.Message) error {
 			if !seen[m.ID] && !m.Deleted && m.HistoryID <= profileHID {
 				gone = append(gone, m)
 			}
@@ -341,14 +364,14 @@ func (p *Pipeline) fullSync(ctx context.Context, gm *google.Gmail, acc store.Acc
 		}
 		for _, m := range gone {
 			m.ApplyDelete(profileHID)
-			if err := tx.MessagePut(acc.ID, m); err != nil {
+			if err := tx.MessagePut(accountID, m); err != nil {
 				return err
 			}
 		}
 		a.HistoryID = max(a.HistoryID, profileHID)
 		a.FullSyncCompleted = max(a.FullSyncCompleted, requested)
 		a.FullSyncStart = nil
-		if err := tx.FullSyncForget(acc.ID); err != nil {
+		if err := tx.FullSyncForget(accountID); err != nil {
 			return err
 		}
 		if err := tx.AccountPut(a); err != nil {
@@ -359,12 +382,11 @@ func (p *Pipeline) fullSync(ctx context.Context, gm *google.Gmail, acc store.Acc
 		return p.rules.ReclassifyAccount(tx, a.UserID, a.ID)
 	})
 	if errors.Is(err, store.ErrNotFound) {
-		return queue.Permanent(fmt.Errorf("%w: %s", ErrAccountGone, acc.ID))
+		return queue.Permanent(fmt.Errorf("%w: %s", ErrAccountGone, accountID))
 	}
 	if err != nil {
-		return fmt.Errorf("gmail: finish full sync of account %s: %w", acc.ID, err)
+		return fmt.Errorf("gmail: finish full sync of account %s: %w", accountID, err)
 	}
-	run.ToHistoryID = profileHID
 	return nil
 }
 

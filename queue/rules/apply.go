@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"mailroom/queue/google"
 	"mailroom/store"
@@ -74,72 +75,23 @@ func (p *Pipeline) ApplyNew(ctx context.Context, accountID string, m store.Messa
 }
 
 func (p *Pipeline) applyNew(ctx context.Context, accountID string, m store.Message, body string) error {
-	var (
-		rules []*compiledRule
-		prov  map[string]store.Provenance
-	)
-	err := p.db.View(func(tx *store.Tx) error {
-		var err error
-		if rules, err = p.userRules(tx, accountID); err != nil || len(rules) == 0 {
-			return err
-		}
-		prov, err = tx.LabelProvenance(accountID, m.ID)
-		return err
-	})
+	rules, prov, err := p.newMailState(accountID, m.ID)
 	if err != nil || len(rules) == 0 {
 		return err
 	}
-	msg := Message{From: m.From, To: m.To, Cc: m.Cc, Subject: m.Subject, Body: body}
-	wants := map[string]*compiledRule{}
-	names := map[string]string{}
-	create := map[string]bool{}
-	var markRead, archive *compiledRule // the first matching rule with the action
-	for _, r := range rules {
-		if r.match.Match(&msg) {
-			wants[r.labelKey], names[r.labelKey], create[r.labelKey] = r, r.label, true
-			if r.spec.Actions.MarkRead && markRead == nil {
-				markRead = r
-			}
-			if r.spec.Actions.Archive && archive == nil {
-				archive = r
-			}
-		}
-	}
-	if len(wants) == 0 {
+	mt := matchNew(rules, Message{From: m.From, To: m.To, Cc: m.Cc, Subject: m.Subject, Body: body})
+	if len(mt.wants) == 0 {
 		return nil
 	}
 	gm, err := p.gmail(ctx, accountID)
 	if err != nil {
 		return err
 	}
-	ids, _, err := p.labelIDs(ctx, gm, accountID, names, create)
+	ids, _, err := p.labelIDs(ctx, gm, accountID, mt.names, mt.create)
 	if err != nil {
 		return err
 	}
-	var add, remove []string
-	records := map[string]store.Provenance{}
-	now := p.cfg.Now().UTC()
-	for key, r := range wants {
-		l := ids[key]
-		pr, hasP := prov[l]
-		if effectiveHas(&m, l, pr, hasP) {
-			continue // there already: ours from an earlier run, or someone else's
-		}
-		add = append(add, l)
-		records[l] = store.Provenance{RuleID: r.id, Version: r.version, Present: true, SeenHID: m.LabelHID(l), At: now}
-	}
-	// The actions take system labels off; their records (Present false)
-	// keep a second run from doing it again before the mirror catches up.
-	for _, a := range []struct {
-		rule  *compiledRule
-		label string
-	}{{markRead, labelUnread}, {archive, labelInbox}} {
-		pr, hasP := prov[a.label]
-		if a.rule != nil && effectiveHas(&m, a.label, pr, hasP) {
-			remove = append(remove, a.label)
-			records[a.label] = store.Provenance{RuleID: a.rule.id, Version: a.rule.version, Present: false, SeenHID: m.LabelHID(a.label), At: now}
-		}
-	}
+	add, remove, records := mt.changes(&m, ids, prov, p.cfg.Now().UTC())
 	if len(add)+len(remove) == 0 {
 		return nil
 	}
@@ -160,4 +112,76 @@ func (p *Pipeline) applyNew(ctx context.Context, accountID string, m store.Messa
 	}
 	p.metrics.labels.WithLabelValues("new_mail", "added").Add(float64(len(add)))
 	return nil
+}
+
+// newMailState loads, in one read transaction, the account's user's rules
+// and, if there are any, the provenance of message messageID's labels.
+func (p *Pipeline) newMailState(accountID, messageID string) ([]*compiledRule, map[string]store.Provenance, error) {
+	var (
+		rules []*compiledRule
+		prov  map[string]store.Provenance
+	)
+	err := p.db.View(func(tx *store.Tx) error {
+		var err error
+		if rules, err = p.userRules(tx, accountID); err != nil || len(rules) == 0 {
+			return err
+		}
+		prov, err = tx.LabelProvenance(accountID, messageID)
+		return err
+	})
+	return rules, prov, err
+}
+
+// newMatches is what the rules matching a new message want of it.
+type newMatches struct {
+	wants             map[string]*compiledRule // by label key: the last matching rule
+	names             map[string]string        // by label key: the label's name
+	create            map[string]bool          // the label keys to create if missing
+	markRead, archive *compiledRule            // the first matching rule with the action
+}
+
+// matchNew matches msg against rules.
+func matchNew(rules []*compiledRule, msg Message) newMatches {
+	mt := newMatches{wants: map[string]*compiledRule{}, names: map[string]string{}, create: map[string]bool{}}
+	for _, r := range rules {
+		if r.match.Match(&msg) {
+			mt.wants[r.labelKey], mt.names[r.labelKey], mt.create[r.labelKey] = r, r.label, true
+			if r.spec.Actions.MarkRead && mt.markRead == nil {
+				mt.markRead = r
+			}
+			if r.spec.Actions.Archive && mt.archive == nil {
+				mt.archive = r
+			}
+		}
+	}
+	return mt
+}
+
+// changes returns the labels to add to m and take off it, and the
+// provenance records of both, given the label ids of the wanted label keys
+// and the provenance already recorded.
+func (mt newMatches) changes(m *store.Message, ids map[string]string, prov map[string]store.Provenance, now time.Time) (add, remove []string, records map[string]store.Provenance) {
+	records = map[string]store.Provenance{}
+	for key, r := range mt.wants {
+		l := ids[key]
+		pr, hasP := prov[l]
+		if effectiveHas(m, l, pr, hasP) {
+			continue // there already: ours from an earlier run, or someone else's
+		}
+		add = append(add, l)
+		records[l] = store.Provenance{RuleID: r.id, Version: r.version, Present: true, SeenHID: m.LabelHID(l), At: now}
+	}
+	// The actions take system labels off; their records (Present false)
+	// keep a second run from doing it again before the mirror catches up.
+	for _, a := range []struct {
+		rule  *compiledRule
+		label string
+	}{{mt.markRead, labelUnread}, {mt.archive, labelInbox}} {
+		pr, hasP := prov[a.label]
+		if a.rule != nil && effectiveHas(m, a.label, pr, hasP) {
+			remove = append(remove, a.label)
+			records[a.label] = store.Provenance{RuleID: a.rule.id, Version: a.rule.version, Present: false, SeenHID: m.LabelHID(a.label), At: now}
+		}
+	}
+	return add, remove, records
 }

@@ -82,117 +82,179 @@ func (p *Pipeline) HandleFlush(ctx context.Context, t *queue.Task) error {
 	log := p.log.With("task_id", t.ID, "type", t.Type, "form_id", pl.FormID, "attempt", t.Attempt)
 	now := p.cfg.Now()
 
-	var (
-		form      store.Form
-		w         store.SheetWrites
-		oldest    time.Time
-		hasOldest bool
-	)
-	err := p.db.View(func(tx *store.Tx) error {
-		var err error
-		if form, err = tx.FormGet(pl.FormID); err != nil {
-			return err
-		}
-		if w, err = tx.SheetWrites(pl.FormID); err != nil {
-			return err
-		}
-		oldest, hasOldest, err = tx.SheetOldestWaiting(pl.FormID)
-		return err
-	})
-	if errors.Is(err, store.ErrNotFound) {
-		return queue.Stale("form " + pl.FormID + " is gone")
-	}
+	f := &flush{p: p, t: t, log: log}
+	oldest, hasOldest, err := f.load(pl.FormID)
 	if err != nil {
-		return fmt.Errorf("sheets: flush %s: load: %w", pl.FormID, err)
+		return err
 	}
-
-	if w.Pending == nil {
-		if w.Buffered == 0 || !hasOldest {
-			return p.ackEmpty(t, form.ID)
+	if f.w.Pending == nil {
+		if f.w.Buffered == 0 || !hasOldest {
+			return p.ackEmpty(t, f.form.ID)
 		}
-		if due := oldest.Add(p.cfg.FlushDelay); w.Buffered < p.cfg.Threshold && now.Before(due) {
+		if due := oldest.Add(p.cfg.FlushDelay); f.w.Buffered < p.cfg.Threshold && now.Before(due) {
 			return queue.RateLimited(errNotDue, due.Sub(now))
 		}
 	}
 
-	client, err := p.clients.Sheets(ctx, form.AccountID)
+	f.client, err = p.clients.Sheets(ctx, f.form.AccountID)
 	if err != nil {
-		return p.failed(ctx, log, t, form, fmt.Errorf("sheets: flush %s: client of account %s: %w", form.ID, form.AccountID, err))
+		return p.failed(ctx, log, t, f.form, fmt.Errorf("sheets: flush %s: client of account %s: %w", f.form.ID, f.form.AccountID, err))
+	}
+	if done, err := f.planGrown(); done {
+		return err
+	}
+	if done, err := f.readBack(ctx); done {
+		return err
+	}
+	if done, err := f.growGrid(ctx); done {
+		return err
 	}
 
-	fits := func(lastRow int) bool { return lastRow <= w.GridRows && width(form) <= w.GridCols }
-	if w.Pending == nil && !fits(w.NextRow+min(p.cfg.Threshold, w.Buffered)-1) {
-		// The next write needs a larger grid: plan it, and the grow, before
-		// any call. (A write that fits is planned once its quota is
-		// granted, so it takes every row buffered by then.)
-		err := p.db.Update(func(tx *store.Tx) error {
-			var err error
-			w, err = tx.SheetPlanWrite(form.ID, p.cfg.Threshold, p.cfg.Now(), store.GridPlan{Cols: width(form), Step: p.cfg.GrowStep})
-			return err
-		})
-		if err != nil {
-			return fmt.Errorf("sheets: flush %s: plan: %w", form.ID, err)
-		}
-		if w.Pending == nil {
-			return p.ackEmpty(t, form.ID)
-		}
-	}
-
-	if pw := w.Pending; pw != nil && pw.Attempts > pw.Verified {
-		landed, err := p.landed(ctx, client, form, *pw)
-		if err != nil {
-			return p.failed(ctx, log, t, form, err)
-		}
-		if landed {
-			log.Info("pending write found in the sheet; recording it", "row", pw.Row, "rows", pw.Count, "attempts", pw.Attempts)
-			return p.commit(log, t, form, *pw, false)
-		}
-		if err := p.db.Update(func(tx *store.Tx) error { return tx.SheetVerified(form.ID, *pw) }); err != nil {
-			return fmt.Errorf("sheets: flush %s: record read-back: %w", form.ID, err)
-		}
-	}
-
-	if pw := w.Pending; pw != nil && !fits(pw.LastRow()) {
-		if err := p.grow(ctx, log, client, form, w); err != nil {
-			return p.failed(ctx, log, t, form, err)
-		}
-		if p.afterGrow != nil {
-			if err := p.afterGrow(); err != nil {
-				return err
-			}
-		}
-	}
-
-	g, err := p.quota.Acquire(ctx, form.AccountID, form.ID)
+	g, err := p.quota.Acquire(ctx, f.form.AccountID, f.form.ID)
 	if err != nil {
 		return err
 	}
 	if !g.OK {
 		p.metrics.quotaWaits.Inc()
-		log.Debug("waiting for the account's write quota", "account_id", form.AccountID, "wait", g.Wait)
-		return queue.RateLimited(fmt.Errorf("sheets: flush %s: %w", form.ID, ErrQuota), g.Wait)
+		log.Debug("waiting for the account's write quota", "account_id", f.form.AccountID, "wait", g.Wait)
+		return queue.RateLimited(fmt.Errorf("sheets: flush %s: %w", f.form.ID, ErrQuota), g.Wait)
 	}
+	subs, done, err := f.plan()
+	if done {
+		return err
+	}
+	return f.write(ctx, g, subs)
+}
 
-	var subs []store.Submission
+// flush is one run of a form's flush task: what its steps share. Each step
+// that may end the run returns done, and then the run's result err.
+type flush struct {
+	p      *Pipeline
+	t      *queue.Task
+	log    *slog.Logger
+	form   store.Form
+	w      store.SheetWrites // as last loaded or planned
+	client SheetsClient
+}
+
+// fits reports whether a write ending at lastRow fits the grid last known.
+func (f *flush) fits(lastRow int) bool {
+	return lastRow <= f.w.GridRows && width(f.form) <= f.w.GridCols
+}
+
+// load reads the form and its writes, and when its oldest buffered row
+// came, in one read transaction.
+func (f *flush) load(formID string) (oldest time.Time, hasOldest bool, err error) {
+	err = f.p.db.View(func(tx *store.Tx) error {
+		var err error
+		if f.form, err = tx.FormGet(formID); err != nil {
+			return err
+		}
+		if f.w, err = tx.SheetWrites(formID); err != nil {
+			return err
+		}
+		oldest, hasOldest, err = tx.SheetOldestWaiting(formID)
+		return err
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return oldest, hasOldest, queue.Stale("form " + formID + " is gone")
+	}
+	if err != nil {
+		return oldest, hasOldest, fmt.Errorf("sheets: flush %s: load: %w", formID, err)
+	}
+	return oldest, hasOldest, nil
+}
+
+// planGrown plans the next write before any call when it needs a larger
+// grid (step 1, first case).
+func (f *flush) planGrown() (done bool, err error) {
+	p, form := f.p, f.form
+	if f.w.Pending == nil && !f.fits(f.w.NextRow+min(p.cfg.Threshold, f.w.Buffered)-1) {
+		// The next write needs a larger grid: plan it, and the grow, before
+		// any call. (A write that fits is planned once its quota is
+		// granted, so it takes every row buffered by then.)
+		err := p.db.Update(func(tx *store.Tx) error {
+			var err error
+			f.w, err = tx.SheetPlanWrite(form.ID, p.cfg.Threshold, p.cfg.Now(), store.GridPlan{Cols: width(form), Step: p.cfg.GrowStep})
+			return err
+		})
+		if err != nil {
+			return true, fmt.Errorf("sheets: flush %s: plan: %w", form.ID, err)
+		}
+		if f.w.Pending == nil {
+			return true, p.ackEmpty(f.t, form.ID)
+		}
+	}
+	return false, nil
+}
+
+// readBack reads the pending write's range back when an attempt of it may
+// have landed, and commits it if it did.
+func (f *flush) readBack(ctx context.Context) (done bool, err error) {
+	p, form := f.p, f.form
+	if pw := f.w.Pending; pw != nil && pw.Attempts > pw.Verified {
+		landed, err := p.landed(ctx, f.client, form, *pw)
+		if err != nil {
+			return true, p.failed(ctx, f.log, f.t, form, err)
+		}
+		if landed {
+			f.log.Info("pending write found in the sheet; recording it", "row", pw.Row, "rows", pw.Count, "attempts", pw.Attempts)
+			return true, p.commit(f.log, f.t, form, *pw, false)
+		}
+		if err := p.db.Update(func(tx *store.Tx) error { return tx.SheetVerified(form.ID, *pw) }); err != nil {
+			return true, fmt.Errorf("sheets: flush %s: record read-back: %w", form.ID, err)
+		}
+	}
+	return false, nil
+}
+
+// growGrid grows the sheet's grid when the pending write passes it.
+func (f *flush) growGrid(ctx context.Context) (done bool, err error) {
+	p := f.p
+	if pw := f.w.Pending; pw != nil && !f.fits(pw.LastRow()) {
+		if err := p.grow(ctx, f.log, f.client, f.form, f.w); err != nil {
+			return true, p.failed(ctx, f.log, f.t, f.form, err)
+		}
+		if p.afterGrow != nil {
+			if err := p.afterGrow(); err != nil {
+				return true, err
+			}
+		}
+	}
+	return false, nil
+}
+
+// plan plans the write if it is not yet (step 1, second case) and counts
+// the attempt about to start, in one transaction; it returns the pending
+// write's rows.
+func (f *flush) plan() (subs []store.Submission, done bool, err error) {
+	p, form := f.p, f.form
 	err = p.db.Update(func(tx *store.Tx) error {
 		var err error
-		if w.Pending == nil {
+		if f.w.Pending == nil {
 			// Planned now, within the grid known: the rows that came
 			// since the load and would pass it wait for the next write.
-			if _, err := tx.SheetPlanWrite(form.ID, p.cfg.Threshold, p.cfg.Now(), store.GridPlan{MaxRow: w.GridRows}); err != nil {
+			if _, err := tx.SheetPlanWrite(form.ID, p.cfg.Threshold, p.cfg.Now(), store.GridPlan{MaxRow: f.w.GridRows}); err != nil {
 				return err
 			}
 		}
-		w, subs, err = tx.SheetAttempt(form.ID, p.cfg.Threshold)
+		f.w, subs, err = tx.SheetAttempt(form.ID, p.cfg.Threshold)
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("sheets: flush %s: plan: %w", form.ID, err)
+		return subs, true, fmt.Errorf("sheets: flush %s: plan: %w", form.ID, err)
 	}
-	if w.Pending == nil {
-		return p.ackEmpty(t, form.ID)
+	if f.w.Pending == nil {
+		return subs, true, p.ackEmpty(f.t, form.ID)
 	}
-	pw := *w.Pending
+	return subs, false, nil
+}
+
+// write writes the pending write's rows subs under the quota grant g
+// (step 2), and commits it (step 3) if the write succeeded.
+func (f *flush) write(ctx context.Context, g Grant, subs []store.Submission) error {
+	p, form, log := f.p, f.form, f.log
+	pw := *f.w.Pending
 	rows := make([][]string, len(subs))
 	for i, s := range subs {
 		rows[i] = row(s)
@@ -202,7 +264,7 @@ func (p *Pipeline) HandleFlush(ctx context.Context, t *queue.Task) error {
 	// Quota), so it is also bounded by most of the window.
 	cctx, cancel := context.WithTimeout(ctx, min(p.cfg.CallTimeout, p.cfg.QuotaWindow*9/10))
 	start := time.Now()
-	err = client.WriteRange(cctx, form.SpreadsheetID, a1, rows)
+	err := f.client.WriteRange(cctx, form.SpreadsheetID, a1, rows)
 	cancel()
 	if serr := p.quota.Settle(context.WithoutCancel(ctx), form.AccountID, g); serr != nil {
 		log.Warn("settle quota slot", "err", serr)
@@ -229,10 +291,10 @@ func (p *Pipeline) HandleFlush(ctx context.Context, t *queue.Task) error {
 		return queue.RateLimited(fmt.Errorf("sheets: flush %s: %w", form.ID, errGridChanged), 0)
 	}
 	if err != nil {
-		return p.failed(ctx, log, t, form, err)
+		return p.failed(ctx, log, f.t, form, err)
 	}
 	log.Debug("rows written", "range", a1, "rows", len(rows), "attempt_of_write", pw.Attempts, "took", time.Since(start))
-	return p.commit(log, t, form, pw, true)
+	return p.commit(log, f.t, form, pw, true)
 }
 
 // landed reports whether the pending write's range holds exactly its rows.
