@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"mailroom/internal/testkit"
 	"mailroom/queue"
 	"mailroom/queue/broker/brokertest"
 	"mailroom/store"
@@ -59,7 +60,7 @@ func TestAlertsAreKeptUntilDelivered(t *testing.T) {
 		return queue.Permanent(errors.New("the mailbox is gone"))
 	})
 	h.enqueue(t, 3, struct{}{})
-	waitUntil(t, 10*time.Second, "3 dead letters", func() bool { return len(deadLetters(t, db)) == 3 })
+	testkit.Eventually(t, 10*time.Second, "3 dead letters", func() bool { return len(deadLetters(t, db)) == 3 })
 	if n := pending(); n != 3 {
 		t.Fatalf("%d alerts pending in the store, want 3 (one per dead letter, committed with it)", n)
 	}
@@ -71,14 +72,14 @@ func TestAlertsAreKeptUntilDelivered(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { second.Run(ctx); close(done) }()
-	waitUntil(t, 10*time.Second, "a failed delivery", func() bool { _, failed := second.Sent(); return failed >= 1 })
+	testkit.Eventually(t, 10*time.Second, "a failed delivery", func() bool { _, failed := second.Sent(); return failed >= 1 })
 	if n := pending(); n != 3 {
 		t.Fatalf("%d alerts pending after a refused delivery, want 3", n)
 	}
 	// The webhook is back: the retry delivers them, once.
 	refuse.Store(false)
-	waitUntil(t, 10*time.Second, "the delivery", func() bool { sent, _ := second.Sent(); return sent == 1 })
-	waitUntil(t, 5*time.Second, "nothing pending", func() bool { return pending() == 0 })
+	testkit.Eventually(t, 10*time.Second, "the delivery", func() bool { sent, _ := second.Sent(); return sent == 1 })
+	testkit.Eventually(t, 5*time.Second, "nothing pending", func() bool { return pending() == 0 })
 	time.Sleep(300 * time.Millisecond)
 	cancel()
 	<-done

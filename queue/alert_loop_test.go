@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"mailroom/internal/testkit"
 	"mailroom/queue"
 )
 
@@ -31,7 +32,7 @@ func TestAlerterLoopPostsPendingBeforeStopReturns(t *testing.T) {
 		t.Fatal(err)
 	}
 	alerts.Notify(queue.TypeDebugRecord, "1", "first")
-	waitUntil(t, 5*time.Second, "the first alert", func() bool { return posts.Load() == 1 })
+	testkit.Eventually(t, 5*time.Second, "the first alert", func() bool { return posts.Load() == 1 })
 	// Within the interval: held back until the loop stops.
 	alerts.Notify(queue.TypeDebugRecord, "2", "second")
 	alerts.Stop()

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"mailroom/internal/testkit"
 	"mailroom/queue"
 )
 
@@ -37,7 +38,7 @@ func TestAlertNoticesAreGrouped(t *testing.T) {
 	alerts.Notify("sheets:flush", "t1", "boom")
 	alerts.Notice("sheets form", "f3", "The spreadsheet is full")
 	go func() { alerts.Run(ctx); close(done) }()
-	waitUntil(t, 5*time.Second, "one message", func() bool { mu.Lock(); defer mu.Unlock(); return len(bodies) == 1 })
+	testkit.Eventually(t, 5*time.Second, "one message", func() bool { mu.Lock(); defer mu.Unlock(); return len(bodies) == 1 })
 	cancel()
 	<-done
 	mu.Lock()

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"mailroom/internal/testkit"
 	"mailroom/queue"
 	"mailroom/queue/broker"
 	"mailroom/queue/broker/brokertest"
@@ -84,17 +85,6 @@ func (h *harness) enqueue(t *testing.T, n int, payload any, opts ...queue.Option
 	return ids
 }
 
-func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func outboxLen(t *testing.T, db *store.DB, queueName string) int {
 	n := 0
 	if err := db.View(func(tx *store.Tx) error { n = tx.OutboxLen(queueName); return nil }); err != nil {
@@ -127,12 +117,12 @@ func TestDurableTasksRunOnceAndLeaveTheOutbox(t *testing.T) {
 			return nil
 		})
 		ids := h.enqueue(t, 500, map[string]int{"n": 1})
-		waitUntil(t, 20*time.Second, "all tasks to run", func() bool {
+		testkit.Eventually(t, 20*time.Second, "all tasks to run", func() bool {
 			mu.Lock()
 			defer mu.Unlock()
 			return len(seen) == len(ids)
 		})
-		waitUntil(t, 5*time.Second, "the outbox to empty", func() bool { return outboxLen(t, h.db, "debug") == 0 })
+		testkit.Eventually(t, 5*time.Second, "the outbox to empty", func() bool { return outboxLen(t, h.db, "debug") == 0 })
 		for _, id := range ids {
 			if seen[id] != 1 {
 				t.Errorf("task %s ran %d times, want 1", id, seen[id])
@@ -155,7 +145,7 @@ func TestRelayKeepsTheBrokerBounded(t *testing.T) {
 		return nil
 	})
 	h.enqueue(t, 200, struct{}{})
-	waitUntil(t, 5*time.Second, "the relay to fill the broker", func() bool {
+	testkit.Eventually(t, 5*time.Second, "the relay to fill the broker", func() bool {
 		st, err := h.q.Stats(context.Background())
 		if err != nil {
 			t.Fatal(err)
@@ -175,7 +165,7 @@ func TestRelayKeepsTheBrokerBounded(t *testing.T) {
 		t.Fatalf("pending+active = %d, want 200 (stats %+v)", s.Pending+s.Active, s)
 	}
 	close(release)
-	waitUntil(t, 20*time.Second, "every task to run", func() bool { return ran.Load() == 200 })
+	testkit.Eventually(t, 20*time.Second, "every task to run", func() bool { return ran.Load() == 200 })
 }
 
 func debugStats(st []queue.QueueStats) queue.QueueStats {
@@ -217,8 +207,8 @@ func TestErrorClasses(t *testing.T) {
 		for _, k := range []string{"permanent", "retry", "limited", "stale"} {
 			h.enqueue(t, 1, map[string]string{"kind": k})
 		}
-		waitUntil(t, 15*time.Second, "two dead letters", func() bool { return len(deadLetters(t, h.db)) == 2 })
-		waitUntil(t, 5*time.Second, "the outbox to empty", func() bool { return outboxLen(t, h.db, "debug") == 0 })
+		testkit.Eventually(t, 15*time.Second, "two dead letters", func() bool { return len(deadLetters(t, h.db)) == 2 })
+		testkit.Eventually(t, 5*time.Second, "the outbox to empty", func() bool { return outboxLen(t, h.db, "debug") == 0 })
 		byErr := map[string]store.DeadLetter{}
 		for _, d := range deadLetters(t, h.db) {
 			byErr[d.Error] = d
@@ -261,18 +251,18 @@ func TestRedriveRunsTheTaskAgain(t *testing.T) {
 		return nil
 	})
 	h.enqueue(t, 3, struct{}{})
-	waitUntil(t, 10*time.Second, "three dead letters", func() bool { return len(deadLetters(t, h.db)) == 3 })
+	testkit.Eventually(t, 10*time.Second, "three dead letters", func() bool { return len(deadLetters(t, h.db)) == 3 })
 	fail.Store(false)
 	dls := deadLetters(t, h.db)
 	n, missing, err := h.q.Redrive([]string{dls[0].ID, "00000000deadbeef"})
 	if err != nil || n != 1 || len(missing) != 1 {
 		t.Fatalf("Redrive = %d, %v, %v; want 1, one missing, nil", n, missing, err)
 	}
-	waitUntil(t, 10*time.Second, "the redriven task to run", func() bool { return ok.Load() == 1 })
+	testkit.Eventually(t, 10*time.Second, "the redriven task to run", func() bool { return ok.Load() == 1 })
 	if n, err := h.q.RedriveType(queue.TypeDebugRecord); err != nil || n != 2 {
 		t.Fatalf("RedriveType = %d, %v; want 2", n, err)
 	}
-	waitUntil(t, 10*time.Second, "all redriven tasks to run", func() bool { return ok.Load() == 3 })
+	testkit.Eventually(t, 10*time.Second, "all redriven tasks to run", func() bool { return ok.Load() == 3 })
 	if got := deadLetters(t, h.db); len(got) != 0 {
 		t.Fatalf("archive holds %d after redrive, want 0", len(got))
 	}
@@ -311,7 +301,7 @@ func TestDeadHookRunsInTheMove(t *testing.T) {
 		}
 	})
 	ids := h.enqueue(t, 1, struct{}{})
-	waitUntil(t, 10*time.Second, "the dead letter", func() bool { return len(deadLetters(t, h.db)) == 1 })
+	testkit.Eventually(t, 10*time.Second, "the dead letter", func() bool { return len(deadLetters(t, h.db)) == 1 })
 	if n := runs.Load(); n != 2 {
 		t.Errorf("handler ran %d times, want 2 (the first move was refused by the hook)", n)
 	}
@@ -386,14 +376,14 @@ func TestKeyDeduplicatesAndBringForward(t *testing.T) {
 		t.Fatal("a task scheduled in an hour ran")
 	}
 	h.enqueue(t, 1, struct{}{}, queue.Key("sheet-1"), queue.RunAt(time.Now()), queue.BringForward())
-	waitUntil(t, 5*time.Second, "the brought-forward task to run", func() bool { return ran.Load() == 1 })
+	testkit.Eventually(t, 5*time.Second, "the brought-forward task to run", func() bool { return ran.Load() == 1 })
 	// The key is free again once the record is gone.
-	waitUntil(t, 5*time.Second, "the outbox to empty", func() bool { return outboxLen(t, h.db, "debug") == 0 })
+	testkit.Eventually(t, 5*time.Second, "the outbox to empty", func() bool { return outboxLen(t, h.db, "debug") == 0 })
 	third := h.enqueue(t, 1, struct{}{}, queue.Key("sheet-1"))
 	if third[0] == first[0] {
 		t.Fatal("a finished record's key still deduplicates")
 	}
-	waitUntil(t, 5*time.Second, "the new task to run", func() bool { return ran.Load() == 2 })
+	testkit.Eventually(t, 5*time.Second, "the new task to run", func() bool { return ran.Load() == 2 })
 }
 
 func TestOutboxIsHandedAgainAtStart(t *testing.T) {
@@ -424,7 +414,7 @@ func TestOutboxIsHandedAgainAtStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer q.Stop()
-	waitUntil(t, 10*time.Second, "recovered tasks to run", func() bool { return ran.Load() == 100 })
+	testkit.Eventually(t, 10*time.Second, "recovered tasks to run", func() bool { return ran.Load() == 100 })
 }
 
 func TestAlertsAreGrouped(t *testing.T) {
@@ -449,7 +439,7 @@ func TestAlertsAreGrouped(t *testing.T) {
 	})
 	start := time.Now()
 	h.enqueue(t, 1000, struct{}{})
-	waitUntil(t, 60*time.Second, "1,000 dead letters", func() bool { return len(deadLetters(t, h.db)) == 1000 })
+	testkit.Eventually(t, 60*time.Second, "1,000 dead letters", func() bool { return len(deadLetters(t, h.db)) == 1000 })
 	cancel()
 	<-done
 	elapsed := time.Since(start)

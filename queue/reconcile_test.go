@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"mailroom/internal/testkit"
 	"mailroom/queue"
 	"mailroom/queue/broker"
 	"mailroom/queue/broker/brokertest"
@@ -83,9 +84,9 @@ func TestReconcileAfterRedisRestartAndFlush(t *testing.T) {
 	h, w := watchedHarness(t, b, queue.Config{RelayCap: 300, ReconcileInterval: 5 * time.Minute}, c.handler(2*time.Millisecond))
 
 	ids := h.enqueue(t, 2000, struct{}{})
-	waitUntil(t, 30*time.Second, "some tasks to run", func() bool { ran, _ := c.count(ids); return ran >= 200 })
+	testkit.Eventually(t, 30*time.Second, "some tasks to run", func() bool { ran, _ := c.count(ids); return ran >= 200 })
 	rp.Stop()
-	waitUntil(t, 10*time.Second, "the watch to see the outage", func() bool { return !w.Health().Up })
+	testkit.Eventually(t, 10*time.Second, "the watch to see the outage", func() bool { return !w.Health().Up })
 	// The outbox still takes work while the broker is away.
 	ids = append(ids, h.enqueue(t, 300, struct{}{})...)
 	before, _ := c.count(ids)
@@ -94,25 +95,25 @@ func TestReconcileAfterRedisRestartAndFlush(t *testing.T) {
 	}
 	rp.Start()
 	back := time.Now()
-	waitUntil(t, time.Minute, "every task to run after Redis came back empty", func() bool { ran, _ := c.count(ids); return ran == len(ids) })
+	testkit.Eventually(t, time.Minute, "every task to run after Redis came back empty", func() bool { ran, _ := c.count(ids); return ran == len(ids) })
 	t.Logf("restart: %d of %d had run at the outage; all ran %s after Redis came back", before, len(ids), time.Since(back).Round(time.Millisecond))
 	if h := w.Health(); !h.Up || h.Losses == 0 {
 		t.Fatalf("watch health after the restart: %+v, want up with a loss counted", h)
 	}
 
 	more := h.enqueue(t, 2000, struct{}{})
-	waitUntil(t, 30*time.Second, "some of the second burst to run", func() bool { ran, _ := c.count(more); return ran >= 200 })
+	testkit.Eventually(t, 30*time.Second, "some of the second burst to run", func() bool { ran, _ := c.count(more); return ran >= 200 })
 	if err := b.Client().FlushAll(context.Background()).Err(); err != nil {
 		t.Fatal(err)
 	}
 	flushed := time.Now()
 	before, _ = c.count(more)
-	waitUntil(t, time.Minute, "every task to run after FLUSHALL", func() bool { ran, _ := c.count(more); return ran == len(more) })
+	testkit.Eventually(t, time.Minute, "every task to run after FLUSHALL", func() bool { ran, _ := c.count(more); return ran == len(more) })
 	t.Logf("flush: %d of %d had run; all ran %s after FLUSHALL", before, len(more), time.Since(flushed).Round(time.Millisecond))
 	if before == len(more) {
 		t.Fatal("the second burst ended before FLUSHALL; the test proves nothing")
 	}
-	waitUntil(t, 10*time.Second, "the outbox to empty", func() bool { return outboxLen(t, h.db, "debug") == 0 })
+	testkit.Eventually(t, 10*time.Second, "the outbox to empty", func() bool { return outboxLen(t, h.db, "debug") == 0 })
 	all := append(ids, more...)
 	_, twice := c.count(all)
 	t.Logf("%d tasks, %d ran twice (at least once; those lost mid-run), %d handed again", len(all), twice, h.q.Rehanded())
@@ -132,7 +133,7 @@ func TestReconcileHandsAgainOnlyWhatWasLost(t *testing.T) {
 		ctx := context.Background()
 		rdb := b.Client()
 		key := func(id string) string { return "asynq:{debug}:t:" + id }
-		waitUntil(t, 10*time.Second, "the tasks in the broker", func() bool {
+		testkit.Eventually(t, 10*time.Second, "the tasks in the broker", func() bool {
 			n, _ := rdb.Exists(ctx, key(ids[0]), key(ids[9])).Result()
 			return n == 2
 		})
@@ -150,7 +151,7 @@ func TestReconcileHandsAgainOnlyWhatWasLost(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		waitUntil(t, 10*time.Second, "the lost tasks to be handed again", func() bool { return h.q.Rehanded() == 3 })
+		testkit.Eventually(t, 10*time.Second, "the lost tasks to be handed again", func() bool { return h.q.Rehanded() == 3 })
 		for _, id := range lost {
 			if n, _ := rdb.Exists(ctx, key(id)).Result(); n != 1 {
 				t.Fatalf("task %s is not back in the broker", id)
@@ -207,5 +208,5 @@ func TestWatchFindsAForgottenBrokerAtStart(t *testing.T) {
 	if until.IsZero() || until.After(state.AliveAt.Add(5*time.Second+time.Minute)) || until.Before(state.AliveAt.Add(time.Minute)) {
 		t.Fatalf("spent until %v, want between %v and 5s later", until, state.AliveAt.Add(time.Minute))
 	}
-	waitUntil(t, time.Second, "a 1 ms window to be free again", func() bool { return w.SpentUntil(time.Millisecond).IsZero() })
+	testkit.Eventually(t, time.Second, "a 1 ms window to be free again", func() bool { return w.SpentUntil(time.Millisecond).IsZero() })
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"mailroom/internal/testkit"
 	"mailroom/queue"
 	"mailroom/store"
 )
@@ -388,7 +389,7 @@ func TestDeadLetterRedriveThroughQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	var dl deadLetterJSON
-	waitFor(t, "the task to be dead-lettered", 10*time.Second, func() bool {
+	testkit.Eventually(t, 10*time.Second, "the task to be dead-lettered", func() bool {
 		list := decode[deadLetterList](t, request(t, e.h, http.MethodGet, "/api/v1/deadletters?type=debug:record", nil, auth))
 		if len(list.DeadLetters) == 1 {
 			dl = list.DeadLetters[0]
@@ -417,7 +418,7 @@ func TestDeadLetterRedriveThroughQueue(t *testing.T) {
 	if w := request(t, e.h, http.MethodPost, "/api/v1/deadletters/"+dl.ID+"/redrive", nil, auth); w.Code != 202 {
 		t.Fatalf("redrive: %d %s", w.Code, w.Body.String())
 	}
-	waitFor(t, "the redriven task to succeed", 10*time.Second, func() bool { return e.flaky.succeeded("t1") })
+	testkit.Eventually(t, 10*time.Second, "the redriven task to succeed", func() bool { return e.flaky.succeeded("t1") })
 	if ids := deadLetterIDs(t, e.db); len(ids) != 0 {
 		t.Errorf("archive still holds %v", ids)
 	}

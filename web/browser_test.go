@@ -9,6 +9,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"mailroom/internal/testkit"
 	"mailroom/queue"
 	"mailroom/store"
 	"mailroom/web/webtest"
@@ -36,7 +37,7 @@ func TestBrowserAdminFlow(t *testing.T) {
 		t.Fatal(err)
 	}
 	var dead string
-	waitFor(t, "a dead letter", 15*time.Second, func() bool {
+	testkit.Eventually(t, 15*time.Second, "a dead letter", func() bool {
 		ids := deadLetterIDs(t, e.db)
 		if len(ids) == 1 {
 			dead = ids[0]
@@ -109,7 +110,7 @@ func TestBrowserAdminFlow(t *testing.T) {
 	if err != nil || rows != 0 {
 		t.Errorf("the redriven dead letter is still listed (%d rows, %v)", rows, err)
 	}
-	waitFor(t, "the redriven task to succeed", 15*time.Second, func() bool { return e.flaky.succeeded("invoice-42") })
+	testkit.Eventually(t, 15*time.Second, "the redriven task to succeed", func() bool { return e.flaky.succeeded("invoice-42") })
 
 	do("make an API token",
 		chromedp.Navigate(srv.URL+"/admin/tokens"),

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"mailroom/internal/testkit"
 	"mailroom/queue"
 	"mailroom/queue/broker/brokertest"
 	"mailroom/store"
@@ -71,16 +72,9 @@ func newEnv(t testing.TB, o envOptions) *env {
 
 func testLogger(t testing.TB) *slog.Logger {
 	if testing.Verbose() {
-		return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		return slog.New(slog.NewTextHandler(testkit.LogWriter(t), &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	return slog.New(slog.DiscardHandler)
-}
-
-type tWriter struct{ t testing.TB }
-
-func (w tWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimSpace(string(p)))
-	return len(p), nil
 }
 
 // flakyHandler backs debug:record: a payload {"id":X,"fail":N} fails
@@ -313,18 +307,6 @@ func login(t testing.TB, h http.Handler) session {
 	}
 	s.csrf = m[1]
 	return s
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t testing.TB, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func deadLetterIDs(t testing.TB, db *store.DB) []string {

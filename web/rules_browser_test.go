@@ -9,6 +9,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"mailroom/internal/testkit"
 	"mailroom/queue/rules"
 	"mailroom/store"
 	"mailroom/web/webtest"
@@ -70,7 +71,7 @@ func TestBrowserRulesEditor(t *testing.T) {
 	text := br.Text
 	waitText := func(sel, want string) {
 		t.Helper()
-		waitFor(t, fmt.Sprintf("%s to say %q", sel, want), 10*time.Second, func() bool { return strings.Contains(text(sel), want) })
+		testkit.Eventually(t, 10*time.Second, fmt.Sprintf("%s to say %q", sel, want), func() bool { return strings.Contains(text(sel), want) })
 	}
 
 	do("sign in",

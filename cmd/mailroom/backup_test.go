@@ -14,6 +14,7 @@ import (
 	"mailroom/internal/app"
 	"mailroom/internal/app/apptest"
 	"mailroom/internal/demo"
+	"mailroom/internal/testkit"
 	"mailroom/store"
 )
 
@@ -30,7 +31,7 @@ func TestBackupWhileDemoRuns(t *testing.T) {
 			ID string `json:"id"`
 		} `json:"forms"`
 	}
-	apptest.WaitUntil(t, 30*time.Second, "the demo's forms", func() bool {
+	testkit.Eventually(t, 30*time.Second, "the demo's forms", func() bool {
 		status, raw := ta.Do(http.MethodGet, "/api/v1/forms", nil)
 		return status == http.StatusOK && json.Unmarshal(raw, &forms) == nil && len(forms.Forms) > 0
 	})

@@ -2,7 +2,7 @@ package app_test
 
 import (
 	"io"
-	"mailroom/internal/app/apptest"
+	"mailroom/internal/testkit"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -40,7 +40,7 @@ func TestAlertSurvivesKill9(t *testing.T) {
 	p := startProc(t, dir, "MAILROOM_ALERT_WEBHOOK_URL="+hook.URL)
 	victim.Store(p)
 	p.post("/api/v1/debug/tasks", map[string]any{"count": 1, "fail": "permanent"})
-	apptest.WaitUntil(t, 30*time.Second, "the child to die on its alert", func() bool {
+	testkit.Eventually(t, 30*time.Second, "the child to die on its alert", func() bool {
 		select {
 		case <-p.exited:
 			return true
@@ -55,7 +55,7 @@ func TestAlertSurvivesKill9(t *testing.T) {
 	mu.Unlock()
 
 	p = startProc(t, dir, "MAILROOM_ALERT_WEBHOOK_URL="+hook.URL)
-	apptest.WaitUntil(t, 30*time.Second, "the alert after the restart", func() bool {
+	testkit.Eventually(t, 30*time.Second, "the alert after the restart", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(delivered) > 0

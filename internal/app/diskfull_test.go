@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"mailroom/internal/app"
-	"mailroom/internal/app/apptest"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -17,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"mailroom/internal/testkit"
 	"mailroom/queue/google/googlefake"
 )
 
@@ -155,7 +155,7 @@ func TestDiskFull(t *testing.T) {
 	for range 50 {
 		submit()
 	}
-	apptest.WaitUntil(t, 30*time.Second, "the first rows", func() bool { return rowsIn() == 50 })
+	testkit.Eventually(t, 30*time.Second, "the first rows", func() bool { return rowsIn() == 50 })
 
 	filler := fillDisk(t, dataDir)
 	var refused *http.Response
@@ -180,7 +180,7 @@ func TestDiskFull(t *testing.T) {
 	if readyz() != http.StatusServiceUnavailable {
 		t.Fatal("/readyz is not 503 on a full disk")
 	}
-	apptest.WaitUntil(t, 10*time.Second, "the alert", func() bool { return alerted("cannot be written") })
+	testkit.Eventually(t, 10*time.Second, "the alert", func() bool { return alerted("cannot be written") })
 	if len(ta.Problems()) == 0 {
 		t.Fatal("the overview shows no problem on a full disk")
 	}
@@ -189,17 +189,17 @@ func TestDiskFull(t *testing.T) {
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
-	apptest.WaitUntil(t, 10*time.Second, "/readyz to recover", func() bool { return readyz() == http.StatusOK })
-	apptest.WaitUntil(t, 10*time.Second, "the all-clear alert", func() bool { return alerted("can be written again") })
+	testkit.Eventually(t, 10*time.Second, "/readyz to recover", func() bool { return readyz() == http.StatusOK })
+	testkit.Eventually(t, 10*time.Second, "the all-clear alert", func() bool { return alerted("can be written again") })
 	for range 50 {
 		if resp := submit(); resp.StatusCode != http.StatusAccepted {
 			t.Fatalf("submission after space returned: %d", resp.StatusCode)
 		}
 	}
-	apptest.WaitUntil(t, 60*time.Second, "every accepted row in the sheet", func() bool { return rowsIn() >= len(accepted) })
+	testkit.Eventually(t, 60*time.Second, "every accepted row in the sheet", func() bool { return rowsIn() >= len(accepted) })
 	// Records of tasks that finished while the disk was full leave the
 	// outbox too.
-	apptest.WaitUntil(t, 10*time.Second, "an empty outbox", func() bool {
+	testkit.Eventually(t, 10*time.Second, "an empty outbox", func() bool {
 		var q struct {
 			Queues []struct{ Outbox, Pending int } `json:"queues"`
 		}

@@ -12,6 +12,7 @@ import (
 
 	"mailroom/internal/app"
 	"mailroom/internal/app/apptest"
+	"mailroom/internal/testkit"
 	"mailroom/queue/google/googlefake"
 	"mailroom/web/webtest"
 )
@@ -104,9 +105,9 @@ func TestGmailAdminPages(t *testing.T) {
 	if st := push(ta, fake, gmailAddr, fake.Gmail.HistoryID(gmailAddr)); st != http.StatusNoContent {
 		t.Fatalf("push: %d", st)
 	}
-	apptest.WaitUntil(t, 20*time.Second, "the account in error", func() bool { return account(ta, acc.ID).Status == "error" })
+	testkit.Eventually(t, 20*time.Second, "the account in error", func() bool { return account(ta, acc.ID).Status == "error" })
 	var dead struct{ Deadletters []struct{ Type string } }
-	apptest.WaitUntil(t, 20*time.Second, "the sync dead-lettered", func() bool {
+	testkit.Eventually(t, 20*time.Second, "the sync dead-lettered", func() bool {
 		ta.JSON(http.MethodGet, "/api/v1/deadletters?type=gmail:sync", nil, http.StatusOK, &dead)
 		return len(dead.Deadletters) == 1
 	})

@@ -16,6 +16,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"mailroom/internal/app/apptest"
+	"mailroom/internal/testkit"
 	"mailroom/queue/google/googlefake"
 )
 
@@ -136,7 +137,7 @@ func TestGmailCrashDuringSync(t *testing.T) {
 	p.call(http.MethodPost, "/api/v1/users", map[string]string{"email": "owner@example.com", "name": "Owner"}, http.StatusCreated, &user)
 	var acc gmailTestAccount
 	p.call(http.MethodPost, "/api/v1/accounts", map[string]string{"userId": user.ID, "email": gmailAddr, "refreshToken": fake.AddAccount(gmailAddr)}, http.StatusCreated, &acc)
-	apptest.WaitUntil(t, 30*time.Second, "the first full sync", func() bool {
+	testkit.Eventually(t, 30*time.Second, "the first full sync", func() bool {
 		var a gmailTestAccount
 		p.call(http.MethodGet, "/api/v1/accounts/"+acc.ID, nil, http.StatusOK, &a)
 		return a.Status == "ready"
@@ -158,7 +159,7 @@ func TestGmailCrashDuringSync(t *testing.T) {
 
 	// Kill once the sync has recorded some pages but not all.
 	var mark uint64
-	apptest.WaitUntil(t, 30*time.Second, "the sync to be half way", func() bool {
+	testkit.Eventually(t, 30*time.Second, "the sync to be half way", func() bool {
 		var a gmailTestAccount
 		p.call(http.MethodGet, "/api/v1/accounts/"+acc.ID, nil, http.StatusOK, &a)
 		mark, _ = strconv.ParseUint(a.HistoryID, 10, 64)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"mailroom/internal/app"
 	"mailroom/internal/app/apptest"
+	"mailroom/internal/testkit"
 	"net/http"
 	"strconv"
 	"testing"
@@ -56,7 +57,7 @@ func TestRuleSaveLimitAcrossRestart(t *testing.T) {
 	if resp.StatusCode != http.StatusTooManyRequests || after < 1 || after > int(window/time.Second)+1 {
 		t.Fatalf("save right after the restart: %d, Retry-After %q; want 429 with at most the window", resp.StatusCode, resp.Header.Get("Retry-After"))
 	}
-	apptest.WaitUntil(t, 2*window, "the window to pass", func() bool { return time.Since(restarted) > window+100*time.Millisecond })
+	testkit.Eventually(t, 2*window, "the window to pass", func() bool { return time.Since(restarted) > window+100*time.Millisecond })
 	ta.JSON(http.MethodPost, "/api/v1/users/"+userID+"/rules", rule("C"), http.StatusCreated, nil)
 }
 

@@ -19,6 +19,7 @@ import (
 
 	"mailroom/internal/app"
 	"mailroom/internal/app/apptest"
+	"mailroom/internal/testkit"
 	"mailroom/store"
 )
 
@@ -70,7 +71,7 @@ func startProc(t *testing.T, dataDir string, env ...string) *proc {
 		cmd.Process.Kill()
 		<-p.exited
 	})
-	apptest.WaitUntil(t, 30*time.Second, "the child's /readyz", func() bool {
+	testkit.Eventually(t, 30*time.Second, "the child's /readyz", func() bool {
 		select {
 		case <-p.exited:
 			t.Fatalf("mailroom exited early: %v\n%s", p.exitErr, out)
@@ -132,7 +133,7 @@ func TestCrashSafetyKill9(t *testing.T) {
 	dir := t.TempDir()
 	p := startProc(t, dir)
 	p.post("/api/v1/debug/tasks", map[string]any{"count": total, "sleepMs": 2})
-	apptest.WaitUntil(t, 60*time.Second, "some tasks to complete", func() bool { return len(completions(t, dir)) >= total/5 })
+	testkit.Eventually(t, 60*time.Second, "some tasks to complete", func() bool { return len(completions(t, dir)) >= total/5 })
 	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +144,7 @@ func TestCrashSafetyKill9(t *testing.T) {
 	}
 
 	startProc(t, dir)
-	apptest.WaitUntil(t, 90*time.Second, "every task to complete after the restart", func() bool { return len(completions(t, dir)) == total })
+	testkit.Eventually(t, 90*time.Second, "every task to complete after the restart", func() bool { return len(completions(t, dir)) == total })
 	twice := 0
 	for _, n := range completions(t, dir) {
 		if n > 1 {
@@ -162,7 +163,7 @@ func TestGracefulShutdownLosesNothing(t *testing.T) {
 	dir := t.TempDir()
 	p := startProc(t, dir, "MAILROOM_SHUTDOWN_TIMEOUT=3s")
 	p.post("/api/v1/debug/tasks", map[string]any{"count": total, "sleepMs": 100})
-	apptest.WaitUntil(t, 30*time.Second, "some tasks to complete", func() bool { return len(completions(t, dir)) >= 20 })
+	testkit.Eventually(t, 30*time.Second, "some tasks to complete", func() bool { return len(completions(t, dir)) >= 20 })
 	start := time.Now()
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -180,7 +181,7 @@ func TestGracefulShutdownLosesNothing(t *testing.T) {
 		t.Fatalf("bbolt after shutdown: %v", err)
 	}
 	startProc(t, dir)
-	apptest.WaitUntil(t, 60*time.Second, "every task to complete after the restart", func() bool { return len(completions(t, dir)) == total })
+	testkit.Eventually(t, 60*time.Second, "every task to complete after the restart", func() bool { return len(completions(t, dir)) == total })
 }
 
 func TestBadConfigExitsWithReason(t *testing.T) {

@@ -5,13 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"mailroom/internal/app"
-	"mailroom/internal/app/apptest"
 	"net/http"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"mailroom/internal/testkit"
 	"mailroom/queue/broker/brokertest"
 	"mailroom/queue/google/googlefake"
 )
@@ -85,14 +85,14 @@ func TestSheetsSurviveRedisLoss(t *testing.T) {
 	// accepted while it is away, then Redis back, empty.
 	done := make(chan struct{})
 	go func() { defer close(done); submit(1500) }()
-	apptest.WaitUntil(t, 30*time.Second, "rows in the sheet", func() bool { return rowsIn() >= 100 })
+	testkit.Eventually(t, 30*time.Second, "rows in the sheet", func() bool { return rowsIn() >= 100 })
 	rp.Stop()
-	apptest.WaitUntil(t, 15*time.Second, "/readyz to say 503", func() bool { return readyz() == http.StatusServiceUnavailable })
+	testkit.Eventually(t, 15*time.Second, "/readyz to say 503", func() bool { return readyz() == http.StatusServiceUnavailable })
 	status, raw := ta.Do(http.MethodGet, "/api/v1/queues", nil)
 	if status != http.StatusServiceUnavailable || !jsonHasCode(raw, "broker_unavailable") {
 		t.Fatalf("GET /api/v1/queues while Redis is away: %d %s, want 503 broker_unavailable", status, raw)
 	}
-	apptest.WaitUntil(t, 5*time.Second, "the overview to show the outage", func() bool { return len(ta.Problems()) > 0 })
+	testkit.Eventually(t, 5*time.Second, "the overview to show the outage", func() bool { return len(ta.Problems()) > 0 })
 	<-done
 	submit(200)
 	if rowsIn() >= 1700 {
@@ -100,24 +100,24 @@ func TestSheetsSurviveRedisLoss(t *testing.T) {
 	}
 	rp.Start()
 	back := time.Now()
-	apptest.WaitUntil(t, time.Minute, "every accepted row after Redis came back empty", func() bool {
+	testkit.Eventually(t, time.Minute, "every accepted row after Redis came back empty", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return rowsIn() >= len(accepted)
 	})
 	t.Logf("Redis restart: %d accepted, all in the sheet %s after Redis came back", len(accepted), time.Since(back).Round(time.Millisecond))
-	apptest.WaitUntil(t, 15*time.Second, "/readyz to say 200", func() bool { return readyz() == http.StatusOK })
+	testkit.Eventually(t, 15*time.Second, "/readyz to say 200", func() bool { return readyz() == http.StatusOK })
 
 	// Another burst, and FLUSHALL in its middle.
 	done = make(chan struct{})
 	go func() { defer close(done); submit(1500) }()
-	apptest.WaitUntil(t, 30*time.Second, "rows of the second burst", func() bool { return rowsIn() >= 1800 })
+	testkit.Eventually(t, 30*time.Second, "rows of the second burst", func() bool { return rowsIn() >= 1800 })
 	if err := ta.Broker().Client().FlushAll(context.Background()).Err(); err != nil {
 		t.Fatal(err)
 	}
 	flushed := time.Now()
 	<-done
-	apptest.WaitUntil(t, time.Minute, "every accepted row after FLUSHALL", func() bool {
+	testkit.Eventually(t, time.Minute, "every accepted row after FLUSHALL", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return rowsIn() >= len(accepted)
@@ -156,7 +156,7 @@ func TestSheetsSurviveRedisLoss(t *testing.T) {
 		t.Fatalf("%d rows for %d accepted submissions", len(rows), len(accepted))
 	}
 	// The bookkeeping of the last write commits a moment after it lands.
-	apptest.WaitUntil(t, 10*time.Second, "the form to count every row", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the form to count every row", func() bool {
 		f := getForm(ta, form.ID)
 		return f.RowsWritten == len(rows) && f.Buffered == 0
 	})

@@ -16,6 +16,7 @@ import (
 	"mailroom/internal/app"
 	"mailroom/internal/app/apptest"
 	"mailroom/internal/bench/story"
+	"mailroom/internal/testkit"
 	"mailroom/queue/google/googlefake"
 	"mailroom/queue/rules"
 )
@@ -141,7 +142,7 @@ func TestRuleSaveStory(t *testing.T) {
 	last := rules.Spec{Label: "GitHub", Match: "all", Conditions: []rules.Condition{{Field: "from", Op: "contains", Value: "@github.com"}}}
 
 	var st reclassifyStatus
-	apptest.WaitUntil(t, 60*time.Second, "the reclassify to finish", func() bool {
+	testkit.Eventually(t, 60*time.Second, "the reclassify to finish", func() bool {
 		st = reclassify(ta, userID)
 		return len(st.Jobs) > 0 && st.Jobs[0].FinishedAt != nil
 	})
@@ -225,7 +226,7 @@ func TestRulesApplyToNewMail(t *testing.T) {
 		Actions: rules.Actions{MarkRead: true}}
 	var saved struct{ Rule struct{ ID string } }
 	ta.JSON(http.MethodPost, "/api/v1/users/"+userID+"/rules", v1, http.StatusCreated, &saved)
-	apptest.WaitUntil(t, 20*time.Second, "the first reclassify", func() bool {
+	testkit.Eventually(t, 20*time.Second, "the first reclassify", func() bool {
 		st := reclassify(ta, userID)
 		return len(st.Jobs) == 1 && st.Jobs[0].FinishedAt != nil
 	})
@@ -250,7 +251,7 @@ func TestRulesApplyToNewMail(t *testing.T) {
 	if st := push(ta, fake, gmailAddr, fake.Gmail.HistoryID(gmailAddr)); st != http.StatusNoContent {
 		t.Fatalf("push: %d", st)
 	}
-	apptest.WaitUntil(t, 20*time.Second, "the new message to be labelled", func() bool {
+	testkit.Eventually(t, 20*time.Second, "the new message to be labelled", func() bool {
 		m, _ := fake.Gmail.Message(gmailAddr, id)
 		return slices.Contains(m.LabelIDs, dev) && !m.Unread()
 	})
@@ -260,7 +261,7 @@ func TestRulesApplyToNewMail(t *testing.T) {
 	v2 := v1
 	v2.Conditions = []rules.Condition{{Field: "subject", Op: "equals", Value: "no such subject"}}
 	ta.JSON(http.MethodPut, "/api/v1/rules/"+saved.Rule.ID, v2, http.StatusOK, nil)
-	apptest.WaitUntil(t, 20*time.Second, "the second reclassify", func() bool {
+	testkit.Eventually(t, 20*time.Second, "the second reclassify", func() bool {
 		st := reclassify(ta, userID)
 		return len(st.Jobs) == 2 && st.Jobs[0].FinishedAt != nil
 	})
@@ -309,7 +310,7 @@ func TestRulesApplyAfterFullSync(t *testing.T) {
 	userID := createUser(ta, "owner@example.com")
 	spec := rules.Spec{Label: "Dev", Match: "all", Conditions: []rules.Condition{{Field: "from", Op: "contains", Value: "@github.com"}}}
 	ta.JSON(http.MethodPost, "/api/v1/users/"+userID+"/rules", spec, http.StatusCreated, nil)
-	apptest.WaitUntil(t, 20*time.Second, "the save's reclassify (no account yet)", func() bool {
+	testkit.Eventually(t, 20*time.Second, "the save's reclassify (no account yet)", func() bool {
 		st := reclassify(ta, userID)
 		return len(st.Jobs) == 1 && st.Jobs[0].FinishedAt != nil
 	})
@@ -320,14 +321,14 @@ func TestRulesApplyAfterFullSync(t *testing.T) {
 	waitMirror(ta, fake, acc.ID, gmailAddr, 30*time.Second)
 	want := matching(t, fake, gmailAddr, spec)
 	slices.Sort(want)
-	apptest.WaitUntil(t, 20*time.Second, "the rule's labels on the synced mail", func() bool {
+	testkit.Eventually(t, 20*time.Second, "the rule's labels on the synced mail", func() bool {
 		got := labelled(fake, gmailAddr, "Dev")
 		slices.Sort(got)
 		return len(want) > 0 && slices.Equal(want, got)
 	})
 	// The labels reach Gmail before the batch's bookkeeping commits: wait
 	// for the job to finish before reading its counts.
-	apptest.WaitUntil(t, 20*time.Second, "the full sync's reclassify job to finish", func() bool {
+	testkit.Eventually(t, 20*time.Second, "the full sync's reclassify job to finish", func() bool {
 		st := reclassify(ta, userID)
 		return len(st.Jobs) == 2 && st.Jobs[0].FinishedAt != nil
 	})

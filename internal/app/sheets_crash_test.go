@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"mailroom/internal/app/apptest"
+	"mailroom/internal/testkit"
 	"mailroom/queue/google/googlefake"
 )
 
@@ -188,7 +189,7 @@ func (s *submitter) run(p *proc, formID string, n int) {
 func checkSheet(t *testing.T, p *proc, f *crashFake, formID, book string, s *submitter) []string {
 	t.Helper()
 	var form sheetsForm
-	apptest.WaitUntil(t, 60*time.Second, "the buffer to drain", func() bool {
+	testkit.Eventually(t, 60*time.Second, "the buffer to drain", func() bool {
 		if err := p.json(http.MethodGet, "/api/v1/forms/"+formID, nil, http.StatusOK, &form); err != nil {
 			return false
 		}
@@ -245,7 +246,7 @@ func TestSheetsCrashKill9MidBurst(t *testing.T) {
 	s := &submitter{}
 	done := make(chan struct{})
 	go func() { defer close(done); s.run(p, formID, 3000) }()
-	apptest.WaitUntil(t, 60*time.Second, "300 rows in the sheet", func() bool {
+	testkit.Eventually(t, 60*time.Second, "300 rows in the sheet", func() bool {
 		rows, _ := f.Sheets.Rows(book, "Sheet1")
 		return len(rows) >= 300
 	})
@@ -282,7 +283,7 @@ func TestSheetsCrashBetweenWriteAndBookkeeping(t *testing.T) {
 	f.killOnNextWrite(p)
 	s := &submitter{}
 	s.run(p, formID, 40) // under the threshold: one flush after the delay
-	apptest.WaitUntil(t, 30*time.Second, "the child to die on its write", func() bool {
+	testkit.Eventually(t, 30*time.Second, "the child to die on its write", func() bool {
 		select {
 		case <-p.exited:
 			return true
@@ -340,7 +341,7 @@ func TestSheetsCrashBetweenGrowAndWrite(t *testing.T) {
 	f.killOnNextGrow(p)
 	s := &submitter{}
 	s.run(p, formID, 40) // one flush of 40 rows: past the 30-row grid
-	apptest.WaitUntil(t, 30*time.Second, "the child to die on its grow", func() bool {
+	testkit.Eventually(t, 30*time.Second, "the child to die on its grow", func() bool {
 		select {
 		case <-p.exited:
 			return true

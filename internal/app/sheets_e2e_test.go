@@ -16,6 +16,7 @@ import (
 
 	"mailroom/internal/app"
 	"mailroom/internal/app/apptest"
+	"mailroom/internal/testkit"
 	"mailroom/queue/google/googlefake"
 	"mailroom/web/webtest"
 )
@@ -111,7 +112,7 @@ func TestSheetsEndToEnd(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	apptest.WaitUntil(t, 15*time.Second, "100 rows written", func() bool { return getForm(ta, f.ID).RowsWritten == 100 })
+	testkit.Eventually(t, 15*time.Second, "100 rows written", func() bool { return getForm(ta, f.ID).RowsWritten == 100 })
 
 	cells, err := fake.Sheets.Cells(book, "Responses")
 	if err != nil {
@@ -257,7 +258,7 @@ func TestSheetsBadInput(t *testing.T) {
 	// Formula text is accepted and stays text.
 	var s struct{ ID string }
 	ta.JSON(http.MethodPost, sub, map[string]any{"answers": map[string]any{"name": "=1+1", "email": 42}}, http.StatusAccepted, &s)
-	apptest.WaitUntil(t, 10*time.Second, "the row", func() bool { return getForm(ta, f.ID).RowsWritten == 1 })
+	testkit.Eventually(t, 10*time.Second, "the row", func() bool { return getForm(ta, f.ID).RowsWritten == 1 })
 	cells, _ := fake.Sheets.Cells(book, "Responses")
 	if len(cells) != 1 || cells[0][1].Formula || cells[0][1].Value != "=1+1" || cells[0][2].Value != "42" || cells[0][3].Value != s.ID {
 		t.Fatalf("row %+v", cells)
@@ -290,7 +291,7 @@ func TestSheetsFormErrorPutRetry(t *testing.T) {
 		ta.JSON(http.MethodPost, sub, map[string]any{"answers": map[string]any{"name": fmt.Sprint("n", i)}}, http.StatusAccepted, &s)
 		ids = append(ids, s.ID)
 	}
-	apptest.WaitUntil(t, 10*time.Second, "form in error", func() bool { return getForm(ta, f.ID).State == "error" })
+	testkit.Eventually(t, 10*time.Second, "form in error", func() bool { return getForm(ta, f.ID).State == "error" })
 	if got := getForm(ta, f.ID); !strings.Contains(got.LastError, "point the form at another sheet") || got.Buffered != 3 {
 		t.Fatalf("form in error: %+v", got)
 	}
@@ -335,7 +336,7 @@ func TestSheetsFormErrorPutRetry(t *testing.T) {
 	if moved.SpreadsheetID != fresh || moved.State != "ok" {
 		t.Fatalf("after PUT: %+v", moved)
 	}
-	apptest.WaitUntil(t, 10*time.Second, "rows in the new sheet", func() bool { return getForm(ta, f.ID).RowsWritten == 3 })
+	testkit.Eventually(t, 10*time.Second, "rows in the new sheet", func() bool { return getForm(ta, f.ID).RowsWritten == 3 })
 	rows, _ := fake.Sheets.Rows(fresh, "Sheet1")
 	if len(rows) != 3 || rows[0][2] != ids[0] || rows[2][2] != ids[2] {
 		t.Fatalf("new sheet rows %q, want the 3 submissions in order", rows)

@@ -14,6 +14,7 @@ import (
 
 	"mailroom/internal/app"
 	"mailroom/internal/app/apptest"
+	"mailroom/internal/testkit"
 	"mailroom/queue"
 	"mailroom/web/webtest"
 )
@@ -50,7 +51,7 @@ func TestDemoBrowser(t *testing.T) {
 	// The demo seeds itself; wait for its user and rules (the browser
 	// needs their ids to find its way).
 	var snap demoSnapshot
-	apptest.WaitUntil(t, 30*time.Second, "the demo user, its two accounts in sync and three rules", func() bool {
+	testkit.Eventually(t, 30*time.Second, "the demo user, its two accounts in sync and three rules", func() bool {
 		snap = demoSnapshotOf(ta)
 		ready := 0
 		for _, acc := range demoAccounts {
@@ -81,7 +82,7 @@ func TestDemoBrowser(t *testing.T) {
 		t.Helper()
 		var v string
 		var err error
-		apptest.WaitUntil(t, within, what, func() bool {
+		testkit.Eventually(t, within, what, func() bool {
 			v, err = eval(expr)
 			if err == nil && ok(v) {
 				return true
@@ -123,7 +124,7 @@ func TestDemoBrowser(t *testing.T) {
 	// 3. Edit a rule; see its reclassify count down, then its job done.
 	// First let any reclassify the demo started itself fire, so the job
 	// the test waits for is the one of its own save.
-	apptest.WaitUntil(t, 20*time.Second, "no reclassify pending for the demo user", func() bool {
+	testkit.Eventually(t, 20*time.Second, "no reclassify pending for the demo user", func() bool {
 		st, err := ta.Rules().Status(snap.userID, 1)
 		return err == nil && st.Pending == nil
 	})
@@ -232,7 +233,7 @@ func TestDemoBrowser(t *testing.T) {
 	poisonID, deadID := demoPoison(t, ta, d)
 	// The demo lifts the message's fault once it sees the dead letter, so
 	// that a redrive succeeds; redriving before that would only fail again.
-	apptest.WaitUntil(t, 15*time.Second, "the demo to lift the always-failing message's fault", func() bool {
+	testkit.Eventually(t, 15*time.Second, "the demo to lift the always-failing message's fault", func() bool {
 		if demoMessageFetches(t, d, demoAccounts[1].Email, poisonID) {
 			return true
 		}
@@ -266,7 +267,7 @@ func TestDemoBrowser(t *testing.T) {
 	// The demo lifted the message's fault once it was dead-lettered, so
 	// the redrive brings it into mailroom's mirror.
 	accID := snap.accounts[demoAccounts[1].Email].ID
-	apptest.WaitUntil(t, 20*time.Second, "the redriven message in mailroom's mirror", func() bool {
+	testkit.Eventually(t, 20*time.Second, "the redriven message in mailroom's mirror", func() bool {
 		status, _ := ta.Do(http.MethodGet, "/api/v1/accounts/"+accID+"/messages/"+poisonID, nil)
 		if status != http.StatusOK {
 			time.Sleep(200 * time.Millisecond)
@@ -291,7 +292,7 @@ func TestDemoBrowser(t *testing.T) {
 // letter, and returns both ids.
 func demoPoison(t *testing.T, ta *apptest.App, d *demo) (messageID, deadLetterID string) {
 	t.Helper()
-	apptest.WaitUntil(t, 30*time.Second, "the always-failing message's dead letter", func() bool {
+	testkit.Eventually(t, 30*time.Second, "the always-failing message's dead letter", func() bool {
 		if messageID == "" {
 			for _, m := range d.fake.Gmail.Messages(demoAccounts[1].Email) {
 				if strings.HasPrefix(m.Subject, "Scanned document 0042.pdf") {

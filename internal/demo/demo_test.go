@@ -15,6 +15,7 @@ import (
 
 	"mailroom/internal/app"
 	"mailroom/internal/app/apptest"
+	"mailroom/internal/testkit"
 	"mailroom/queue"
 	"mailroom/queue/google/googlefake"
 	"mailroom/web/webtest"
@@ -98,7 +99,7 @@ func TestDemo(t *testing.T) {
 	const deadline = 60 * time.Second
 
 	var snap demoSnapshot
-	apptest.WaitUntil(t, deadline, "the demo user, its two accounts in sync and three rules", func() bool {
+	testkit.Eventually(t, deadline, "the demo user, its two accounts in sync and three rules", func() bool {
 		snap = demoSnapshotOf(ta)
 		ready := 0
 		for _, acc := range demoAccounts {
@@ -110,7 +111,7 @@ func TestDemo(t *testing.T) {
 	})
 	t.Logf("seeded and in sync after %s", time.Since(start).Round(time.Millisecond))
 
-	apptest.WaitUntil(t, deadline, "rows in both emulated sheets", func() bool {
+	testkit.Eventually(t, deadline, "rows in both emulated sheets", func() bool {
 		for i, s := range demoSheets {
 			rows, err := d.fake.Sheets.Rows(d.sheetIDs[i], s.Sheet)
 			if err != nil || len(rows) == 0 {
@@ -124,7 +125,7 @@ func TestDemo(t *testing.T) {
 	st := d.loadState()
 	for i, s := range demoSheets {
 		id := st.Forms[d.sheetIDs[i]+"/"+s.Sheet]
-		apptest.WaitUntil(t, 5*time.Second, "form "+id+" ("+s.Title+") to count the rows in its sheet", func() bool {
+		testkit.Eventually(t, 5*time.Second, "form "+id+" ("+s.Title+") to count the rows in its sheet", func() bool {
 			var f demoAPIForm
 			ta.JSON(http.MethodGet, "/api/v1/forms/"+id, nil, http.StatusOK, &f)
 			return f.RowsWritten > 0
@@ -133,7 +134,7 @@ func TestDemo(t *testing.T) {
 	t.Logf("sheet rows after %s", time.Since(start).Round(time.Millisecond))
 
 	var dead demoAPIDeadLetter
-	apptest.WaitUntil(t, deadline, "the always-failing message in the dead letters", func() bool {
+	testkit.Eventually(t, deadline, "the always-failing message in the dead letters", func() bool {
 		var list struct {
 			DeadLetters []demoAPIDeadLetter `json:"deadletters"`
 		}
@@ -145,7 +146,7 @@ func TestDemo(t *testing.T) {
 		return false
 	})
 	t.Logf("dead letter %s after %s: %s", dead.ID, time.Since(start).Round(time.Millisecond), dead.Payload)
-	apptest.WaitUntil(t, deadline, "its alert at the demo webhook", func() bool {
+	testkit.Eventually(t, deadline, "its alert at the demo webhook", func() bool {
 		for _, a := range d.webhook.alerts() {
 			if strings.Contains(a.Text, queue.TypeGmailMessageAdded) {
 				return true
@@ -154,7 +155,7 @@ func TestDemo(t *testing.T) {
 		return false
 	})
 
-	apptest.WaitUntil(t, deadline, "a rule's label on a message of the emulated mailbox", func() bool {
+	testkit.Eventually(t, deadline, "a rule's label on a message of the emulated mailbox", func() bool {
 		for _, acc := range demoAccounts[:2] {
 			names := d.fake.Gmail.LabelNames(acc.Email)
 			for _, m := range d.fake.Gmail.Messages(acc.Email) {
@@ -202,7 +203,7 @@ func TestDemoRestartReusesSeed(t *testing.T) {
 	dir := t.TempDir()
 	first := startDemo(t, dir)
 	var before demoSnapshot
-	apptest.WaitUntil(t, 60*time.Second, "the first seed", func() bool {
+	testkit.Eventually(t, 60*time.Second, "the first seed", func() bool {
 		before = demoSnapshotOf(first)
 		ready := 0
 		for _, a := range before.accounts {
@@ -222,7 +223,7 @@ func TestDemoRestartReusesSeed(t *testing.T) {
 	var after demoSnapshot
 	// Reconnected to the new emulator and synced in full: their watermarks
 	// moved on to its (higher) history ids.
-	apptest.WaitUntil(t, 60*time.Second, "the second start's accounts in sync again", func() bool {
+	testkit.Eventually(t, 60*time.Second, "the second start's accounts in sync again", func() bool {
 		after = demoSnapshotOf(second)
 		ready := 0
 		for email, a := range after.accounts {
@@ -259,7 +260,7 @@ func TestDemoRestartReusesSeed(t *testing.T) {
 		t.Fatal(err)
 	}
 	accID := after.accounts[email].ID
-	apptest.WaitUntil(t, 60*time.Second, "a message delivered after the restart in mailroom's mirror", func() bool {
+	testkit.Eventually(t, 60*time.Second, "a message delivered after the restart in mailroom's mirror", func() bool {
 		status, _ := second.Do(http.MethodGet, "/api/v1/accounts/"+accID+"/messages/"+id, nil)
 		return status == http.StatusOK
 	})

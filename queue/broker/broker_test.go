@@ -3,6 +3,7 @@ package broker_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"mailroom/internal/testkit"
 	"mailroom/queue/broker"
 	"mailroom/queue/broker/brokertest"
 )
@@ -319,9 +321,12 @@ func testTTL(t *testing.T, b *broker.Broker, tick time.Duration) {
 	if n, err := c.Exists(ctx, "plain", "lua").Result(); err != nil || n != 2 {
 		t.Fatalf("EXISTS right after SET = %d, %v; want 2", n, err)
 	}
-	waitFor(t, ttl+tick+3*time.Second, "keys to expire", func() (bool, error) {
+	testkit.EventuallyNil(t, ttl+tick+3*time.Second, "keys to expire", func() error {
 		n, err := c.Exists(ctx, "plain", "lua").Result()
-		return err == nil && n == 0, err
+		if err == nil && n != 0 {
+			err = fmt.Errorf("%d keys left", n)
+		}
+		return err
 	})
 	// A TTL ends on a clock tick: up to one tick early, never more.
 	if elapsed := time.Since(start); elapsed < ttl-tick {

@@ -17,6 +17,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/hibiken/asynq"
 
+	"mailroom/internal/testkit"
 	"mailroom/queue/broker"
 	"mailroom/queue/broker/brokertest"
 )
@@ -368,9 +369,9 @@ func TestUniqueLockExpires(t *testing.T) {
 		if _, err := client.Enqueue(task, asynq.Unique(ttl)); !errors.Is(err, asynq.ErrDuplicateTask) {
 			t.Fatalf("second Enqueue: err = %v, want ErrDuplicateTask", err)
 		}
-		waitFor(t, 5*time.Second, "the unique lock to expire", func() (bool, error) {
+		testkit.EventuallyNil(t, 5*time.Second, "the unique lock to expire", func() error {
 			_, err := client.Enqueue(task, asynq.Unique(ttl))
-			return err == nil, err
+			return err
 		})
 		if elapsed := time.Since(start); elapsed < ttl-brokertest.ClockTick {
 			t.Errorf("unique lock of %s expired after %s", ttl, elapsed)

@@ -9,30 +9,12 @@ import (
 	"github.com/hibiken/asynq"
 	"go.uber.org/goleak"
 
+	"mailroom/internal/testkit"
 	"mailroom/queue/broker"
 )
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
-}
-
-// waitFor polls cond until it reports true, failing the test after timeout.
-// cond's last error (if any) is part of the failure message.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() (bool, error)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		ok, err := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s (last error: %v)", timeout, what, err)
-		}
-		<-tick.C
-	}
 }
 
 // receive waits for a value on ch, failing the test after timeout.
@@ -98,14 +80,12 @@ func queueCounts(insp *asynq.Inspector, queue string) (counts, error) {
 // waitCounts waits until queue's counts equal want.
 func waitCounts(t testing.TB, insp *asynq.Inspector, queue string, want counts, timeout time.Duration) {
 	t.Helper()
-	var got counts
-	waitFor(t, timeout, fmt.Sprintf("queue %s counts %+v", queue, want), func() (bool, error) {
-		var err error
-		got, err = queueCounts(insp, queue)
-		if err != nil {
-			return false, err
+	testkit.EventuallyNil(t, timeout, fmt.Sprintf("queue %s counts %+v", queue, want), func() error {
+		got, err := queueCounts(insp, queue)
+		if err == nil && got != want {
+			err = fmt.Errorf("got %+v", got)
 		}
-		return got == want, fmt.Errorf("got %+v", got)
+		return err
 	})
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
 
+	"mailroom/internal/testkit"
 	"mailroom/queue/gmail"
 	"mailroom/queue/google"
 	"mailroom/queue/google/googlefake"
@@ -136,7 +137,7 @@ func TestFullSyncSchedulesTheRules(t *testing.T) {
 	acc := e.connect(ann, 30)
 	e.waitConverged(acc.ID, ann, 20*time.Second)
 	want := reclassifyCall{userID: e.user.ID, accountID: acc.ID, completed: true, messages: 30}
-	waitUntil(t, 10*time.Second, "the reclassify of the synced account", func() bool { return len(rec.recorded()) > 0 })
+	testkit.Eventually(t, 10*time.Second, "the reclassify of the synced account", func() bool { return len(rec.recorded()) > 0 })
 	if diff := cmp.Diff([]reclassifyCall{want}, rec.recorded(), cmp.AllowUnexported(reclassifyCall{})); diff != "" {
 		t.Fatalf("reclassifies asked for (-want +got):\n%s", diff)
 	}
@@ -181,7 +182,7 @@ func TestInterruptedFullSyncResumes(t *testing.T) {
 	}
 	// Generous deadlines: the test is about resuming, and on a loaded
 	// machine 1,200 downloads under the budget take a while.
-	waitUntil(t, 60*time.Second, "the first full sync run to fail", failedRun)
+	testkit.Eventually(t, 60*time.Second, "the first full sync run to fail", failedRun)
 	firstGets := e.fake.Calls(googlefake.MethodMessagesGet)
 	fault.Remove()
 	e.waitConverged(acc.ID, ann, 60*time.Second)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"mailroom/internal/testkit"
 	"mailroom/queue"
 	"mailroom/queue/gmail"
 	"mailroom/queue/google"
@@ -73,9 +74,9 @@ func TestRevokedTokenPutsTheAccountInErrorAndDeadLettersItsTasks(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.notify(ann)
-	waitUntil(t, 10*time.Second, "the account in error", func() bool { return e.account(acc.ID).Status == store.AccountError })
+	testkit.Eventually(t, 10*time.Second, "the account in error", func() bool { return e.account(acc.ID).Status == store.AccountError })
 	var dead []store.DeadLetter
-	waitUntil(t, 10*time.Second, "the sync dead-lettered", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the sync dead-lettered", func() bool {
 		_ = e.db.View(func(tx *store.Tx) (err error) { dead, _, err = tx.DeadLetters(queue.TypeGmailSync, "", 10); return err })
 		return len(dead) == 1
 	})

@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"mailroom/internal/testkit"
 	"mailroom/queue"
 	"mailroom/queue/google/googlefake"
 	"mailroom/store"
@@ -32,7 +33,7 @@ func (f *fixture) publish() store.ReclassifyJob {
 func (f *fixture) waitDone(jobID string) store.ReclassifyJob {
 	f.t.Helper()
 	var j store.ReclassifyJob
-	waitUntil(f.t, 20*time.Second, "job "+jobID+" to finish", func() bool {
+	testkit.Eventually(f.t, 20*time.Second, "job "+jobID+" to finish", func() bool {
 		j = f.job(jobID)
 		return !j.FinishedAt.IsZero()
 	})
@@ -187,7 +188,7 @@ func TestSaveWhileAJobRuns(t *testing.T) {
 	if job1.Batches != 20 {
 		t.Fatalf("job 1 has %d batches, want 20", job1.Batches)
 	}
-	waitUntil(t, 10*time.Second, "job 1 to be under way", func() bool { return f.job(job1.ID).BatchesDone >= 2 })
+	testkit.Eventually(t, 10*time.Second, "job 1 to be under way", func() bool { return f.job(job1.ID).BatchesDone >= 2 })
 	a2 := spec("A", cond("from", "contains", "@gitlab.com"))
 	if _, err := f.p.Update(ctx, ra.Rule.ID, a2); err != nil {
 		t.Fatal(err)
@@ -243,7 +244,7 @@ func TestSupersededBatchesAreDropped(t *testing.T) {
 		t.Fatal(err)
 	}
 	job1 := f.publish()
-	waitUntil(t, 10*time.Second, "job 1 to be under way", func() bool { return f.job(job1.ID).BatchesDone >= 2 })
+	testkit.Eventually(t, 10*time.Second, "job 1 to be under way", func() bool { return f.job(job1.ID).BatchesDone >= 2 })
 	v2 := spec("Dev", cond("from", "contains", "Person 1"))
 	if _, err := f.p.Update(ctx, saved.Rule.ID, v2); err != nil {
 		t.Fatal(err)
@@ -406,7 +407,7 @@ func TestDeadLetteredBatchFinishesJobAndRedriveCompletesIt(t *testing.T) {
 	if _, missing, err := f.q.Redrive([]string{dead[0].ID}); err != nil || len(missing) > 0 {
 		t.Fatalf("redrive: missing %v, %v", missing, err)
 	}
-	waitUntil(t, 20*time.Second, "the redriven batch to run", func() bool {
+	testkit.Eventually(t, 20*time.Second, "the redriven batch to run", func() bool {
 		j = f.job(j.ID)
 		return j.BatchesDone == 3
 	})

@@ -216,17 +216,6 @@ func (f *fixture) job(id string) store.ReclassifyJob {
 	return j
 }
 
-func waitUntil(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func spec(label string, conds ...Condition) Spec {
 	return Spec{Label: label, Match: MatchAll, Conditions: conds}
 }

@@ -10,6 +10,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"mailroom/internal/testkit"
 	"mailroom/store"
 	"mailroom/store/storetest"
 )
@@ -253,7 +254,7 @@ func TestPublisherTicks(t *testing.T) {
 	if _, err := f.p.Create(context.Background(), f.user, spec("Dev", cond("from", "contains", "@github.com"))); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, 3*time.Second, "a published job", func() bool {
+	testkit.Eventually(t, 3*time.Second, "a published job", func() bool {
 		st, err := f.p.Status(f.user, 10)
 		return err == nil && st.Pending == nil && len(st.Jobs) == 1
 	})

@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"mailroom/internal/testkit"
 	"mailroom/queue"
 	"mailroom/queue/broker/brokertest"
 	"mailroom/queue/google"
@@ -133,7 +134,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	if os.Getenv("SHEETS_TEST_LOG") != "" {
 		level = slog.LevelDebug
 	}
-	cfg.Logger = slog.New(slog.NewTextHandler(testLogWriter{t}, &slog.HandlerOptions{Level: level}))
+	cfg.Logger = slog.New(slog.NewTextHandler(testkit.LogWriter(t), &slog.HandlerOptions{Level: level}))
 	reg := prometheus.NewRegistry()
 	cfg.Registerer = reg
 
@@ -183,13 +184,6 @@ func newEnv(t *testing.T, o envOptions) *env {
 		t.Fatal(err)
 	}
 	return e
-}
-
-type testLogWriter struct{ t *testing.T }
-
-func (w testLogWriter) Write(b []byte) (int, error) {
-	w.t.Log(string(b))
-	return len(b), nil
 }
 
 // account connects a Google account in the emulator and the store.
@@ -281,17 +275,6 @@ func (e *env) formView(id string) FormView {
 		e.t.Fatal(err)
 	}
 	return v
-}
-
-func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // outboxEmpty reports whether no flush record is left.

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"mailroom/internal/testkit"
 	"mailroom/queue/google/googlefake"
 	"mailroom/store"
 )
@@ -24,7 +25,7 @@ func TestFlushAfterDelayOneCall(t *testing.T) {
 	if v := e.formView(f.ID); v.Buffered != 5 || v.RowsWritten != 0 {
 		t.Fatalf("after submit: %+v", v)
 	}
-	waitUntil(t, 5*time.Second, "rows written", func() bool { return e.formView(f.ID).RowsWritten == 5 })
+	testkit.Eventually(t, 5*time.Second, "rows written", func() bool { return e.formView(f.ID).RowsWritten == 5 })
 	if took := time.Since(start); took < 700*time.Millisecond {
 		t.Fatalf("flushed after %s, before the delay", took)
 	}
@@ -47,9 +48,9 @@ func TestFlushAfterDelayOneCall(t *testing.T) {
 	if n := e.fake.Calls(googlefake.MethodValuesAppend); n != 0 {
 		t.Fatalf("values.append used %d times", n)
 	}
-	waitUntil(t, 2*time.Second, "outbox empty", e.outboxEmpty)
+	testkit.Eventually(t, 2*time.Second, "outbox empty", e.outboxEmpty)
 	// The metric is counted just after the commit that the view reads.
-	waitUntil(t, 2*time.Second, "rows written metric 5", func() bool { return e.metric("mailroom_sheets_rows_written_total") == 5 })
+	testkit.Eventually(t, 2*time.Second, "rows written metric 5", func() bool { return e.metric("mailroom_sheets_rows_written_total") == 5 })
 	if got := e.metric("mailroom_sheets_rows_buffered"); got != 0 {
 		t.Fatalf("rows buffered metric %v", got)
 	}
@@ -100,7 +101,7 @@ func TestFlushUnknownOutcomes(t *testing.T) {
 			for i := range 7 {
 				subs = append(subs, e.submit(f.ID, map[string]string{"q": fmt.Sprint(i)}))
 			}
-			waitUntil(t, 10*time.Second, "rows recorded", func() bool { return e.formView(f.ID).RowsWritten == 7 })
+			testkit.Eventually(t, 10*time.Second, "rows recorded", func() bool { return e.formView(f.ID).RowsWritten == 7 })
 			e.checkRows(f, subs)
 			if n := e.fake.Calls(googlefake.MethodValuesUpdate); n != tc.updates {
 				t.Fatalf("%d values.update calls, want %d", n, tc.updates)
@@ -109,7 +110,7 @@ func TestFlushUnknownOutcomes(t *testing.T) {
 			for i := range 3 {
 				subs = append(subs, e.submit(f.ID, map[string]string{"q": fmt.Sprint("late", i)}))
 			}
-			waitUntil(t, 10*time.Second, "late rows recorded", func() bool { return e.formView(f.ID).RowsWritten == 10 })
+			testkit.Eventually(t, 10*time.Second, "late rows recorded", func() bool { return e.formView(f.ID).RowsWritten == 10 })
 			e.checkRows(f, subs)
 			if v := e.formView(f.ID); v.LastError != "" {
 				t.Fatalf("last error kept after success: %q", v.LastError)
@@ -130,7 +131,7 @@ func TestFlushGoogleRateLimitWaits(t *testing.T) {
 	for i := range 4 {
 		subs = append(subs, e.submit(f.ID, map[string]string{"q": fmt.Sprint(i)}))
 	}
-	waitUntil(t, 15*time.Second, "rows recorded", func() bool { return e.formView(f.ID).RowsWritten == 4 })
+	testkit.Eventually(t, 15*time.Second, "rows recorded", func() bool { return e.formView(f.ID).RowsWritten == 4 })
 	e.checkRows(f, subs)
 	if got := e.metric("mailroom_sheets_quota_waits_total"); got < 2 {
 		t.Fatalf("quota waits %v, want >= 2", got)
@@ -162,7 +163,7 @@ func TestFlushSpreadsheetGoneWaits(t *testing.T) {
 	if _, err := e.p.Retry(f.ID); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, 10*time.Second, "the row written after the retry", func() bool { return e.formView(f.ID).RowsWritten == 1 })
+	testkit.Eventually(t, 10*time.Second, "the row written after the retry", func() bool { return e.formView(f.ID).RowsWritten == 1 })
 	e.checkRows(f, subs)
 }
 
@@ -225,7 +226,7 @@ func TestCreateFormChecks(t *testing.T) {
 		t.Fatalf("form %+v, want sheet Responses from row 4", f)
 	}
 	sub := e.submit(f.ID, map[string]string{"name": "Zed"})
-	waitUntil(t, 5*time.Second, "row written", func() bool { return e.formView(f.ID).RowsWritten == 1 })
+	testkit.Eventually(t, 5*time.Second, "row written", func() bool { return e.formView(f.ID).RowsWritten == 1 })
 	if rows := e.rows(f); len(rows) != 4 || rows[0][0] != "when" || rows[3][3] != sub.ID {
 		t.Fatalf("sheet after the first row: %q", rows)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"mailroom/internal/testkit"
 	"mailroom/queue/google/googlefake"
 	"mailroom/store"
 )
@@ -51,7 +52,7 @@ func TestGrow2500RowsIntoFreshSheet(t *testing.T) {
 		t.Fatalf("fresh sheet grid %dx%d %v, want Google's 1000x26", rows, cols, err)
 	}
 	subs := e.submitMany(f.ID, 2500, func(i int) map[string]string { return map[string]string{"name": fmt.Sprint("n", i)} })
-	waitUntil(t, 30*time.Second, "2500 rows written", func() bool { return e.formView(f.ID).RowsWritten == 2500 })
+	testkit.Eventually(t, 30*time.Second, "2500 rows written", func() bool { return e.formView(f.ID).RowsWritten == 2500 })
 	e.checkRows(f, subs)
 	if n := e.fake.Calls(googlefake.MethodValuesUpdate); n != 5 {
 		t.Errorf("%d values.update calls, want 5 (500 rows each)", n)
@@ -94,7 +95,7 @@ func TestGrowThirtyColumns(t *testing.T) {
 		}
 		return m
 	})
-	waitUntil(t, 10*time.Second, "12 rows written", func() bool { return e.formView(f.ID).RowsWritten == 12 })
+	testkit.Eventually(t, 10*time.Second, "12 rows written", func() bool { return e.formView(f.ID).RowsWritten == 12 })
 	e.checkRows(f, subs)
 	got := e.rows(f)
 	if len(got[0]) != 30 || !strings.HasPrefix(got[0][29], "") || got[0][28] != "q28-"+strings.TrimPrefix(got[0][1], "q1-") {
@@ -143,7 +144,7 @@ func TestGrowUnknownOutcomes(t *testing.T) {
 				}
 			}
 			subs := e.submitMany(f.ID, 40, func(i int) map[string]string { return map[string]string{"q": fmt.Sprint(i)} })
-			waitUntil(t, 15*time.Second, "40 rows written", func() bool { return e.formView(f.ID).RowsWritten == 40 })
+			testkit.Eventually(t, 15*time.Second, "40 rows written", func() bool { return e.formView(f.ID).RowsWritten == 40 })
 			e.checkRows(f, subs)
 			// Rows 21-40 need the grid past 25: one grow to 40 + 30.
 			if rows, _, _ := e.fake.Sheets.GridSize(f.SpreadsheetID, f.Sheet); rows != 70 {
@@ -178,7 +179,7 @@ func TestGrowPastCellCap(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.submitMany(f.ID, 5, func(i int) map[string]string { return map[string]string{"q": fmt.Sprint(i)} })
-	waitUntil(t, 10*time.Second, "the cap reported", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the cap reported", func() bool {
 		return strings.Contains(e.formView(f.ID).LastError, "10,000,000 cells")
 	})
 	if n := e.fake.Calls(googlefake.MethodValuesUpdate); n != 0 {

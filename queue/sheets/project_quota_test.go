@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"mailroom/internal/testkit"
 	"mailroom/queue/google/googlefake"
 	"mailroom/store"
 )
@@ -74,7 +75,7 @@ func TestQuotaProjectTenAccounts(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	waitUntil(t, 60*time.Second, "every row written", func() bool {
+	testkit.Eventually(t, 60*time.Second, "every row written", func() bool {
 		for _, f := range forms {
 			if e.formView(f.ID).RowsWritten != rowsPer {
 				return false

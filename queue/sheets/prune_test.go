@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"mailroom/internal/testkit"
 	"mailroom/store"
 )
 
@@ -23,7 +24,7 @@ func TestPruneWrittenSubmissions(t *testing.T) {
 		subs = append(subs, e.submit(f.ID, map[string]string{"name": fmt.Sprint("n", i)}))
 	}
 	// Two writes of ten at the threshold; five wait for the (hour-long) delay.
-	waitUntil(t, 10*time.Second, "20 rows written", func() bool { return e.formView(f.ID).RowsWritten == 20 })
+	testkit.Eventually(t, 10*time.Second, "20 rows written", func() bool { return e.formView(f.ID).RowsWritten == 20 })
 	time.Sleep(60 * time.Millisecond) // past the retention
 	n, err := e.p.Prune(context.Background())
 	if err != nil || n != 20 {
@@ -54,7 +55,7 @@ func TestPruneWrittenSubmissions(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(loop.Stop)
-	waitUntil(t, 10*time.Second, "the loop to prune the next ten", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the loop to prune the next ten", func() bool {
 		return e.metric("mailroom_sheets_submissions_pruned_total") == 30
 	})
 	if e.formView(f.ID).RowsWritten != 30 {

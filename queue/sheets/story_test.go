@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"mailroom/internal/testkit"
 	"mailroom/queue/google/googlefake"
 	"mailroom/store"
 )
@@ -104,7 +105,7 @@ func TestStory939(t *testing.T) {
 	}
 	subs := submitAt(e, forms, time.Now(), offsets, formIdx)
 
-	waitUntil(t, 30*time.Second, "every row written", func() bool {
+	testkit.Eventually(t, 30*time.Second, "every row written", func() bool {
 		n := 0
 		for _, f := range forms {
 			n += e.formView(f.ID).RowsWritten
@@ -168,7 +169,7 @@ func TestBurst2000(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	waitUntil(t, 20*time.Second, "2000 rows written", func() bool { return e.formView(f.ID).RowsWritten == 2000 })
+	testkit.Eventually(t, 20*time.Second, "2000 rows written", func() bool { return e.formView(f.ID).RowsWritten == 2000 })
 	e.checkRows(f, subs)
 	if n := e.fake.Calls(googlefake.MethodValuesUpdate); n != 4 {
 		t.Fatalf("%d write calls, want 4", n)
@@ -176,7 +177,7 @@ func TestBurst2000(t *testing.T) {
 	if v := e.formView(f.ID); v.WriteCalls != 4 || v.NextRow != 2001 {
 		t.Fatalf("bookkeeping %+v", v)
 	}
-	waitUntil(t, 2*time.Second, "outbox empty", e.outboxEmpty)
+	testkit.Eventually(t, 2*time.Second, "outbox empty", e.outboxEmpty)
 }
 
 // TestQuotaFortyBusyForms: with 5 writes per (compressed) minute and 40
@@ -248,7 +249,7 @@ func fortyBusyForms(t *testing.T, fakeLimit int) {
 	subs := submitAt(e, forms, start, offsets, formIdx)
 	t.Logf("setup %s, submissions done after %s", start.Sub(setup), time.Since(start))
 
-	waitUntil(t, 60*time.Second, "every row written", func() bool {
+	testkit.Eventually(t, 60*time.Second, "every row written", func() bool {
 		n := 0
 		for _, f := range forms {
 			n += e.formView(f.ID).RowsWritten

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"mailroom/internal/testkit"
 	"mailroom/store"
 )
 
@@ -60,7 +61,7 @@ func checkOnceInOrder(t *testing.T, subs []store.Submission, parts ...[][]string
 func (e *env) waitState(formID, state string) FormView {
 	e.t.Helper()
 	var v FormView
-	waitUntil(e.t, 10*time.Second, "form "+state, func() bool { v = e.formView(formID); return v.State == state })
+	testkit.Eventually(e.t, 10*time.Second, "form "+state, func() bool { v = e.formView(formID); return v.State == state })
 	return v
 }
 
@@ -84,7 +85,7 @@ func TestFormSpreadsheetDeletedThenRepointed(t *testing.T) {
 	a := e.account("gone@example.com")
 	f := e.form(a, "q")
 	subs := e.submitN(f.ID, "a", 5)
-	waitUntil(t, 10*time.Second, "first rows", func() bool { return e.formView(f.ID).RowsWritten == 5 })
+	testkit.Eventually(t, 10*time.Second, "first rows", func() bool { return e.formView(f.ID).RowsWritten == 5 })
 	before := e.sheetRows(f.SpreadsheetID, f.Sheet)
 
 	if err := e.fake.Sheets.DeleteSpreadsheet(f.SpreadsheetID); err != nil {
@@ -97,7 +98,7 @@ func TestFormSpreadsheetDeletedThenRepointed(t *testing.T) {
 	}
 	// Still accepted while in error, and a few checks later still one alert.
 	subs = append(subs, e.submitN(f.ID, "c", 3)...)
-	waitUntil(t, 10*time.Second, "a second check", func() bool { return e.metric("mailroom_sheets_form_errors_total") >= 2 })
+	testkit.Eventually(t, 10*time.Second, "a second check", func() bool { return e.metric("mailroom_sheets_form_errors_total") >= 2 })
 	if n := e.alerts.list(); len(n) != 1 || !strings.HasPrefix(n[0], f.ID+": ") {
 		t.Errorf("alerts %q, want one for the form", n)
 	}
@@ -117,7 +118,7 @@ func TestFormSpreadsheetDeletedThenRepointed(t *testing.T) {
 		t.Errorf("after PUT: %+v", moved)
 	}
 	subs = append(subs, e.submitN(f.ID, "d", 2)...)
-	waitUntil(t, 10*time.Second, "every row written", func() bool { return e.formView(f.ID).RowsWritten == len(subs) })
+	testkit.Eventually(t, 10*time.Second, "every row written", func() bool { return e.formView(f.ID).RowsWritten == len(subs) })
 	checkOnceInOrder(t, subs, before, e.sheetRows(book, "Responses"))
 	e.noDeadLetters()
 }
@@ -130,7 +131,7 @@ func TestFormAccessRevokedAndRestored(t *testing.T) {
 	a := e.account("shared@example.com")
 	f := e.form(a, "q")
 	subs := e.submitN(f.ID, "a", 3)
-	waitUntil(t, 10*time.Second, "first rows", func() bool { return e.formView(f.ID).RowsWritten == 3 })
+	testkit.Eventually(t, 10*time.Second, "first rows", func() bool { return e.formView(f.ID).RowsWritten == 3 })
 
 	if err := e.fake.Sheets.Unshare(f.SpreadsheetID, a.Email); err != nil {
 		t.Fatal(err)
@@ -147,7 +148,7 @@ func TestFormAccessRevokedAndRestored(t *testing.T) {
 	if _, err := e.p.Retry(f.ID); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, 10*time.Second, "rows written after the retry", func() bool { return e.formView(f.ID).RowsWritten == 7 })
+	testkit.Eventually(t, 10*time.Second, "rows written after the retry", func() bool { return e.formView(f.ID).RowsWritten == 7 })
 	if v := e.formView(f.ID); v.State != "ok" || v.LastError != "" {
 		t.Errorf("after the fix: state %s, error %q", v.State, v.LastError)
 	}
@@ -177,7 +178,7 @@ func TestFormTabRenamedAndFull(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Fixed: the backoff's next check (within RecheckMax) writes the rows.
-	waitUntil(t, 10*time.Second, "rows written after the fix", func() bool { return e.formView(f.ID).RowsWritten == 3 })
+	testkit.Eventually(t, 10*time.Second, "rows written after the fix", func() bool { return e.formView(f.ID).RowsWritten == 3 })
 	checkOnceInOrder(t, subs, e.sheetRows(f.SpreadsheetID, f.Sheet))
 	e.noDeadLetters()
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"mailroom/internal/app"
+	"mailroom/internal/testkit"
 )
 
 // Token is the API token of every test app.
@@ -60,7 +61,7 @@ func Start(t testing.TB, mutate func(*app.Config), opts ...app.Option) *App {
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("test config: %v", err)
 	}
-	a, err := app.New(context.Background(), cfg, app.NewLogger(cfg, testWriter{t}), opts...)
+	a, err := app.New(context.Background(), cfg, app.NewLogger(cfg, testkit.LogWriter(t)), opts...)
 	if err != nil {
 		t.Fatalf("app.New: %v", err)
 	}
@@ -122,25 +123,6 @@ func (ta *App) JSON(method, path string, body any, want int, out any) {
 			ta.t.Fatalf("%s %s: decode %s: %v", method, path, raw, err)
 		}
 	}
-}
-
-// WaitUntil polls cond until it holds or the deadline passes.
-func WaitUntil(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-type testWriter struct{ t testing.TB }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(string(bytes.TrimRight(p, "\n")))
-	return len(p), nil
 }
 
 var (

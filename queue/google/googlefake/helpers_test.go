@@ -132,18 +132,6 @@ func (c *clock) Advance(d time.Duration) {
 	c.ch <- t.Add(d)
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // staticGmail returns a Gmail client using a fixed access token.
 func staticGmail(tb testing.TB, base, access string) *gmail.Service {
 	tb.Helper()

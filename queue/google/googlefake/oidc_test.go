@@ -9,11 +9,13 @@ import (
 	"net/http/httptest"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/api/gmail/v1"
 	"google.golang.org/api/idtoken"
 	"google.golang.org/api/option"
 
+	"mailroom/internal/testkit"
 	"mailroom/queue/google/googlefake"
 )
 
@@ -113,7 +115,7 @@ func TestPublishPush(t *testing.T) {
 	must[string](t)(e.srv.Gmail.AddMessage(ann, googlefake.Message{Subject: "after"}))
 	want := e.srv.Gmail.HistoryID(ann)
 
-	waitFor(t, "a push carrying the latest history id", func() bool {
+	testkit.Eventually(t, 5*time.Second, "a push carrying the latest history id", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, p := range got {
@@ -146,7 +148,7 @@ func TestPublishPush(t *testing.T) {
 	if _, err := v.Validate(ctx, first.auth[len("Bearer "):], audience); err != nil {
 		t.Errorf("push token: %v", err)
 	}
-	waitFor(t, "the push to be counted", func() bool { return e.srv.PushStats().Sent > 0 })
+	testkit.Eventually(t, 5*time.Second, "the push to be counted", func() bool { return e.srv.PushStats().Sent > 0 })
 	if st := e.srv.PushStats(); st.Failed != 0 {
 		t.Errorf("push stats = %+v", st)
 	}
