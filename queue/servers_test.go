@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"mailroom/internal/testkit"
 	"mailroom/queue"
 	"mailroom/queue/broker"
 	"mailroom/queue/broker/brokertest"
@@ -39,7 +40,7 @@ func TestServersSleepAfterLingerAndWakeOnHandOver(t *testing.T) {
 		if !h.q.Ready() {
 			t.Error("not ready after Start")
 		}
-		waitUntil(t, 10*time.Second, "every server to sleep", func() bool { return len(h.q.AwakeServers()) == 0 })
+		testkit.Eventually(t, 10*time.Second, "every server to sleep", func() bool { return len(h.q.AwakeServers()) == 0 })
 		if !h.q.Ready() {
 			t.Error("not ready while the servers sleep")
 		}
@@ -58,7 +59,7 @@ func TestServersSleepAfterLingerAndWakeOnHandOver(t *testing.T) {
 			if got := h.q.AwakeServers(); !slices.Equal(got, []string{"debug"}) {
 				t.Errorf("round %d: awake servers %v, want only debug", round, got)
 			}
-			waitUntil(t, 10*time.Second, "the debug server to sleep again", func() bool { return !awake(h.q, "debug") })
+			testkit.Eventually(t, 10*time.Second, "the debug server to sleep again", func() bool { return !awake(h.q, "debug") })
 		}
 		// /metrics: one start at Start and one per wake; asleep now.
 		if got := gathered(t, reg, "mailroom_task_server_starts_total", "debug"); got != 4 {
@@ -114,13 +115,13 @@ func TestServersStayAwakeForScheduledAndRetryingTasks(t *testing.T) {
 			done.Add(1)
 			return nil
 		})
-		waitUntil(t, 10*time.Second, "every server to sleep", func() bool { return len(h.q.AwakeServers()) == 0 })
+		testkit.Eventually(t, 10*time.Second, "every server to sleep", func() bool { return len(h.q.AwakeServers()) == 0 })
 
 		check := func(what string, finished func() bool) {
 			t.Helper()
 			// The relay hands the task (and wakes the server) just after the
 			// enqueue commits.
-			waitUntil(t, 5*time.Second, what+": the hand-over to wake the server", func() bool { return awake(h.q, "debug") || finished() })
+			testkit.Eventually(t, 5*time.Second, what+": the hand-over to wake the server", func() bool { return awake(h.q, "debug") || finished() })
 			deadline := time.Now().Add(15 * time.Second)
 			for !finished() {
 				if !awake(h.q, "debug") && !finished() {
@@ -131,7 +132,7 @@ func TestServersStayAwakeForScheduledAndRetryingTasks(t *testing.T) {
 				}
 				time.Sleep(20 * time.Millisecond)
 			}
-			waitUntil(t, 10*time.Second, what+": the server to sleep after", func() bool { return !awake(h.q, "debug") })
+			testkit.Eventually(t, 10*time.Second, what+": the server to sleep after", func() bool { return !awake(h.q, "debug") })
 		}
 
 		h.enqueue(t, 1, "later", queue.RunAt(time.Now().Add(2*time.Second)))
@@ -160,8 +161,8 @@ func TestServersNeverStrandATaskAtTheSleepBoundary(t *testing.T) {
 			h.enqueue(t, 1, struct{}{})
 			time.Sleep(time.Duration(rand.IntN(40)) * time.Millisecond)
 		}
-		waitUntil(t, 30*time.Second, "every task to run", func() bool { return ran.Load() == n })
-		waitUntil(t, 30*time.Second, "the outbox to empty", func() bool { return outboxLen(t, h.db, "debug") == 0 })
+		testkit.Eventually(t, 30*time.Second, "every task to run", func() bool { return ran.Load() == n })
+		testkit.Eventually(t, 30*time.Second, "the outbox to empty", func() bool { return outboxLen(t, h.db, "debug") == 0 })
 	})
 }
 
@@ -173,7 +174,7 @@ func TestServersStopWhileAsleepOrWaking(t *testing.T) {
 		t.Parallel()
 		t.Run("asleep", func(t *testing.T) {
 			h := newHarness(t, b, queue.Config{ServerLinger: 50 * time.Millisecond}, func(context.Context, *queue.Task) error { return nil })
-			waitUntil(t, 10*time.Second, "every server to sleep", func() bool { return len(h.q.AwakeServers()) == 0 })
+			testkit.Eventually(t, 10*time.Second, "every server to sleep", func() bool { return len(h.q.AwakeServers()) == 0 })
 			stopWithin(t, h.q, 10*time.Second)
 			if got := h.q.AwakeServers(); len(got) != 0 {
 				t.Errorf("servers %v run after Stop", got)
@@ -186,7 +187,7 @@ func TestServersStopWhileAsleepOrWaking(t *testing.T) {
 					ran.Add(1)
 					return nil
 				})
-				waitUntil(t, 10*time.Second, "every server to sleep", func() bool { return len(h.q.AwakeServers()) == 0 })
+				testkit.Eventually(t, 10*time.Second, "every server to sleep", func() bool { return len(h.q.AwakeServers()) == 0 })
 				var wg sync.WaitGroup
 				wg.Add(1)
 				go func() {

@@ -7,6 +7,7 @@ import (
 
 	"mailroom/internal/app"
 	"mailroom/internal/app/apptest"
+	"mailroom/internal/testkit"
 	"mailroom/queue/broker/brokertest"
 	"mailroom/queue/google/googlefake"
 )
@@ -49,7 +50,7 @@ func TestFirstPushAfterIdleIsAppliedWithinASecond(t *testing.T) {
 				t.Fatalf("the generated mailbox has %d unread messages, want 3", len(unread))
 			}
 			for round, id := range unread[:3] {
-				apptest.WaitUntil(t, 10*time.Second, "every task server to sleep", func() bool { return len(ta.Queue().AwakeServers()) == 0 })
+				testkit.Eventually(t, 10*time.Second, "every task server to sleep", func() bool { return len(ta.Queue().AwakeServers()) == 0 })
 				// The idle spell: nothing runs, nothing wakes.
 				time.Sleep(2 * time.Second)
 				if awake := ta.Queue().AwakeServers(); len(awake) != 0 {
