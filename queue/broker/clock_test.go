@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"mailroom/internal/testkit"
 )
 
 type fakeStore struct {
@@ -40,16 +42,10 @@ func TestClockAdvancesByElapsedTime(t *testing.T) {
 	if err := c.Start(t.Context()); !errors.Is(err, errClockStarted) {
 		t.Errorf("second Start: err = %v, want errClockStarted", err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if _, calls := store.get(); calls >= 5 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the clock did not tick 5 times in 5s")
-		}
-		time.Sleep(5 * time.Millisecond) // polling, with a deadline above
-	}
+	testkit.Eventually(t, 5*time.Second, "the clock to tick 5 times", func() bool {
+		_, calls := store.get()
+		return calls >= 5
+	})
 	c.Stop()
 	elapsed := time.Since(start)
 	c.Stop() // twice: a no-op
