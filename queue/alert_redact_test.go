@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"mailroom/internal/testkit"
 	"mailroom/queue"
 )
 
@@ -63,7 +64,7 @@ func TestAlertFailureHidesWebhookURL(t *testing.T) {
 	done := make(chan struct{})
 	go func() { alerts.Run(ctx); close(done) }()
 	alerts.Notify("debug:record", "dl-1", "boom")
-	waitUntil(t, 10*time.Second, "the failed alert to be logged", func() bool { return strings.Contains(logs.String(), "not delivered") })
+	testkit.Eventually(t, 10*time.Second, "the failed alert to be logged", func() bool { return strings.Contains(logs.String(), "not delivered") })
 	cancel()
 	<-done
 	if out := logs.String(); strings.Contains(out, "XXXXsecretXXXX") {
