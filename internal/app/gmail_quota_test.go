@@ -9,6 +9,7 @@ import (
 
 	"mailroom/internal/app"
 	"mailroom/internal/app/apptest"
+	"mailroom/internal/testkit"
 	"mailroom/queue/google/googlefake"
 	"mailroom/queue/rules"
 )
@@ -56,7 +57,7 @@ func TestGmailQuotaSettings(t *testing.T) {
 			Status                          string
 		}
 	}
-	apptest.WaitUntil(t, 10*time.Second, "the account to wait for quota", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the account to wait for quota", func() bool {
 		ta.JSON("GET", "/api/v1/accounts/"+acc.ID, nil, 200, &v)
 		return len(v.GmailQuota.Waiting) > 0
 	})
@@ -102,7 +103,7 @@ func TestNewMailIsLabelledWhileAReclassifyRuns(t *testing.T) {
 	// several minutes of the account's quota.
 	spec := rules.Spec{Label: "Deploys", Match: "any", Conditions: []rules.Condition{{Field: "body", Op: "contains", Value: "deploy-7f3a"}}}
 	ta.JSON(http.MethodPost, "/api/v1/users/"+userID+"/rules", spec, http.StatusCreated, nil)
-	apptest.WaitUntil(t, 20*time.Second, "the reclassify to be under way", func() bool {
+	testkit.Eventually(t, 20*time.Second, "the reclassify to be under way", func() bool {
 		st := reclassify(ta, userID)
 		return len(st.Jobs) == 1 && st.Jobs[0].BatchesDone > 0
 	})
@@ -118,7 +119,7 @@ func TestNewMailIsLabelledWhileAReclassifyRuns(t *testing.T) {
 		t.Fatalf("push: %d", st)
 	}
 	labelID := ""
-	apptest.WaitUntil(t, 4*window, "the new message to be labelled", func() bool {
+	testkit.Eventually(t, 4*window, "the new message to be labelled", func() bool {
 		if labelID == "" {
 			labelID, _ = fake.Gmail.LabelID(gmailAddr, "Deploys")
 		}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"mailroom/internal/testkit"
 	"mailroom/queue/gmail"
 	"mailroom/queue/google"
 	"mailroom/queue/google/accounts"
@@ -24,7 +25,7 @@ func TestEveryGmailCallSpendsTheBudget(t *testing.T) {
 	e := newEnv(t, envOptions{cfg: gmail.Config{PubSubTopic: "projects/p/topics/mail"}})
 	acc := e.connect(ann, 40)
 	e.waitConverged(acc.ID, ann, 20*time.Second)
-	waitUntil(t, 10*time.Second, "the watch", func() bool { return !e.account(acc.ID).WatchExpiration.IsZero() })
+	testkit.Eventually(t, 10*time.Second, "the watch", func() bool { return !e.account(acc.ID).WatchExpiration.IsZero() })
 	mutate(t, e.fake, ann, 3)
 	e.notify(ann)
 	e.waitConverged(acc.ID, ann, 20*time.Second)
@@ -101,7 +102,7 @@ func TestQuotaStatusWhileWaiting(t *testing.T) {
 	e := newEnv(t, envOptions{budget: google.BudgetConfig{UserUnits: 100}})
 	acc := e.connect(ann, 60) // 300 units of gets: three minutes at 100
 	var q *gmail.QuotaView
-	waitUntil(t, 10*time.Second, "the full sync to wait for quota", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the full sync to wait for quota", func() bool {
 		var err error
 		q, err = e.p.Quota(context.Background(), acc.ID)
 		return err == nil && q != nil && slices.Contains(q.Waiting, "bulk")

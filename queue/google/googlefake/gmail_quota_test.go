@@ -10,6 +10,7 @@ import (
 	"google.golang.org/api/gmail/v1"
 	"google.golang.org/api/googleapi"
 
+	"mailroom/internal/testkit"
 	"mailroom/queue/google/googlefake"
 )
 
@@ -147,7 +148,7 @@ func TestGmailConcurrentRequests(t *testing.T) {
 	}
 	<-started
 	<-started
-	waitFor(t, "two calls in flight", func() bool { return h.Fired() == 2 })
+	testkit.Eventually(t, 5*time.Second, "two calls in flight", func() bool { return h.Fired() == 2 })
 	_, errs[2] = e.gmail.Users.GetProfile("me").Do()
 	if _, err := bg.Users.GetProfile("me").Do(); err != nil {
 		t.Errorf("another user refused: %v", err)
