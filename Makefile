@@ -8,7 +8,7 @@ DATA    ?= ./data
 
 .DEFAULT_GOAL := help
 
-.PHONY: help build run test test-short bench fmt fmt-check vet lint check release clean
+.PHONY: help build run test test-short bench fmt fmt-check vet lint fuzz check release clean
 
 help: ## show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -43,7 +43,18 @@ vet: ## go vet
 lint: fmt-check vet ## gofmt and go vet (staticcheck too when installed)
 	@if command -v staticcheck >/dev/null; then staticcheck ./...; else echo "staticcheck not installed; skipped"; fi
 
-check: lint ## lint plus the race detector on the tests
+# The parsers that face the network, each fuzzed for FUZZTIME.
+FUZZTIME ?= 1m
+FUZZ_TARGETS := ./web:FuzzBindJSON ./queue/gmail:FuzzPushDecode ./queue/rules:FuzzMatch ./queue/rules:FuzzRuleParse ./queue/sheets:FuzzSubmissionAnswers
+
+fuzz: ## fuzz every network-facing parser for FUZZTIME each (default 1m)
+	@for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; fn=$${t##*:}; \
+		echo "fuzz $$fn in $$pkg for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	done
+
+check: lint fuzz ## lint, the fuzz targets (a minute each) and the race detector on the tests
 	$(GO) test -race -count=1 -timeout 15m ./...
 
 release: ## cross-compile static binaries into dist/
