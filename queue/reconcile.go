@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"mailroom/store"
 )
@@ -28,8 +29,18 @@ import (
 // it against a task asynq enqueued).
 func taskKey(queue, id string) string { return "asynq:{" + queue + "}:t:" + id }
 
-// reconcileChunk is how many EXISTS one pipeline carries.
+// reconcileChunk is how many keys one existsScript call checks.
 const reconcileChunk = 500
+
+// existsScript answers, for each key, whether the broker holds it (1 or
+// 0). One command, not a pipeline of EXISTS: the embedded broker is served
+// over a synchronous net.Pipe, where a pipeline larger than the server's
+// read buffer deadlocks (the client is still writing commands while the
+// server blocks writing the first reply).
+var existsScript = redis.NewScript(`
+local out = {}
+for i, k in ipairs(KEYS) do out[i] = redis.call('EXISTS', k) end
+return out`)
 
 type reconcileMetrics struct {
 	rehanded *prometheus.CounterVec
@@ -162,19 +173,18 @@ func (q *Queue) lostTasks(ctx context.Context, queue string, ids []string) ([]st
 	}
 	var lost []string
 	for chunk := range slices.Chunk(ids, reconcileChunk) {
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		pipe := q.rdb.Pipeline()
-		cmds := make([]interface{ Val() int64 }, len(chunk))
+		keys := make([]string, len(chunk))
 		for i, id := range chunk {
-			cmds[i] = pipe.Exists(cctx, taskKey(queue, id))
+			keys[i] = taskKey(queue, id)
 		}
-		_, err := pipe.Exec(cctx)
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		held, err := existsScript.Run(cctx, q.rdb, keys).Int64Slice()
 		cancel()
 		if err != nil {
 			return nil, BrokerUnavailable(fmt.Errorf("queue: check handed tasks of %s: %w", queue, err))
 		}
-		for i, c := range cmds {
-			if c.Val() == 0 {
+		for i, h := range held {
+			if h == 0 {
 				lost = append(lost, chunk[i])
 			}
 		}

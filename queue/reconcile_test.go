@@ -210,3 +210,33 @@ func TestWatchFindsAForgottenBrokerAtStart(t *testing.T) {
 	}
 	testkit.Eventually(t, time.Second, "a 1 ms window to be free again", func() bool { return w.SpentUntil(time.Millisecond).IsZero() })
 }
+
+// TestReconcileAFullRelay reconciles a relay holding its whole cap in the
+// broker. On the embedded broker (a synchronous net.Pipe) a pipeline of a
+// chunk's EXISTS deadlocked the check until its timeout, and the relay,
+// which runs the check, stopped handing work (the core memory bench
+// stalled at 60% of its burst).
+func TestReconcileAFullRelay(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, b *broker.Broker) {
+		c := newCompletions()
+		h := newHarness(t, b, queue.Config{RelayCap: 1000, ReconcileInterval: 100 * time.Millisecond}, c.handler(0))
+		ids := h.enqueue(t, 1000, struct{}{}, queue.RunAt(time.Now().Add(time.Hour)))
+		ctx := context.Background()
+		rdb := b.Client()
+		key := func(id string) string { return "asynq:{debug}:t:" + id }
+		testkit.Eventually(t, 30*time.Second, "every task in the broker", func() bool {
+			n, _ := rdb.ZCard(ctx, "asynq:{debug}:scheduled").Result()
+			return n == int64(len(ids))
+		})
+		lost := []string{ids[10], ids[999]}
+		for _, id := range lost {
+			if err := rdb.Del(ctx, key(id)).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := rdb.ZRem(ctx, "asynq:{debug}:scheduled", id).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		testkit.Eventually(t, 10*time.Second, "the two lost tasks handed again", func() bool { return h.q.Rehanded() == 2 })
+	})
+}
