@@ -1,36 +1,16 @@
 package queue_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"mailroom/internal/testkit"
 	"mailroom/queue"
 )
-
-// lockedBuffer is a log sink safe for the alerter's goroutine.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // TestAlertFailureHidesWebhookURL: a webhook that cannot be reached gives
 // Go's client error, which quotes the URL whose path is the webhook's
@@ -44,7 +24,7 @@ func TestAlertFailureHidesWebhookURL(t *testing.T) {
 	addr := ln.Addr().String()
 	ln.Close() // nothing listens there now
 	const secret = "T000/B000/XXXXsecretXXXXwebhook"
-	var logs lockedBuffer
+	var logs testkit.Buffer
 	alerts := queue.NewAlerter(queue.AlertConfig{
 		WebhookURL: "http://" + addr + "/services/" + secret, Retries: 1, Interval: 50 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil)),

@@ -12,32 +12,15 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"mailroom/internal/app"
 	"mailroom/internal/app/apptest"
+	"mailroom/internal/testkit"
 	"mailroom/queue/broker"
 	"mailroom/queue/google"
 )
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // closedAddr is a loopback address nothing listens on.
 func closedAddr(t *testing.T) string {
@@ -129,7 +112,7 @@ func TestNoSecretInLogs(t *testing.T) {
 	}
 	cfg.DataDir, cfg.HTTPAddr = t.TempDir(), "127.0.0.1:0"
 	cfg.RedisURL = env["MAILROOM_REDIS_URL"] // for the redactor; the broker is embedded below
-	var logs syncBuffer
+	var logs testkit.Buffer
 	logger := app.NewLogger(cfg, &logs)
 	cfg.RedisURL = ""
 	ctx := context.Background()

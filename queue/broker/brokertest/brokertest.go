@@ -7,7 +7,6 @@
 package brokertest
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -15,12 +14,12 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"mailroom/internal/testkit"
 	"mailroom/queue/broker"
 )
 
@@ -130,7 +129,7 @@ func startRedis(t testing.TB, bin string) (string, error) {
 // answers, and returns the func that kills it. Extra arguments are appended
 // to the command line.
 func runRedis(bin string, port int, dir string, extra ...string) (stop func(), err error) {
-	out := &lockedBuffer{}
+	out := &testkit.Buffer{}
 	args := []string{
 		"--port", strconv.Itoa(port),
 		"--bind", "127.0.0.1",
@@ -201,22 +200,4 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// lockedBuffer collects a child's output, written by exec's copying goroutine.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"mailroom/internal/testkit"
 )
 
 // RedisTLS starts a redis-server that also serves TLS with the given PEM
@@ -66,7 +68,7 @@ func Sentinel(t testing.TB, name, masterAddr string) string {
 		if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		out := &lockedBuffer{}
+		out := &testkit.Buffer{}
 		cmd := exec.Command(bin, conf)
 		cmd.Stdout, cmd.Stderr = out, out
 		if err := cmd.Start(); err != nil {
