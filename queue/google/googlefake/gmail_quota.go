@@ -55,6 +55,7 @@ type gmailQuota struct {
 	users    map[string]*userQuota
 	projLog  []spent
 	projUsed int
+	projPeak int // the most units in any window since the counters were reset
 	all      int // lifetime units, all users
 }
 
@@ -175,6 +176,7 @@ func (q *gmailQuota) admit(email, method string, units int) (done func(), err *a
 		u.used += units
 		q.projLog = append(q.projLog, e)
 		q.projUsed += units
+		q.projPeak = max(q.projPeak, q.projUsed)
 		u.total += units
 		u.byMethod[method] += units
 		q.all += units
@@ -250,6 +252,15 @@ func (g *Gmail) TotalQuotaUnits() int {
 	return g.quota.all
 }
 
+// PeakProjectUnits returns the most units the project spent in any one
+// window (sliding, as counted for refusals) since the counters were last
+// reset: exact, since a window's sum can only peak at a counted call.
+func (g *Gmail) PeakProjectUnits() int {
+	g.quota.mu.Lock()
+	defer g.quota.mu.Unlock()
+	return g.quota.projPeak
+}
+
 // QuotaWindow returns the units in the current window: the account's and
 // the project's, with the limits (<= 0: unlimited).
 func (g *Gmail) QuotaWindow(email string) (user, userLimit, project, projectLimit int) {
@@ -278,4 +289,5 @@ func (g *Gmail) resetUnits() {
 		clear(u.refused)
 	}
 	g.quota.all = 0
+	g.quota.projPeak = 0
 }

@@ -182,3 +182,40 @@ func TestGmailQuotaUnlimited(t *testing.T) {
 		t.Fatal("the 301st..400th unit passed a 250-unit limit")
 	}
 }
+
+// PeakProjectUnits is the most units of all users in any one sliding
+// window, exact whether or not a limit applies, and starts again at a
+// counter reset.
+func TestGmailPeakProjectUnits(t *testing.T) {
+	clk := newClock(time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC))
+	e := newEnv(t, googlefake.Options{Now: clk.Now, GmailUserUnitsPerMinute: -1, GmailProjectUnitsPerMinute: -1})
+	bg, _ := e.clients(t, e.srv.AddAccount(bob))
+	list := func(g *gmail.Service) {
+		t.Helper()
+		if _, err := g.Users.Messages.List("me").Do(); err != nil { // 5 units
+			t.Fatal(err)
+		}
+	}
+	// 12:00:00 ann 5, 12:00:40 bob 5, 12:00:50 ann 5: 15 in one minute.
+	list(e.gmail)
+	clk.Advance(40 * time.Second)
+	list(bg)
+	clk.Advance(10 * time.Second)
+	list(e.gmail)
+	// 12:01:05: the first call left the window; 10 + 5 = 15 again, not 20.
+	clk.Advance(15 * time.Second)
+	list(bg)
+	if got := e.srv.Gmail.PeakProjectUnits(); got != 15 {
+		t.Errorf("peak = %d, want 15", got)
+	}
+	// 12:01:08: a fourth call within the window of the last three: 20.
+	clk.Advance(3 * time.Second)
+	list(e.gmail)
+	if got := e.srv.Gmail.PeakProjectUnits(); got != 20 {
+		t.Errorf("peak = %d, want 20", got)
+	}
+	e.srv.ResetCounters()
+	if got := e.srv.Gmail.PeakProjectUnits(); got != 0 {
+		t.Errorf("peak after a reset = %d, want 0", got)
+	}
+}
