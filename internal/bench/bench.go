@@ -85,6 +85,7 @@ func Scenarios() []Scenario {
 	return []Scenario{
 		{"core", "Durable tasks end to end vs raw asynq, and memory through a 100,000-task burst", benchCore},
 		{"gmail-isolation", "Read events push to applied: idle, behind 1,000 slow message-added events, and one shared queue", benchGmailIsolation},
+		{"gmail-fairness", "50 accounts' first full syncs with live mail under a project Gmail budget that binds: every account converges, none much later, no window over the budget", benchGmailFairness},
 		{"gmail-throughput", "10,000 Gmail history records of mixed kinds, push to all applied, embedded broker and redis-server", benchGmailThroughput},
 		{"sheets-story", "Form submissions to Google Sheets: mailroom vs one row per call vs a 1-minute cron (939 rows, 24 forms)", benchSheetsStory},
 		{"sheets-memory", "Sheets buffers: broker bytes per waiting row and bbolt bytes per submission", benchSheetsMemory},

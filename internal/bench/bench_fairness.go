@@ -1,0 +1,281 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+
+	"mailroom/internal/app"
+	"mailroom/queue/gmail"
+	"mailroom/queue/google"
+	"mailroom/queue/google/googlefake"
+	"mailroom/store"
+)
+
+// fairnessSize is the gmail-fairness scenario's size: accounts, messages
+// in each mailbox, live messages per account during the first half
+// window, Gmail's (compressed) minute, and the project budget per window.
+type fairnessSize struct {
+	accounts, messages, live int
+	window                   time.Duration
+	project                  int
+}
+
+// fairnessWorld is the emulator with one mailbox per account and the app
+// built by app.New with the Gmail budget on, the project's set to bind.
+type fairnessWorld struct {
+	size    fairnessSize
+	fake    *googlefake.Server
+	db      *store.DB
+	p       *gmail.Pipeline
+	stop    func()
+	emails  []string
+	refresh []string
+	ids     []string // account ids, in connect order
+}
+
+func (f *fairnessWorld) close() {
+	if f.stop != nil {
+		f.stop()
+	}
+	if f.fake != nil {
+		f.fake.Close()
+	}
+}
+
+// newFairnessWorld seeds the mailboxes and starts the app; no account is
+// connected yet.
+func newFairnessWorld(ctx context.Context, o Options, sz fairnessSize) (_ *fairnessWorld, err error) {
+	f := &fairnessWorld{size: sz}
+	defer func() {
+		if err != nil {
+			f.close()
+		}
+	}()
+	// Google at its documented limits (6,000 units per user and 1,200,000
+	// per project per window), with the window compressed as the budget's.
+	f.fake = googlefake.New(googlefake.Options{GmailQuotaWindow: sz.window})
+	if _, err := f.fake.Start(); err != nil {
+		return nil, err
+	}
+	for i := range sz.accounts {
+		email := fmt.Sprintf("user%02d@example.com", i)
+		f.emails = append(f.emails, email)
+		f.refresh = append(f.refresh, f.fake.AddAccount(email))
+		if _, err := f.fake.Gmail.Generate(email, sz.messages, uint64(i+1)); err != nil {
+			return nil, err
+		}
+	}
+	a, stop, err := startApp(ctx, func(c *app.Config) {
+		c.RedisURL = o.RedisURL
+		c.GoogleAPIURL, c.GoogleTokenURL = f.fake.URL(), f.fake.TokenURL()
+		c.PushToken, c.GmailPollInterval, c.ShutdownTimeout = benchPushToken, time.Hour, 2*time.Second
+		c.GmailQuotaWindow, c.GmailProjectUnits = sz.window, sz.project
+	})
+	if err != nil {
+		return nil, err
+	}
+	f.stop, f.db, f.p = stop, a.DB(), a.Gmail()
+	return f, nil
+}
+
+// connect connects every account (one user each), which records their
+// full syncs.
+func (f *fairnessWorld) connect(ctx context.Context) error {
+	for i, email := range f.emails {
+		var user store.User
+		err := f.db.Update(func(tx *store.Tx) (err error) {
+			user, err = tx.UserCreate(fmt.Sprintf("owner%02d@example.com", i), "")
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		acc, _, err := f.p.Connect(ctx, gmail.ConnectRequest{UserID: user.ID, Email: email, Token: google.Token{RefreshToken: f.refresh[i]}})
+		if err != nil {
+			return fmt.Errorf("connect %s: %w", email, err)
+		}
+		f.ids = append(f.ids, acc.ID)
+	}
+	return nil
+}
+
+// liveMail delivers size.live new messages to every account at random
+// moments of the first half window, each followed by its push, and
+// returns when the last is pushed.
+func (f *fairnessWorld) liveMail(ctx context.Context, start time.Time) error {
+	type arrival struct {
+		at time.Duration
+		i  int
+	}
+	rng := rand.New(rand.NewPCG(11, 12))
+	var plan []arrival
+	for i := range f.emails {
+		for range f.size.live {
+			plan = append(plan, arrival{time.Duration(rng.Int64N(int64(f.size.window / 2))), i})
+		}
+	}
+	slices.SortFunc(plan, func(a, b arrival) int { return int(a.at - b.at) })
+	gen := googlefake.NewGenerator(13, time.Time{})
+	for _, a := range plan {
+		if err := sleepUntil(ctx, start.Add(a.at)); err != nil {
+			return err
+		}
+		email := f.emails[a.i]
+		if _, err := gen.Add(f.fake.Gmail, email, 1); err != nil {
+			return err
+		}
+		body := f.fake.PushEnvelope(email, f.fake.Gmail.HistoryID(email))
+		if err := f.p.Push(ctx, gmail.PushRequest{Token: benchPushToken, Body: body}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func sleepUntil(ctx context.Context, t time.Time) error {
+	timer := time.NewTimer(time.Until(t))
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timer.C:
+		return nil
+	}
+}
+
+// converged reports whether account i's mirror is its mailbox: its full
+// sync done, its watermark at the mailbox's history id, and as many
+// messages stored as the mailbox lists.
+func (f *fairnessWorld) converged(i int) (bool, error) {
+	var acc store.Account
+	var counts store.MessageCounts
+	err := f.db.View(func(tx *store.Tx) (err error) {
+		if acc, err = tx.AccountGet(f.ids[i]); err != nil {
+			return err
+		}
+		counts, err = tx.MessageCounts(f.ids[i])
+		return err
+	})
+	if err != nil || acc.Status != store.AccountReady || acc.FullSyncCompleted == 0 ||
+		acc.HistoryID < f.fake.Gmail.HistoryID(f.emails[i]) {
+		return false, err
+	}
+	return counts.Total == len(f.fake.Gmail.Messages(f.emails[i])), nil
+}
+
+// watch polls every account until each has converged and the live mail is
+// all delivered (done closed), or until timeout, and returns each
+// account's time to converge from start (the last time it became
+// converged) and whether it had converged at the end.
+func (f *fairnessWorld) watch(ctx context.Context, start time.Time, done <-chan struct{}, timeout time.Duration) ([]time.Duration, []bool, error) {
+	at := make([]time.Duration, len(f.ids))
+	ok := make([]bool, len(f.ids))
+	liveDone := false
+	for {
+		all := true
+		for i := range f.ids {
+			c, err := f.converged(i)
+			if err != nil {
+				return nil, nil, err
+			}
+			if c && !ok[i] {
+				at[i] = time.Since(start)
+			}
+			ok[i] = c
+			all = all && c
+		}
+		select {
+		case <-done:
+			liveDone = true
+		default:
+		}
+		if (all && liveDone) || time.Since(start) > timeout {
+			return at, ok, nil
+		}
+		if err := sleepUntil(ctx, time.Now().Add(100*time.Millisecond)); err != nil {
+			return nil, nil, err
+		}
+	}
+}
+
+// benchGmailFairness: many accounts do their first full sync at once,
+// with some live mail, under a project budget that binds; every account
+// should converge, none much later than another, and no window of the
+// project spend more than the budget.
+func benchGmailFairness(ctx context.Context, o Options) (Result, error) {
+	var r Result
+	sz := fairnessSize{accounts: 50, messages: 150, live: 2, window: 30 * time.Second, project: 12_500}
+	if o.Quick {
+		sz = fairnessSize{accounts: 8, messages: 40, live: 1, window: 3 * time.Second, project: 600}
+	}
+	o.progress("   %d accounts of %d messages, project budget %d units per %s", sz.accounts, sz.messages, sz.project, sz.window)
+	f, err := newFairnessWorld(ctx, o, sz)
+	if err != nil {
+		return r, err
+	}
+	defer f.close()
+	f.fake.ResetCounters()
+	start := time.Now()
+	if err := f.connect(ctx); err != nil {
+		return r, err
+	}
+	done := make(chan struct{})
+	liveErr := make(chan error, 1)
+	go func() { liveErr <- f.liveMail(ctx, start); close(done) }()
+	// The least time the budget allows for the work (5 units a message,
+	// about 5 more per account), times four, and two minutes of slack.
+	need := sz.accounts * (5*(sz.messages+sz.live) + 7)
+	timeout := 4*time.Duration(float64(sz.window)*float64(need)/float64(sz.project)) + 2*time.Minute
+	times, ok, err := f.watch(ctx, start, done, timeout)
+	if err != nil {
+		return r, err
+	}
+	if err := <-liveErr; err != nil {
+		return r, fmt.Errorf("live mail: %w", err)
+	}
+	f.report(&r, times, ok, time.Since(start))
+	return r, nil
+}
+
+// report adds the scenario's figures and notes.
+// An account that never converged counts as converging at the end.
+func (f *fairnessWorld) report(r *Result, times []time.Duration, ok []bool, elapsed time.Duration) {
+	sz := f.size
+	converged := 0
+	secs := make([]string, len(times))
+	for i, t := range times {
+		secs[i] = "never"
+		if ok[i] {
+			converged++
+			secs[i] = fmt.Sprintf("%.1f", t.Seconds())
+		} else {
+			times[i] = elapsed
+		}
+	}
+	sorted := slices.Clone(times)
+	slices.Sort(sorted)
+	fastest, slowest := sorted[0], sorted[len(sorted)-1]
+	units, peak := f.fake.Gmail.TotalQuotaUnits(), f.fake.Gmail.PeakProjectUnits()
+	calls := viewOf(f.fake, f.emails[0]).gmailCalls()
+	floor := time.Duration(float64(sz.window) * float64(units) / float64(sz.project))
+	r.addTarget("accounts converged", float64(converged), "accounts", float64(sz.accounts), true)
+	r.addTarget("slowest ÷ fastest account's time to converge", slowest.Seconds()/fastest.Seconds(), "ratio", 1.5, false)
+	r.add("fastest account's time to converge", fastest.Seconds(), "s")
+	r.add("median account's time to converge", sorted[len(sorted)/2].Seconds(), "s")
+	r.add("slowest account's time to converge", slowest.Seconds(), "s")
+	r.addTarget("most project units in any window (emulator's count)", float64(peak), "units", float64(sz.project), false)
+	r.add("project units spent (emulator's count)", float64(units), "units")
+	r.add("least time the project budget allows (units ÷ budget)", floor.Seconds(), "s")
+	r.add("time until the last account converged ÷ that least time", slowest.Seconds()/floor.Seconds(), "ratio")
+	r.add("Google quota refusals", float64(f.fake.Gmail.TotalQuotaRefusals()), "calls")
+	r.add("Gmail calls", float64(calls), "calls")
+	r.Notes = append(r.Notes,
+		fmt.Sprintf("%d accounts (one user each) connected at once, each with %d messages to sync and %d new messages (each with its push) at random moments of the first half window; an account has converged when its full sync is done, its watermark is its mailbox's history id and it stores as many messages as the mailbox lists (the time is the last time it became so, from the first connect); %d calls in all over %s", sz.accounts, sz.messages, sz.live, calls, elapsed.Round(time.Millisecond)),
+		fmt.Sprintf("Gmail's minute compressed to %s, for the emulator and the budget alike (MAILROOM_GMAIL_QUOTA_WINDOW=%s); budget MAILROOM_GMAIL_PROJECT_UNITS_PER_MINUTE=%d per that window, below what the %d accounts would spend (so it binds); the user budget at serve's 6,000; the emulator at Google's documented limits per window (6,000 per user, 1,200,000 per project), so the most units in a window is mailroom's own pacing, counted exactly by the emulator over a sliding window; settings not compressed: the budget's 20 s longest in-task wait, the 5 s delayed-task check, the 100 ms task poll", sz.window, sz.window, sz.project, sz.accounts),
+		"the app built by app.New with serve's defaults (4 gmail-sync workers, 8 fetches in parallel per full sync) except: Google URLs at the emulator, MAILROOM_PUSH_TOKEN, MAILROOM_GMAIL_POLL_INTERVAL=1h, MAILROOM_SHUTDOWN_TIMEOUT=2s and the two quota settings above",
+		"times to converge (s), in connect order: "+strings.Join(secs, " "))
+}
