@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"sync"
 	"time"
@@ -350,7 +351,7 @@ func benchGmailThroughput(ctx context.Context, o Options) (Result, error) {
 	if o.Quick {
 		records, mailbox = 1000, 300
 	}
-	r.Notes = append(r.Notes, fmt.Sprintf("%d history records (10%% adds, 1%% deletes, reads, unreads, trash moves, labels) on a %d-message mailbox, one push; default workers; %s; %s", records, mailbox, o.GC, gmailBenchOverrides))
+	r.Notes = append(r.Notes, fmt.Sprintf("one-account rows (Gmail's quota off; their names are those of earlier runs): %d history records (10%% adds, 1%% deletes, reads, unreads, trash moves, labels) on a %d-message mailbox, one push; default workers; %s; %s", records, mailbox, o.GC, gmailBenchOverrides))
 
 	targets, stop := benchTargets(ctx, o, &r)
 	defer stop()
@@ -389,5 +390,109 @@ func benchGmailThroughput(ctx context.Context, o Options) (Result, error) {
 			return r, fmt.Errorf("%s: %w", tg.name, err)
 		}
 	}
-	return r, nil
+	return r, gmailThroughputFleet(ctx, o, &r, targets, records)
+}
+
+// fleetRun is one many-account burst of gmail-throughput.
+type fleetRun struct {
+	elapsed         time.Duration
+	cpu             float64 // this process's CPU seconds over the burst
+
+	events          int
+	units, refusals int // the emulator's counts over the burst
+}
+
+// runFleetBurst connects accounts mailboxes of mailbox messages, waits for
+// their first syncs, then makes per history records of the mix in each,
+// pushes every account at once and waits until all is applied.
+func runFleetBurst(ctx context.Context, fo fleetOptions, accounts, mailbox, per int) (run fleetRun, err error) {
+	f, err := newGmailFleet(ctx, fo, fairnessSize{accounts: accounts, messages: mailbox})
+	if err != nil {
+		return run, err
+	}
+	defer f.close()
+	if err := f.connect(ctx); err != nil {
+		return run, err
+	}
+	if err := f.waitIdle(ctx, 5*time.Minute); err != nil {
+		return run, fmt.Errorf("first syncs: %w", err)
+	}
+	for i, email := range f.emails {
+		if err := mixHistory(f.fake.Gmail, email, per, uint64(7+i)); err != nil {
+			return run, err
+		}
+	}
+	f.fake.ResetCounters()
+	f.mu.Lock()
+	f.applied = 0
+	f.mu.Unlock()
+	cpu0, err := procCPUSeconds(os.Getpid())
+	if err != nil {
+		return run, err
+	}
+	start := time.Now()
+	for i := range f.emails {
+		if err := f.push(ctx, i); err != nil {
+			return run, err
+		}
+	}
+	if err := f.waitIdle(ctx, 5*time.Minute); err != nil {
+		return run, err
+	}
+	run.elapsed = time.Since(start)
+	cpu1, err := procCPUSeconds(os.Getpid())
+	if err != nil {
+		return run, err
+	}
+	run.cpu = cpu1 - cpu0
+	f.mu.Lock()
+	run.events = f.applied
+	f.mu.Unlock()
+	run.units, run.refusals = f.fake.Gmail.TotalQuotaUnits(), f.fake.Gmail.TotalQuotaRefusals()
+	return run, nil
+}
+
+// gmailThroughputFleet adds gmail-throughput's many-account rows: the same
+// records spread over accounts, Gmail's quota off and on at serve's
+// defaults, with the quota floors (the records a second the quota pays
+// for, at the units per record the emulator counted).
+func gmailThroughputFleet(ctx context.Context, o Options, r *Result, targets []benchTarget, records int) error {
+	accounts, mailbox := 20, 150
+	if o.Quick {
+		accounts, mailbox = 4, 150
+	}
+	per := records / accounts
+	unitsPerRecord := 0.0
+	for _, tg := range targets {
+		for _, off := range []bool{true, false} {
+			quota := map[bool]string{true: "Gmail quota off", false: "Gmail quota on (serve's defaults)"}[off]
+			o.progress("   %s: %d accounts × %d history records, %s", tg.name, accounts, per, quota)
+			run, err := runFleetBurst(ctx, fleetOptions{redisURL: tg.url, quotaOff: off}, accounts, mailbox, per)
+			if err != nil {
+				return fmt.Errorf("%s, %d accounts, %s: %w", tg.name, accounts, quota, err)
+			}
+			broker := map[string]string{"embedded": "embedded broker", "redis": "redis-server"}[tg.name]
+			r.add(fmt.Sprintf("history records/s push to applied, %d accounts, %s, %s", accounts, broker, quota), float64(accounts*per)/run.elapsed.Seconds(), "records/s")
+			if tg.name == "embedded" {
+				r.add(fmt.Sprintf("CPU-s per 1,000 history records, %d accounts, embedded broker, %s", accounts, quota), run.cpu*1000/float64(accounts*per), "CPU-s")
+			}
+			if off {
+				continue
+			}
+			r.add(fmt.Sprintf("Google quota refusals, %d accounts, %s, quota on", accounts, broker), float64(run.refusals), "calls")
+			if unitsPerRecord == 0 {
+				unitsPerRecord = float64(run.units) / float64(accounts*per)
+			}
+			r.Notes = append(r.Notes, fmt.Sprintf("%s, %d accounts, quota on: %d records became %d event tasks, applied in %s; %d Gmail units (emulator's count)", tg.name, accounts, accounts*per, run.events, run.elapsed.Round(time.Millisecond), run.units))
+		}
+	}
+	if unitsPerRecord == 0 {
+		return nil
+	}
+	r.add("Gmail units per history record of the mix (emulator's count, quota on)", unitsPerRecord, "units")
+	r.add("quota floor: history records/s one account's 6,000 units a minute pays for", 6000/60/unitsPerRecord, "records/s")
+	r.add(fmt.Sprintf("quota floor: history records/s %d accounts' %d units a minute pay for", accounts, accounts*6000), float64(min(accounts*6000, 1_200_000))/60/unitsPerRecord, "records/s")
+	r.add("quota floor: history records/s the project's 1,200,000 units a minute pay for", 1_200_000/60/unitsPerRecord, "records/s")
+	r.Notes = append(r.Notes, fmt.Sprintf("many-account rows: the %d records spread over %d accounts of %d messages (%d each, the same mix), one push per account at once; quota off: as the one-account rows; quota on: the budget at serve's defaults (MAILROOM_GMAIL_USER_UNITS_PER_MINUTE=6000, MAILROOM_GMAIL_PROJECT_UNITS_PER_MINUTE=1200000, a real minute) and the emulator at Google's documented limits (6,000 units per user and 1,200,000 per project a minute, 20 requests of a user in flight); otherwise the settings of the one-account rows. CPU-s per 1,000 records: this process's user and system time over the burst (/proc), on the embedded broker, where the broker, the budget's scripts and the emulator all run in it (the same emulator work in both rows); on a shared machine compare these, not the rates. The floors divide Google's limits by the units per record the emulator counted (Google's table: history.list 2 a page, messages.get 5 a new message, labels.list 1)", accounts*per, accounts, mailbox, per))
+	return nil
 }

@@ -295,7 +295,7 @@ func benchRulesThroughput(ctx context.Context, o Options) (Result, error) {
 		r.add(fmt.Sprintf("batches of %d: Gmail calls", size), float64(t.calls), "calls")
 		r.Notes = append(r.Notes, t.note)
 	}
-	return r, nil
+	return r, rulesThroughputQuota(ctx, o, &r)
 }
 
 type throughputRun struct {
@@ -330,24 +330,9 @@ func runThroughput(ctx context.Context, o Options, threads, size int) (throughpu
 	// only weigh on this process's heap (the final one has it all).
 	child.google.seeded = mailboxView{}
 	runtime.GC()
-	var specs []rules.Spec
-	for i := range 20 {
-		s := rules.Spec{Label: fmt.Sprintf("Rule %02d", i), Match: rules.MatchAll}
-		switch i % 4 {
-		case 0:
-			s.Conditions = []rules.Condition{{Field: rules.FieldSubject, Op: rules.OpContains, Value: fmt.Sprintf("[repo-%d]", i%7)}}
-		case 1:
-			s.Conditions = []rules.Condition{{Field: rules.FieldFrom, Op: rules.OpContains, Value: "@gitlab.com"}, {Field: rules.FieldSubject, Op: rules.OpMatches, Value: fmt.Sprintf(`issue \d*%d$`, i%10)}}
-		case 2:
-			s.Match = rules.MatchAny
-			s.Conditions = []rules.Condition{{Field: rules.FieldFrom, Op: rules.OpEquals, Value: fmt.Sprintf("p%d@example.org", i)}, {Field: rules.FieldSubject, Op: rules.OpContains, Value: fmt.Sprintf("issue %d", i*3)}}
-		default:
-			s.Conditions = []rules.Condition{{Field: rules.FieldTo, Op: rules.OpNotContains, Value: "nobody@"}, {Field: rules.FieldFrom, Op: rules.OpContains, Value: fmt.Sprintf("p%d", i)}}
-		}
-		if _, err := b.p.Create(ctx, b.user, s); err != nil {
-			return run, err
-		}
-		specs = append(specs, s)
+	specs, err := createTwentyRules(ctx, b)
+	if err != nil {
+		return run, err
 	}
 	o.progress("   %d threads in batches of %d: reclassify", threads, size)
 	start := time.Now()
@@ -381,8 +366,131 @@ func runThroughput(ctx context.Context, o Options, threads, size int) (throughpu
 	return run, nil
 }
 
+// throughputRules are rules-throughput's 20 rules (no body conditions).
+func throughputRules() []rules.Spec {
+	var specs []rules.Spec
+	for i := range 20 {
+		s := rules.Spec{Label: fmt.Sprintf("Rule %02d", i), Match: rules.MatchAll}
+		switch i % 4 {
+		case 0:
+			s.Conditions = []rules.Condition{{Field: rules.FieldSubject, Op: rules.OpContains, Value: fmt.Sprintf("[repo-%d]", i%7)}}
+		case 1:
+			s.Conditions = []rules.Condition{{Field: rules.FieldFrom, Op: rules.OpContains, Value: "@gitlab.com"}, {Field: rules.FieldSubject, Op: rules.OpMatches, Value: fmt.Sprintf(`issue \d*%d$`, i%10)}}
+		case 2:
+			s.Match = rules.MatchAny
+			s.Conditions = []rules.Condition{{Field: rules.FieldFrom, Op: rules.OpEquals, Value: fmt.Sprintf("p%d@example.org", i)}, {Field: rules.FieldSubject, Op: rules.OpContains, Value: fmt.Sprintf("issue %d", i*3)}}
+		default:
+			s.Conditions = []rules.Condition{{Field: rules.FieldTo, Op: rules.OpNotContains, Value: "nobody@"}, {Field: rules.FieldFrom, Op: rules.OpContains, Value: fmt.Sprintf("p%d", i)}}
+		}
+		specs = append(specs, s)
+	}
+	return specs
+}
+
+// createTwentyRules saves the 20 rules for the bench's user.
+func createTwentyRules(ctx context.Context, b *rulesBench) ([]rules.Spec, error) {
+	specs := throughputRules()
+	for _, s := range specs {
+		if _, err := b.p.Create(ctx, b.user, s); err != nil {
+			return nil, err
+		}
+	}
+	return specs, nil
+}
+
 // reclassifyWorkers is the rules-reclassify queue's worker count in the table.
 func reclassifyWorkers() int {
 	row, _ := queue.NewTable(queue.TableConfig{}).Lookup(queue.TypeRulesReclassifyBatch)
 	return row.Concurrency
+}
+
+// quotaRun is the quota-on run of rules-throughput.
+type quotaRun struct {
+	threads         int
+	elapsed         time.Duration // in compressed time
+	units, refusals int
+	calls           int
+}
+
+// runThroughputQuota reclassifies threads against the 20 rules, batches
+// of 50, with Gmail's quota on at serve's defaults and its minute
+// compressed to window for the emulator (at Google's documented limits)
+// and the budget alike. The run is bound by the quota, not the CPU, so
+// the emulator answers from this process.
+func runThroughputQuota(ctx context.Context, threads int, window time.Duration) (quotaRun, error) {
+	var run quotaRun
+	const email = "bench@example.com"
+	fake := googlefake.New(googlefake.Options{HistoryMaxRecords: 1000, GmailQuotaWindow: window})
+	if _, err := fake.Start(); err != nil {
+		return run, err
+	}
+	defer fake.Close()
+	refresh := fake.AddAccount(email)
+	if err := story.AddThreads(fake, email, threads); err != nil {
+		return run, err
+	}
+	fake.ResetCounters()
+	b, err := newRulesBench(ctx, func(c *app.Config) {
+		c.RuleSaveLimit = 100
+		c.ReclassifyDebounce, c.ReclassifyMaxWait, c.ReclassifyTick = time.Hour, time.Hour, time.Hour
+		c.Overrides.GmailQuotaOff, c.GmailQuotaWindow = false, window
+	}, benchGoogle{url: fake.URL(), tokenURL: fake.TokenURL(), refresh: refresh, seeded: viewOf(fake, email)}, email)
+	if err != nil {
+		return run, err
+	}
+	defer b.close()
+	specs, err := createTwentyRules(ctx, b)
+	if err != nil {
+		return run, err
+	}
+	start := time.Now()
+	st, err := b.pub.RunOnce(ctx, start.Add(2*time.Hour))
+	if err != nil || st.Published != 1 {
+		return run, fmt.Errorf("publish: %d jobs, %v", st.Published, err)
+	}
+	jobs, err := b.waitJobs(ctx, 1, 10*time.Minute)
+	if err != nil {
+		return run, err
+	}
+	run.threads, run.elapsed = jobs[0].Threads, jobs[0].FinishedAt.Sub(start)
+	final := viewOf(fake, email)
+	for _, s := range specs {
+		want, err := final.matches(s)
+		if err != nil {
+			return run, err
+		}
+		if !equalSets(want, final.labelled(s.Label)) {
+			return run, fmt.Errorf("labels of %q in Gmail differ from its matches", s.Label)
+		}
+	}
+	run.units, run.refusals, run.calls = final.Units, fake.Gmail.TotalQuotaRefusals(), final.gmailCalls()
+	return run, nil
+}
+
+// rulesThroughputQuota adds rules-throughput's quota-on rows: one account
+// at 6,000 units a minute, time compressed, the rate scaled back to real
+// time, with the quota floors beside it.
+func rulesThroughputQuota(ctx context.Context, o Options, r *Result) error {
+	threads, window := 10_000, 2*time.Second
+	if o.Quick {
+		threads, window = 1_000, time.Second
+	}
+	scale := float64(time.Minute) / float64(window)
+	o.progress("   %d threads in batches of 50, Gmail quota on, a minute compressed to %s", threads, window)
+	run, err := runThroughputQuota(ctx, threads, window)
+	if err != nil {
+		return fmt.Errorf("quota on: %w", err)
+	}
+	realSecs := run.elapsed.Seconds() * scale
+	perThread := float64(run.units) / float64(run.threads)
+	floor := 6000 / 60 / perThread
+	r.add("quota on, one account: reclassify threads/s, 20 rules, batches of 50 (real time)", float64(run.threads)/realSecs, "threads/s")
+	r.add("quota on, one account: elapsed (real time)", realSecs/60, "min")
+	r.add("quota on: Gmail units per thread (emulator's count)", perThread, "units")
+	r.add("quota floor: threads/s one account's 6,000 units a minute pays for", floor, "threads/s")
+	r.add("quota on, one account: threads/s ÷ that floor", float64(run.threads)/realSecs/floor, "ratio")
+	r.add("quota floor: threads/s the project's 1,200,000 units a minute pay for (200 accounts or more)", 1_200_000/60/perThread, "threads/s")
+	r.add("quota on, one account: Google quota refusals", float64(run.refusals), "calls")
+	r.Notes = append(r.Notes, fmt.Sprintf("quota-on rows (the others have Gmail's quota off): %d threads (%d Gmail calls, %d units) against the same 20 rules in batches of 50 on one account, the budget at serve's defaults (6,000 units a minute per user, 1,200,000 per project) and the emulator at Google's documented limits, Gmail's minute compressed to %s for both (MAILROOM_GMAIL_QUOTA_WINDOW; %.0fx) and the time scaled back; the account looks synced before this process, so its budget resumes at half and grows back by 10%% a window, as after a restart (the floor assumes the full 6,000 all along); the budget's 20 s longest in-task wait, the task poll and the delayed-task check are not compressed; the emulator in this process (the quota, not the CPU, binds); otherwise the settings of the batches-of-50 row", run.threads, run.calls, run.units, window, scale))
+	return nil
 }
