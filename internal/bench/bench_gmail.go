@@ -395,8 +395,8 @@ func benchGmailThroughput(ctx context.Context, o Options) (Result, error) {
 
 // fleetRun is one many-account burst of gmail-throughput.
 type fleetRun struct {
-	elapsed         time.Duration
-	cpu             float64 // this process's CPU seconds over the burst
+	elapsed time.Duration
+	cpu     float64 // this process's CPU seconds over the burst
 
 	events          int
 	units, refusals int // the emulator's counts over the burst
