@@ -24,6 +24,7 @@ type figures struct {
 	readyMax               time.Duration // longest start of a life to its first 200 from /readyz
 	done                   map[string]int
 	faults                 map[string]int // calls each kind of injected fault affected
+	episodes               map[string]int // episodes of each kind
 	deadLetters            map[string]bool
 	accepted, unknown      int
 	stored, lost, dup      int // rows: accepted ones in the sheet, missing, written twice
@@ -342,6 +343,21 @@ func (w *world) checkSavedRules() {
 	}
 }
 
+// faultLine says, per kind, how many episodes were injected and how
+// many calls they failed or slowed.
+func (f *figures) faultLine() string {
+	kinds := make([]string, 0, len(f.episodes))
+	for k := range f.episodes {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	parts := make([]string, len(kinds))
+	for i, k := range kinds {
+		parts[i] = fmt.Sprintf("%s %d (%d calls)", k, f.episodes[k], f.faults[k])
+	}
+	return strings.Join(parts, ", ")
+}
+
 // report prints the figures and fails the test when rows were lost or
 // doubled.
 func (w *world) report() {
@@ -357,6 +373,7 @@ func (w *world) report() {
 	w.mu.Lock()
 	permanent := len(w.permanent)
 	w.mu.Unlock()
+	sheets, push := w.fake.Sheets.Stats(), w.fake.PushStats()
 	broker := "embedded broker"
 	if w.cfg.redis != nil {
 		broker = "external redis-server"
@@ -373,7 +390,9 @@ func (w *world) report() {
 		fmt.Sprintf("  submissions cut by a kill:      %d", f.unknown),
 		fmt.Sprintf("  dead letters:                   %d (messages given a permanent fault: %d)", len(f.deadLetters), permanent),
 		fmt.Sprintf("  rule saves:                     %d (%d refused with 429/503)", saves, refused),
-		fmt.Sprintf("  Google faults (calls affected): %v", f.faults),
+		fmt.Sprintf("  Google fault episodes:          %s", f.faultLine()),
+		fmt.Sprintf("  Google's own refusals:          %d Gmail quota, %d Sheets quota (429); pushes %d delivered, %d failed (child down)",
+			w.fake.Gmail.TotalQuotaRefusals(), sheets.RejectedWrites+sheets.RejectedReads, push.Sent, push.Failed),
 		fmt.Sprintf("  drain after the load:           %s", f.drain.Round(time.Millisecond)),
 	}
 	fmt.Println(strings.Join(lines, "\n"))

@@ -21,8 +21,9 @@ import (
 )
 
 const (
-	// shortDuration is the load phase of each broker's soak in `make test`.
-	shortDuration = 60 * time.Second
+	// shortDuration is the load phase of each broker's soak in `make test`
+	// (the two run in parallel).
+	shortDuration = 90 * time.Second
 	// The gap between two kills (and between two Redis losses), drawn
 	// uniformly from [killMin, killMax).
 	killMin, killMax = 20 * time.Second, 60 * time.Second
@@ -34,8 +35,8 @@ const (
 )
 
 // TestSoak runs the built binary under mixed load on each broker (embedded
-// and an external redis-server, in parallel) for SOAK_DURATION (default
-// one minute each), kills it with SIGKILL every 20 to 60 s, on Redis also
+// and an external redis-server, in parallel unless -parallel 1) for
+// SOAK_DURATION (default 90 s each), kills it with SIGKILL every 20 to 60 s, on Redis also
 // restarts Redis without persistence and flushes it, and after a drain
 // checks that every accepted submission is in its sheet once and in
 // order, every mirror equals its mailbox, every rule label is where the
@@ -128,7 +129,7 @@ func runSoak(t *testing.T, cfg soakConfig) {
 
 func newWorld(t *testing.T, cfg soakConfig) *world {
 	w := &world{t: t, cfg: cfg, dir: t.TempDir(), addr: apptest.FreeAddr(t), permanent: map[string]bool{}}
-	w.figures.faults = map[string]int{}
+	w.figures.faults, w.figures.episodes = map[string]int{}, map[string]int{}
 	w.fake = googlefake.New(googlefake.Options{
 		Seed:               cfg.seed,
 		PushURL:            "http://" + w.addr + "/push/gmail",
