@@ -69,9 +69,14 @@ func (f *figures) tasks() (run, twice int) {
 func (w *world) drain() {
 	start := time.Now()
 	w.figures.deadLetters = map[string]bool{}
+	said := time.Now()
 	testkit.EventuallyNil(w.t, drainTimeout, "the drain: every check to hold", func() error {
 		for _, check := range []func() error{w.deadLettersOnlyInjected, w.formsWritten, w.reclassifyDone, w.mirrorsEqual, w.labelsAsRules} {
 			if err := check(); err != nil {
+				if time.Since(said) > 15*time.Second {
+					said = time.Now()
+					w.t.Logf("drain, %s in: %s", time.Since(start).Round(time.Second), firstLine(err.Error()))
+				}
 				return err
 			}
 		}
@@ -264,7 +269,8 @@ func (w *world) labelsAsRules() error {
 				for _, m := range w.fake.Gmail.Messages(acc.email) {
 					want := c.Match(&rules.Message{From: m.From, To: m.To, Cc: m.Cc, Subject: m.Subject, Body: m.Body})
 					if has := labelID != "" && slices.Contains(m.LabelIDs, labelID); has != want {
-						return fmt.Errorf("%s: message %s (from %q, subject %q) has label %s: %v, its rule says %v", acc.email, m.ID, m.From, m.Subject, spec.Label, has, want)
+						return fmt.Errorf("%s: message %s (thread %s, from %q, subject %q, history id %d) has label %s: %v, its rule (%+v) says %v; reclassify %s",
+							acc.email, m.ID, m.ThreadID, m.From, m.Subject, m.HistoryID, spec.Label, has, spec.Conditions, want, w.reclassifyState(u.id))
 					}
 				}
 			}
@@ -403,4 +409,20 @@ func (w *world) report() {
 	if f.kills == 0 {
 		w.t.Error("no kill happened during the load: the soak proves nothing (SOAK_DURATION too short?)")
 	}
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i] + " …"
+	}
+	return s
+}
+
+// reclassifyState is the user's reclassify answer, for a failure message.
+func (w *world) reclassifyState(userID string) string {
+	status, raw, err := w.current().Do(http.MethodGet, "/api/v1/users/"+userID+"/reclassify", nil)
+	if err != nil {
+		return err.Error()
+	}
+	return fmt.Sprintf("%d %s", status, raw)
 }
