@@ -106,7 +106,7 @@ func (w *world) deadLettersOnlyInjected() error {
 		}
 		_ = json.Unmarshal(dl.Payload, &pl)
 		w.mu.Lock()
-		injected := w.permanent[pl.MessageID]
+		injected := w.permanent[pl.MessageID] != nil
 		w.mu.Unlock()
 		if !strings.HasPrefix(dl.Type, "gmail:message-") || !injected || !strings.Contains(dl.Error, "injected") {
 			w.t.Fatalf("dead letter %s (%s, payload %s): %s; only the injected permanent faults may make dead letters", dl.ID, dl.Type, dl.Payload, dl.Error)
@@ -377,7 +377,10 @@ func (w *world) report() {
 		}
 	}
 	w.mu.Lock()
-	permanent := len(w.permanent)
+	permanent, fired := len(w.permanent), 0
+	for _, h := range w.permanent {
+		fired += h.Fired()
+	}
 	w.mu.Unlock()
 	sheets, push := w.fake.Sheets.Stats(), w.fake.PushStats()
 	broker := "embedded broker"
@@ -394,7 +397,7 @@ func (w *world) report() {
 		fmt.Sprintf("  rows lost:                      %d (of %d accepted)", f.lost, f.accepted),
 		fmt.Sprintf("  duplicate rows:                 %d", f.dup),
 		fmt.Sprintf("  submissions cut by a kill:      %d", f.unknown),
-		fmt.Sprintf("  dead letters:                   %d (messages given a permanent fault: %d)", len(f.deadLetters), permanent),
+		fmt.Sprintf("  dead letters:                   %d (permanent faults injected %d, fired %d; a kill may cut one before it is recorded)", len(f.deadLetters), permanent, fired),
 		fmt.Sprintf("  rule saves:                     %d (%d refused with 429/503)", saves, refused),
 		fmt.Sprintf("  Google fault episodes:          %s", f.faultLine()),
 		fmt.Sprintf("  Google's own refusals:          %d Gmail quota, %d Sheets quota (429); pushes %d delivered, %d failed (child down)",
@@ -411,9 +414,12 @@ func (w *world) report() {
 	}
 }
 
+// firstLine shortens a check's error for the drain's progress lines: its
+// first few lines.
 func firstLine(s string) string {
-	if i := strings.IndexByte(s, '\n'); i >= 0 {
-		return s[:i] + " …"
+	lines := strings.SplitN(s, "\n", 6)
+	if len(lines) > 5 {
+		return strings.Join(lines[:5], "\n") + "\n…"
 	}
 	return s
 }

@@ -224,11 +224,12 @@ func (w *world) newMail(rng *rand.Rand, email string, n int) error {
 	if err != nil || rng.IntN(40) != 0 {
 		return err
 	}
-	if _, err := w.fake.InjectFault(googlefake.Fault{Method: googlefake.MethodMessagesGet, MessageID: id, Code: http.StatusBadRequest, Message: "Invalid id value (injected)", Times: 1}); err != nil {
+	h, err := w.fake.InjectFault(googlefake.Fault{Method: googlefake.MethodMessagesGet, MessageID: id, Code: http.StatusBadRequest, Message: "Invalid id value (injected)", Times: 1})
+	if err != nil {
 		return err
 	}
 	w.mu.Lock()
-	w.permanent[id] = true
+	w.permanent[id] = h
 	w.mu.Unlock()
 	return nil
 }
