@@ -2,6 +2,7 @@ package soak_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -183,15 +184,49 @@ func (w *world) mirrorsEqual() error {
 			if err != nil {
 				return err
 			}
-			if diff := cmp.Diff(w.mailbox(acc.email), got); diff != "" {
-				if len(diff) > 2000 {
-					diff = diff[:2000] + "…"
-				}
-				return fmt.Errorf("mirror of %s differs from the mailbox (-mailbox +mirror):\n%s", acc.email, diff)
+			if err := mirrorDiff(w.mailbox(acc.email), got); err != nil {
+				return fmt.Errorf("mirror of %s: %w", acc.email, err)
 			}
 		}
 	}
 	return nil
+}
+
+// mirrorDiff says how the mirror differs from the mailbox: how many
+// messages are missing, extra or different, and the first of each.
+func mirrorDiff(want, got map[string]message) error {
+	var missing, extra, differ []string
+	for id, m := range want {
+		g, ok := got[id]
+		switch {
+		case !ok:
+			missing = append(missing, id)
+		case !cmp.Equal(m, g):
+			differ = append(differ, id)
+		}
+	}
+	for id := range got {
+		if _, ok := want[id]; !ok {
+			extra = append(extra, id)
+		}
+	}
+	if len(missing)+len(extra)+len(differ) == 0 {
+		return nil
+	}
+	slices.Sort(missing)
+	slices.Sort(extra)
+	slices.Sort(differ)
+	msg := fmt.Sprintf("%d messages missing, %d extra, %d different", len(missing), len(extra), len(differ))
+	if len(missing) > 0 {
+		msg += fmt.Sprintf("; missing %+v", want[missing[0]])
+	}
+	if len(extra) > 0 {
+		msg += fmt.Sprintf("; extra %+v", got[extra[0]])
+	}
+	if len(differ) > 0 {
+		msg += fmt.Sprintf("; %s in Gmail %+v, in the mirror %+v", differ[0], want[differ[0]], got[differ[0]])
+	}
+	return errors.New(msg)
 }
 
 // mirror reads every message of the account through the API.
