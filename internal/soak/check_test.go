@@ -439,8 +439,7 @@ func (w *world) report() {
 			w.fake.Gmail.TotalQuotaRefusals(), sheets.RejectedWrites+sheets.RejectedReads, push.Sent, push.Failed),
 		fmt.Sprintf("  drain after the load:           %s", f.drain.Round(time.Millisecond)),
 	}
-	fmt.Println(strings.Join(lines, "\n"))
-	w.t.Log("\n" + strings.Join(lines, "\n"))
+	fmt.Println(strings.Join(lines, "\n")) // on stdout: shown with -v (make soak) and on failure
 	if f.lost > 0 || f.dup > 0 {
 		w.t.Errorf("%d rows lost, %d duplicate rows: both must be 0", f.lost, f.dup)
 	}

@@ -28,7 +28,7 @@ const (
 	// uniformly from [killMin, killMax).
 	killMin, killMax = 20 * time.Second, 60 * time.Second
 	// drainTimeout bounds the wait, after the load, for every check to hold.
-	drainTimeout = 3 * time.Minute
+	drainTimeout = 4 * time.Minute
 
 	pushAudience = "https://soak.mailroom.test/push/gmail"
 	pushTopic    = "projects/mailroom-soak/topics/gmail"
