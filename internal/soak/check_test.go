@@ -446,6 +446,9 @@ func (w *world) report() {
 	if f.kills == 0 {
 		w.t.Error("no kill happened during the load: the soak proves nothing (SOAK_DURATION too short?)")
 	}
+	if w.cfg.redis != nil && f.redisRestarts+f.flushes == 0 {
+		w.t.Error("Redis never forgot during the load: the soak proves nothing (SOAK_DURATION too short?)")
+	}
 }
 
 // firstLine shortens a check's error for the drain's progress lines: its
