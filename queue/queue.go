@@ -343,6 +343,7 @@ func (q *Queue) process(tt TaskType) asynq.HandlerFunc {
 		switch {
 		case err == nil || IsStale(err):
 			q.metrics.processed.WithLabelValues(tt.Name).Inc()
+			q.log.Debug("task done", "task_id", id, "type", tt.Name, "attempt", t.Attempt, "took", elapsed)
 			if !t.acked {
 				q.deleter.add(tt.Queue, id)
 			}

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -23,68 +22,24 @@ import (
 	"mailroom/store"
 )
 
-// proc is a mailroom binary running as a child process.
+// proc is a mailroom binary running as a child process (apptest.Proc),
+// with the short names these tests use.
 type proc struct {
-	t       *testing.T
-	cmd     *exec.Cmd
-	url     string
-	dataDir string
-	out     *bytes.Buffer
-	exited  chan struct{} // closed when the process has exited
-	exitErr error         // its exit status, once exited is closed
+	*apptest.Proc
+	t      *testing.T
+	cmd    *exec.Cmd
+	url    string
+	out    *testkit.Buffer
+	exited <-chan struct{}
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
+func freeAddr(t *testing.T) string { return apptest.FreeAddr(t) }
 
 // startProc runs `mailroom serve` on dataDir with the debug task type.
 func startProc(t *testing.T, dataDir string, env ...string) *proc {
 	t.Helper()
-	bin := apptest.Binary(t)
-	addr := freeAddr(t)
-	cmd := exec.Command(bin, "serve")
-	cmd.Env = append(os.Environ(),
-		"MAILROOM_DATA_DIR="+dataDir,
-		"MAILROOM_HTTP_ADDR="+addr,
-		"MAILROOM_API_TOKEN="+apptest.Token,
-		"MAILROOM_ADMIN_PASSWORD=correct horse battery staple",
-		"MAILROOM_DEBUG_TASKS=true",
-		"MAILROOM_TASK_POLL_INTERVAL=20ms",
-		"MAILROOM_LOG_LEVEL=warn",
-	)
-	cmd.Env = append(cmd.Env, env...)
-	out := &bytes.Buffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &proc{t: t, cmd: cmd, url: "http://" + addr, dataDir: dataDir, out: out, exited: make(chan struct{})}
-	go func() { p.exitErr = cmd.Wait(); close(p.exited) }()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-p.exited
-	})
-	testkit.Eventually(t, 30*time.Second, "the child's /readyz", func() bool {
-		select {
-		case <-p.exited:
-			t.Fatalf("mailroom exited early: %v\n%s", p.exitErr, out)
-		default:
-		}
-		resp, err := http.Get(p.url + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
-	return p
+	ap := apptest.StartProc(t, dataDir, env...)
+	return &proc{Proc: ap, t: t, cmd: ap.Cmd, url: ap.URL, out: ap.Out, exited: ap.Exited()}
 }
 
 func (p *proc) post(path string, body any) {
@@ -170,8 +125,8 @@ func TestGracefulShutdownLosesNothing(t *testing.T) {
 	}
 	select {
 	case <-p.exited:
-		if p.exitErr != nil {
-			t.Fatalf("serve exited with %v after SIGTERM, want 0\n%s", p.exitErr, p.out)
+		if p.ExitErr() != nil {
+			t.Fatalf("serve exited with %v after SIGTERM, want 0\n%s", p.ExitErr(), p.out)
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatalf("serve did not exit within 20s of SIGTERM\n%s", p.out)

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -69,10 +68,7 @@ func (f *crashFake) killOnNextGrow(p *proc) {
 }
 
 // kill9 kills the child with SIGKILL and waits for it to be gone.
-func kill9(p *proc) {
-	_ = p.cmd.Process.Signal(syscall.SIGKILL)
-	<-p.exited
-}
+func kill9(p *proc) { p.Kill9() }
 
 func (p *proc) json(method, path string, body any, want int, out any) error {
 	p.t.Helper()
