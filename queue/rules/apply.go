@@ -97,6 +97,11 @@ func (p *Pipeline) applyNew(ctx context.Context, accountID string, m store.Messa
 	}
 	p.metrics.gmailCalls.WithLabelValues("modify").Inc()
 	if err := gm.Modify(ctx, m.ID, add, remove); err != nil {
+		if errors.Is(err, google.ErrNotFound) {
+			// Deleted at Google since it was fetched: there is nothing to
+			// label, and its message-deleted event updates the mirror.
+			return nil
+		}
 		return err
 	}
 	err = p.db.Update(func(tx *store.Tx) error {

@@ -85,3 +85,35 @@ func TestApplyNewLabelsOnceWithActionsAndProvenance(t *testing.T) {
 	f.waitDone(f.publish().ID)
 	f.checkLabels("Dev", map[string]bool{other: true})
 }
+
+// A message deleted at Google between its fetch and the rules' modify is
+// nothing to label (Gmail answers 404): not an error, so its task is not
+// dead-lettered, and no provenance is recorded for labels never put on.
+func TestApplyNewMessageDeletedMeanwhile(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, testConfig(), false)
+	ctx := context.Background()
+	if _, err := f.p.Create(ctx, f.user, spec("Dev", cond("from", "contains", "@github.com"))); err != nil {
+		t.Fatal(err)
+	}
+	id, err := f.fake.Gmail.AddMessage(f.email, googlefake.Message{From: "ci@github.com", Subject: "Build failed"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.mirror()
+	m := f.stored(id)
+	if err := f.fake.Gmail.Delete(f.email, id); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.p.ApplyNew(ctx, f.account, m, ""); err != nil {
+		t.Fatalf("ApplyNew on a message deleted at Google: %v; want nil", err)
+	}
+	if n := f.fake.Calls(googlefake.MethodMessagesModify); n != 1 {
+		t.Fatalf("modify calls = %d; want the one Google refused with 404", n)
+	}
+	var prov map[string]store.Provenance
+	f.db.View(func(tx *store.Tx) (err error) { prov, err = tx.LabelProvenance(f.account, id); return err })
+	if len(prov) != 0 {
+		t.Errorf("provenance recorded for a deleted message: %+v", prov)
+	}
+}
