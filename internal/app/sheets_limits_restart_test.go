@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -88,6 +89,15 @@ func TestSheetsQuotaAcrossRestart(t *testing.T) {
 	status, raw, _ := newForm(ta, userID, accountID, 3)
 	if status != http.StatusTooManyRequests {
 		t.Fatalf("form creation right after the restart: %d %s; want 429 (the read window counts as spent)", status, raw)
+	}
+	var shown struct{ Quota sheetsQuota }
+	ta.JSON(http.MethodGet, "/api/v1/forms/"+forms[0].ID, nil, http.StatusOK, &shown)
+	if until, err := time.Parse(time.RFC3339, shown.Quota.SpentUntil); err != nil || until.Before(stopped.Add(window-time.Second)) ||
+		shown.Quota.Writes.LastMinute != writes || shown.Quota.Reads.LastMinute != read {
+		t.Errorf("the form's quota right after the restart: %+v (%v); want the windows shown full until about a window after the stop", shown.Quota, err)
+	}
+	if page := adminGet(t, ta, "/admin/forms"); !strings.Contains(page, "data-quota-spent") {
+		t.Error("the Forms page does not say the quota counts were lost and count as spent")
 	}
 	retry := retryAfterOf(t, ta, userID, accountID)
 	if retry < 1 || retry > int(window/time.Second)+2 {

@@ -298,6 +298,10 @@ type FormView struct {
 	// what happened and how to fix it.
 	State     string `json:"state"`
 	LastError string `json:"lastError"`
+	// Quota is the use of the Sheets quotas by the form's account and by
+	// the project, filled by WithQuota (GET answers); absent elsewhere and
+	// when the broker cannot be asked.
+	Quota *QuotaView `json:"quota,omitempty"`
 }
 
 func view(f store.Form, w store.SheetWrites) FormView {
