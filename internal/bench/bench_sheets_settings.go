@@ -1,0 +1,70 @@
+package bench
+
+import (
+	"fmt"
+	"reflect"
+	"strings"
+	"time"
+
+	"mailroom/internal/app"
+)
+
+// settingsDiff names every setting of cfg that differs from serve's
+// defaults (app.Defaults, what app.ParseConfig gives with no flag and no
+// environment), as "Field=value" by app.Config field, in field order: what
+// a bench note must state. Secrets and paths are named without their
+// values; a non-nil override hook is named as set.
+func settingsDiff(cfg *app.Config) []string {
+	def := reflect.ValueOf(app.Defaults()).Elem()
+	got := reflect.ValueOf(cfg).Elem()
+	var out []string
+	for i := range got.NumField() {
+		name := got.Type().Field(i).Name
+		if name == "Overrides" {
+			out = append(out, overridesDiff(got.Field(i))...)
+			continue
+		}
+		a, b := got.Field(i), def.Field(i)
+		if reflect.DeepEqual(a.Interface(), b.Interface()) {
+			continue
+		}
+		out = append(out, name+"="+settingValue(name, a))
+	}
+	return out
+}
+
+// overridesDiff names the app.Overrides that are set (no flag reaches
+// them).
+func overridesDiff(v reflect.Value) []string {
+	var out []string
+	for i := range v.NumField() {
+		f := v.Field(i)
+		if !f.IsZero() {
+			out = append(out, "Overrides."+v.Type().Field(i).Name+" set")
+		}
+	}
+	return out
+}
+
+// settingValue prints one setting's value for a note.
+func settingValue(name string, v reflect.Value) string {
+	switch {
+	case strings.Contains(name, "Password"), strings.Contains(name, "Token") && !strings.Contains(name, "URL"),
+		strings.Contains(name, "Secret"), strings.HasSuffix(name, "Key"):
+		return "(set)"
+	case name == "DataDir":
+		return "(a fresh temporary folder)"
+	case strings.HasSuffix(name, "URL") && strings.HasPrefix(name, "Google"):
+		return "(the emulator)"
+	}
+	if d, ok := v.Interface().(time.Duration); ok {
+		return d.String()
+	}
+	return fmt.Sprint(v.Interface())
+}
+
+// settingsNote is the note sentence naming the settings that differ from
+// serve's defaults.
+func settingsNote(diff []string) string {
+	return "the app built by app.New as serve builds it; settings that differ from serve's defaults (app.Config fields): " + strings.Join(diff, ", ")
+}
