@@ -61,7 +61,7 @@ func benchSheetsGrid(ctx context.Context, r *Result) error {
 	need := (sheetsGridRows + sheetsStoryThreshold - 1) / sheetsStoryThreshold
 	r.Notes = append(r.Notes,
 		fmt.Sprintf("the 2,500-row figures: %d submissions to one form on a fresh sheet (1,000 x 26, the strict emulator with Google's quotas) from 32 clients as fast as the API takes them, in real time (no compression; serve's flush delay, threshold and quotas); every row is checked in the sheet, once and in submission order", sheetsGridRows),
-		"the 2,500-row run's "+settingsNote(diff))
+		settingsNote("the 2,500-row run's app", diff))
 	r.addTarget("2,500 rows into a fresh sheet: write calls (values writes)", float64(run.calls), "calls", float64(need+1), false)
 	r.addTarget("2,500 rows into a fresh sheet: grid grows", float64(run.grows), "calls", 1, false)
 	r.add("2,500 rows into a fresh sheet: read calls (the grid read before the grow, read-backs)", float64(run.reads), "calls")

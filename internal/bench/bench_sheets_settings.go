@@ -63,8 +63,8 @@ func settingValue(name string, v reflect.Value) string {
 	return fmt.Sprint(v.Interface())
 }
 
-// settingsNote is the note sentence naming the settings that differ from
-// serve's defaults.
-func settingsNote(diff []string) string {
-	return "the app built by app.New as serve builds it; settings that differ from serve's defaults (app.Config fields): " + strings.Join(diff, ", ")
+// settingsNote is the note sentence naming the settings of an app (what,
+// when a scenario runs more than one) that differ from serve's defaults.
+func settingsNote(what string, diff []string) string {
+	return what + " built by app.New as serve builds it; settings that differ from serve's defaults (app.Config fields): " + strings.Join(diff, ", ")
 }

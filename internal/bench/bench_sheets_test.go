@@ -56,7 +56,7 @@ func TestSettingsDiff(t *testing.T) {
 	if diff := cmp.Diff(want, settingsDiff(cfg)); diff != "" {
 		t.Errorf("settings (-want +got):\n%s", diff)
 	}
-	if note := settingsNote(settingsDiff(cfg)); strings.Contains(note, "secret-token") {
+	if note := settingsNote("the app", settingsDiff(cfg)); strings.Contains(note, "secret-token") {
 		t.Errorf("the note shows a secret: %s", note)
 	}
 }
