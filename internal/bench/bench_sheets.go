@@ -428,7 +428,7 @@ func runMailroomStory(ctx context.Context, plan sheetsStoryPlan, prior []int, mi
 	}
 	landed, err := fake.waitLanded(ctx, len(plan.at), 10*minute+30*time.Second)
 	if err != nil {
-		return run, diff, err
+		return run, diff, fmt.Errorf("%w; forms with rows waiting: %s", err, waitingForms(ctx, api))
 	}
 	var last time.Time
 	for id, at := range sent {
@@ -484,6 +484,37 @@ func (f *sheetsTimedFake) figures(run *sheetsRun, email string) error {
 		return fmt.Errorf("Google refused %d writes and %d reads over quota", st.RejectedWrites, st.RejectedReads)
 	}
 	return nil
+}
+
+// waitingForms describes the forms that still have rows waiting, for an
+// error.
+func waitingForms(ctx context.Context, api sheetsAPI) string {
+	var list struct {
+		Forms []struct {
+			ID, State, LastError                         string
+			Buffered, RowsWritten, WriteCalls, GridGrows int
+			NextRow                                      int `json:"nextRow"`
+		}
+	}
+	if err := api.do(ctx, http.MethodGet, "/api/v1/forms", nil, http.StatusOK, &list); err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for _, f := range list.Forms {
+		if f.Buffered > 0 {
+			fmt.Fprintf(&b, "[%s %s: %d waiting, %d written in %d calls and %d grows, next row %d, last error %q] ",
+				f.ID, f.State, f.Buffered, f.RowsWritten, f.WriteCalls, f.GridGrows, f.NextRow, f.LastError)
+		}
+	}
+	var qs struct{ Queues []map[string]any }
+	if err := api.do(ctx, http.MethodGet, "/api/v1/queues", nil, http.StatusOK, &qs); err == nil {
+		for _, q := range qs.Queues {
+			if q["name"] == "sheets-flush" {
+				fmt.Fprintf(&b, "; the sheets-flush queue: %v", q)
+			}
+		}
+	}
+	return b.String()
 }
 
 // formFigures reads each form's writes, grows and rows from the API.
