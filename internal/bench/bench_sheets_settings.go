@@ -63,6 +63,11 @@ func settingValue(name string, v reflect.Value) string {
 	return fmt.Sprint(v.Interface())
 }
 
+// sheetsBenchOverrides names, for a note written by hand (the storage
+// scenario), every setting startSheetsBenchApp sets that differs from
+// serve's defaults; the Sheets scenarios compute theirs (settingsDiff).
+const sheetsBenchOverrides = "the app built by app.New as serve builds it, with a fresh temporary MAILROOM_DATA_DIR, MAILROOM_HTTP_ADDR=127.0.0.1:0, MAILROOM_LOG_LEVEL=error, MAILROOM_API_TOKEN and MAILROOM_ADMIN_PASSWORD set, the Google URLs at the emulator, MAILROOM_GMAIL_POLL_INTERVAL=1h, MAILROOM_TASK_POLL_INTERVAL=10ms and MAILROOM_DELAYED_CHECK_INTERVAL=20ms"
+
 // settingsNote is the note sentence naming the settings of an app (what,
 // when a scenario runs more than one) that differ from serve's defaults.
 func settingsNote(what string, diff []string) string {
