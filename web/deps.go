@@ -96,6 +96,9 @@ type FormReader interface {
 	Form(id string) (sheets.FormView, error)
 	Forms(userID string) ([]sheets.FormView, error)
 	Overview(ctx context.Context) (sheets.Overview, error)
+	// WithQuota fills each form's use of the Sheets read and write quotas
+	// (its account's and the project's).
+	WithQuota(ctx context.Context, forms []sheets.FormView)
 }
 
 // FormWriter creates, repoints, retries and deletes forms and takes

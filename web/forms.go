@@ -64,6 +64,7 @@ func (e *formsHandlers) apiList(c *gin.Context) {
 	if forms == nil {
 		forms = []sheets.FormView{}
 	}
+	e.p.WithQuota(c.Request.Context(), forms)
 	JSON(c, http.StatusOK, gin.H{"forms": forms})
 }
 
@@ -73,7 +74,9 @@ func (e *formsHandlers) apiGet(c *gin.Context) {
 		Fail(c, err)
 		return
 	}
-	JSON(c, http.StatusOK, f)
+	one := []sheets.FormView{f}
+	e.p.WithQuota(c.Request.Context(), one)
+	JSON(c, http.StatusOK, one[0])
 }
 
 // apiRepoint is PUT /api/v1/forms/{id} {"spreadsheetId","sheet"}: 200

@@ -54,26 +54,31 @@ type formRow struct {
 	LastFlush  time.Time
 }
 
-// quotaRow is one Google account's quota use on the Forms page.
+// quotaRow is one Google account's quota use on the Forms page: its write
+// and read meters.
 type quotaRow struct {
 	sheets.AccountQuota
-	Meter template.HTML
+	Meter, ReadMeter template.HTML
 }
 
 type formsPage struct {
-	Forms           []formRow
-	Accounts        []quotaRow
-	Chart           template.HTML
-	RowsLastHour    int
-	PeakPerMinute   int
-	Buffered        int
-	Written         int
-	Calls           int
-	RowsPerCall     string
-	Delay           time.Duration
-	Threshold       int
-	WritesPerMinute int
-	QuotaWindow     time.Duration
+	Forms    []formRow
+	Accounts []quotaRow
+	// Project is the project's use of its Sheets quotas, with its meters.
+	Project                        sheets.ProjectQuota
+	ProjectMeter, ProjectReadMeter template.HTML
+	ReadsPerMinute                 int
+	Chart                          template.HTML
+	RowsLastHour                   int
+	PeakPerMinute                  int
+	Buffered                       int
+	Written                        int
+	Calls                          int
+	RowsPerCall                    string
+	Delay                          time.Duration
+	Threshold                      int
+	WritesPerMinute                int
+	QuotaWindow                    time.Duration
 }
 
 func (e *formsHandlers) formsPage(c *gin.Context) {
@@ -85,7 +90,9 @@ func (e *formsHandlers) formsPage(c *gin.Context) {
 	cfg := e.p.Config()
 	d := formsPage{
 		Chart: rowsChart(o.RowsPerMinute), Delay: cfg.FlushDelay, Threshold: cfg.Threshold,
-		WritesPerMinute: cfg.WritesPerMinute, QuotaWindow: cfg.QuotaWindow,
+		WritesPerMinute: cfg.WritesPerMinute, ReadsPerMinute: cfg.ReadsPerMinute, QuotaWindow: cfg.QuotaWindow,
+		Project:      o.Project,
+		ProjectMeter: quotaMeter(o.Project.Writes, o.Project.WritesLimit, "writes"), ProjectReadMeter: quotaMeter(o.Project.Reads, o.Project.ReadsLimit, "reads"),
 	}
 	for _, n := range o.RowsPerMinute {
 		d.RowsLastHour += n
@@ -107,7 +114,7 @@ func (e *formsHandlers) formsPage(c *gin.Context) {
 		d.RowsPerCall = fmt.Sprintf("%.1f", float64(d.Written)/float64(d.Calls))
 	}
 	for _, a := range o.Accounts {
-		d.Accounts = append(d.Accounts, quotaRow{AccountQuota: a, Meter: quotaMeter(a.Used, a.Limit)})
+		d.Accounts = append(d.Accounts, quotaRow{AccountQuota: a, Meter: quotaMeter(a.Used, a.Limit, "writes"), ReadMeter: quotaMeter(a.Reads.Used, a.Reads.Limit, "reads")})
 	}
 	Render(c, "forms", d)
 }
@@ -148,8 +155,9 @@ func rowsChart(perMinute []int) template.HTML {
 	return template.HTML(b.String()) //nolint:gosec // numbers only
 }
 
-// quotaMeter draws used of limit as a small inline SVG bar.
-func quotaMeter(used, limit int) template.HTML {
+// quotaMeter draws used of limit (calls of what: writes or reads) as a
+// small inline SVG bar.
+func quotaMeter(used, limit int, what string) template.HTML {
 	frac := 0.0
 	if limit > 0 {
 		frac = min(float64(used)/float64(limit), 1)
@@ -159,6 +167,6 @@ func quotaMeter(used, limit int) template.HTML {
 		cls, opacity = "spark-err", "0.8"
 	}
 	return template.HTML(fmt.Sprintf( //nolint:gosec // numbers only
-		`<svg class="quota-meter" viewBox="0 0 100 10" preserveAspectRatio="none" width="120" height="10" role="img" aria-label="%d of %d writes used"><rect x="0" y="0" width="100" height="10" fill="currentColor" fill-opacity="0.12"/><rect class="%s" x="0" y="0" width="%.1f" height="10" fill="currentColor" fill-opacity="%s"/></svg>`,
-		used, limit, cls, frac*100, opacity))
+		`<svg class="quota-meter" viewBox="0 0 100 10" preserveAspectRatio="none" width="120" height="10" role="img" aria-label="%d of %d %s used"><rect x="0" y="0" width="100" height="10" fill="currentColor" fill-opacity="0.12"/><rect class="%s" x="0" y="0" width="%.1f" height="10" fill="currentColor" fill-opacity="%s"/></svg>`,
+		used, limit, template.HTMLEscapeString(what), cls, frac*100, opacity))
 }

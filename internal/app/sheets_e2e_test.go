@@ -154,7 +154,15 @@ func TestSheetsEndToEnd(t *testing.T) {
 		t.Fatalf("list %+v", list)
 	}
 
-	status, metrics := ta.Do(http.MethodGet, "/metrics", nil)
+	// The counters move just after the commit that GET reads.
+	var (
+		status  int
+		metrics []byte
+	)
+	testkit.Eventually(t, 5*time.Second, "the metrics to count the last write", func() bool {
+		status, metrics = ta.Do(http.MethodGet, "/metrics", nil)
+		return bytes.Contains(metrics, []byte("mailroom_sheets_flush_latency_seconds_count 100"))
+	})
 	for _, want := range []string{
 		"mailroom_sheets_rows_written_total 100", "mailroom_sheets_rows_buffered 0",
 		fmt.Sprintf("mailroom_sheets_write_calls_total %d", got.WriteCalls), "mailroom_sheets_quota_waits_total",

@@ -23,6 +23,8 @@ func (a *App) wireSheets(ctx context.Context) error {
 		ProjectWritesPerMinute: a.cfg.SheetsProjectWritesPerMinute,
 		ProjectReadsPerMinute:  a.cfg.SheetsProjectReadsPerMinute,
 		RecheckMax:             a.cfg.SheetsRecheckMax,
+		// Windows the broker lost resume as if fully spent.
+		SpentUntil: a.watch.SpentUntil,
 	}, sheets.Deps{DB: a.db, Queue: a.queue, Broker: a.broker.Client(), Clients: accountSheets{a.accounts}, Alerts: a.alerts})
 	if err != nil {
 		return err

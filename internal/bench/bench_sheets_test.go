@@ -2,7 +2,14 @@ package bench
 
 import (
 	"context"
+	"io"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"mailroom/internal/app"
 )
 
 // TestBenchSheetsQuick runs the Sheets benchmark scenarios in their quick
@@ -28,5 +35,28 @@ func TestBenchSheetsQuick(t *testing.T) {
 				t.Errorf("the broker holds %.1f bytes per waiting row, want none", m.Value)
 			}
 		}
+	}
+}
+
+// TestSettingsDiff: a bench note's settings are exactly those that differ
+// from what serve parses with no flag and no environment, secrets and
+// paths without their values.
+func TestSettingsDiff(t *testing.T) {
+	cfg, err := app.ParseConfig("bench", nil, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := settingsDiff(cfg); len(diff) != 0 {
+		t.Fatalf("serve's own defaults differ from app.Defaults: %v", diff)
+	}
+	cfg.DataDir, cfg.APIToken, cfg.GoogleAPIURL = "/tmp/x", "secret-token", "http://127.0.0.1:1/"
+	cfg.SheetsFlushDelay, cfg.SheetsFlushThreshold = time.Second, 500
+	cfg.Overrides.GmailQuotaOff = true
+	want := []string{"DataDir=(a fresh temporary folder)", "APIToken=(set)", "GoogleAPIURL=(the emulator)", "SheetsFlushDelay=1s", "Overrides.GmailQuotaOff set"}
+	if diff := cmp.Diff(want, settingsDiff(cfg)); diff != "" {
+		t.Errorf("settings (-want +got):\n%s", diff)
+	}
+	if note := settingsNote("the app", settingsDiff(cfg)); strings.Contains(note, "secret-token") {
+		t.Errorf("the note shows a secret: %s", note)
 	}
 }

@@ -91,12 +91,12 @@ func storageSubmissions(ctx context.Context, n int) (float64, error) {
 		return 0, err
 	}
 	defer fake.Close()
-	a, api, stop, err := startSheetsBenchApp(ctx, fake.URL(), func(c *app.Config) { c.SheetsFlushDelay = time.Second })
+	a, api, _, stop, err := startSheetsBenchApp(ctx, fake.URL(), func(c *app.Config) { c.SheetsFlushDelay = time.Second })
 	if err != nil {
 		return 0, err
 	}
 	defer stop()
-	forms, err := sheetsBenchForms(ctx, api, fake, "storage@example.com", 1)
+	forms, err := sheetsBenchForms(ctx, api, fake, "storage@example.com", 1, nil)
 	if err != nil {
 		return 0, err
 	}

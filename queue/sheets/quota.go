@@ -57,6 +57,14 @@ type scripter interface {
 // that does not come back within Grace of its turn (its task was
 // dead-lettered, its form deleted) loses its place, so a vanished form
 // cannot hold a slot forever.
+//
+// The logs live in the broker, which may forget them (the embedded store
+// at every restart; an external Redis restarted without persistence,
+// flushed or failed over). The calls of the window before the loss still
+// count at Google, so when the broker lost them (SpentUntil, from
+// queue.Watch.SpentUntil) the quota resumes as if the last window were
+// fully spent: every caller is refused, with the wait until one window
+// after the loss, and the broker's count takes over from then.
 type Quota struct {
 	rdb          scripter
 	kind         string
@@ -65,6 +73,7 @@ type Quota struct {
 	window       time.Duration
 	grace        time.Duration
 	now          func() time.Time
+	spentUntil   func(window time.Duration) time.Time
 }
 
 // QuotaConfig configures a Quota. Zero values take the defaults named.
@@ -89,6 +98,11 @@ type QuotaConfig struct {
 	Grace time.Duration
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
+	// SpentUntil, when set, says until when a window of the given length
+	// kept in the broker must be treated as fully spent because the broker
+	// lost its log (queue.Watch.SpentUntil); the zero time when it need
+	// not. Nil: the broker's log is trusted.
+	SpentUntil func(window time.Duration) time.Time
 }
 
 // NewQuota returns the quota over the broker client rdb.
@@ -115,7 +129,16 @@ func NewQuota(cfg QuotaConfig, rdb scripter) *Quota {
 		cfg.Now = time.Now
 	}
 	return &Quota{rdb: rdb, kind: cfg.Kind, limit: cfg.Limit, projectLimit: cfg.ProjectLimit,
-		window: cfg.Window + cfg.Margin, grace: cfg.Grace, now: cfg.Now}
+		window: cfg.Window + cfg.Margin, grace: cfg.Grace, now: cfg.Now, spentUntil: cfg.SpentUntil}
+}
+
+// lostUntil returns until when the whole window counts as spent because
+// the broker lost its log (see Quota), or the zero time.
+func (q *Quota) lostUntil() time.Time {
+	if q.spentUntil == nil {
+		return time.Time{}
+	}
+	return q.spentUntil(q.window)
 }
 
 // Grant is the quota's answer to one caller.
@@ -226,6 +249,10 @@ func (q *Quota) quotaKeys(account string) []string {
 // granted now, or refused with the wait until the caller's turn (at the
 // account's level or the project's, whichever is later).
 func (q *Quota) Acquire(ctx context.Context, account, waiter string) (Grant, error) {
+	if until := q.lostUntil(); !until.IsZero() {
+		// The broker lost the log: resume as if the last window were full.
+		return Grant{Wait: max(until.Sub(q.now()), time.Millisecond), Used: q.limit}, nil
+	}
 	now := q.now().UnixMilli()
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])
@@ -272,6 +299,10 @@ type QuotaUse struct {
 	Waiting int
 	// ProjectUsed and ProjectLimit are the same for all accounts together.
 	ProjectUsed, ProjectLimit int
+	// SpentUntil is set while the window counts as fully spent because
+	// the broker lost its log (see Quota); Used and ProjectUsed then show
+	// the limits.
+	SpentUntil time.Time
 }
 
 // Usage reports the account's use of its quota now.
@@ -290,7 +321,11 @@ func (q *Quota) Usage(ctx context.Context, account string) (QuotaUse, error) {
 	if err != nil {
 		return QuotaUse{}, fmt.Errorf("sheets: project quota use: %w", err)
 	}
-	return QuotaUse{Used: int(used), Limit: q.limit, Waiting: int(waiting), ProjectUsed: int(project), ProjectLimit: q.projectLimit}, nil
+	u := QuotaUse{Used: int(used), Limit: q.limit, Waiting: int(waiting), ProjectUsed: int(project), ProjectLimit: q.projectLimit}
+	if until := q.lostUntil(); !until.IsZero() {
+		u.Used, u.ProjectUsed, u.SpentUntil = q.limit, q.projectLimit, until
+	}
+	return u, nil
 }
 
 // spend makes one Sheets call from quota q (reads or writes) for account

@@ -200,3 +200,55 @@ func TestQuotaProjectLevel(t *testing.T) {
 		}
 	})
 }
+
+// TestQuotaResumesSpentAfterLoss: when the broker lost the quota's log
+// (SpentUntil says so), the quota refuses every call, of reads as of
+// writes, until one window after the loss, as if that window were fully
+// spent, reports the window as full, and then trusts the broker again.
+func TestQuotaResumesSpentAfterLoss(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, b *broker.Broker) {
+		ctx := context.Background()
+		clock := &fakeClock{t: time.UnixMilli(1_900_000_000_000)}
+		lost := clock.Now().Add(-200 * time.Millisecond)
+		var asked []time.Duration
+		var mu sync.Mutex
+		spent := func(window time.Duration) time.Time {
+			mu.Lock()
+			asked = append(asked, window)
+			mu.Unlock()
+			if until := lost.Add(window); until.After(clock.Now()) {
+				return until
+			}
+			return time.Time{}
+		}
+		for _, kind := range []string{"writes", "reads"} {
+			q := NewQuota(QuotaConfig{Kind: kind, Limit: 3, ProjectLimit: 10, Window: time.Second, Margin: 100 * time.Millisecond, Now: clock.Now, SpentUntil: spent}, b.Client())
+			g, err := q.Acquire(ctx, "acct", "f1")
+			if err != nil || g.OK || g.Wait != 900*time.Millisecond {
+				t.Fatalf("%s right after the loss: %+v %v, want a refusal until one window (1.1s) after it", kind, g, err)
+			}
+			use, err := q.Usage(ctx, "acct")
+			if err != nil || use.Used != 3 || use.ProjectUsed != 10 || !use.SpentUntil.Equal(lost.Add(1100*time.Millisecond)) {
+				t.Fatalf("%s usage while spent: %+v %v", kind, use, err)
+			}
+		}
+		mu.Lock()
+		if len(asked) == 0 || asked[0] != 1100*time.Millisecond {
+			t.Errorf("SpentUntil asked for windows %v, want the log's window with its margin, 1.1s", asked)
+		}
+		mu.Unlock()
+		clock.Add(900 * time.Millisecond)
+		q := NewQuota(QuotaConfig{Limit: 3, Window: time.Second, Margin: 100 * time.Millisecond, Now: clock.Now, SpentUntil: spent}, b.Client())
+		for i := range 3 {
+			if g, err := q.Acquire(ctx, "acct", "f1"); err != nil || !g.OK {
+				t.Fatalf("call %d one window after the loss: %+v %v", i, g, err)
+			}
+		}
+		if g, err := q.Acquire(ctx, "acct", "f1"); err != nil || g.OK {
+			t.Fatalf("fourth call: %+v %v, want the broker's own count to refuse it", g, err)
+		}
+		if use, err := q.Usage(ctx, "acct"); err != nil || !use.SpentUntil.IsZero() || use.Used != 3 {
+			t.Fatalf("usage after the window: %+v %v", use, err)
+		}
+	})
+}

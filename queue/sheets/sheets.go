@@ -125,6 +125,10 @@ type Config struct {
 	// when the write needs it to (one grow serves many writes). Default
 	// max(1000, 4 x Threshold).
 	GrowStep int
+	// SpentUntil, when set, says until when a quota window kept in the
+	// broker counts as fully spent because the broker lost its log
+	// (queue.Watch.SpentUntil); nil: the broker's log is trusted.
+	SpentUntil func(window time.Duration) time.Time
 	// Logger; nil: discard.
 	Logger *slog.Logger
 	// Registerer receives the metrics; nil: a private registry.
@@ -225,9 +229,9 @@ func New(cfg Config, deps Deps) (*Pipeline, error) {
 		queue:   deps.Queue,
 		log:     cfg.Logger.With("component", "sheets"),
 		quota: NewQuota(QuotaConfig{Kind: "writes", Limit: cfg.WritesPerMinute, ProjectLimit: cfg.ProjectWritesPerMinute,
-			Window: cfg.QuotaWindow, Now: cfg.Now}, deps.Broker),
+			Window: cfg.QuotaWindow, Now: cfg.Now, SpentUntil: cfg.SpentUntil}, deps.Broker),
 		reads: NewQuota(QuotaConfig{Kind: "reads", Limit: cfg.ReadsPerMinute, ProjectLimit: cfg.ProjectReadsPerMinute,
-			Window: cfg.QuotaWindow, Now: cfg.Now}, deps.Broker),
+			Window: cfg.QuotaWindow, Now: cfg.Now, SpentUntil: cfg.SpentUntil}, deps.Broker),
 	}
 	m, err := newMetrics(cfg.Registerer, p.bufferedGauge)
 	if err != nil {
@@ -294,6 +298,10 @@ type FormView struct {
 	// what happened and how to fix it.
 	State     string `json:"state"`
 	LastError string `json:"lastError"`
+	// Quota is the use of the Sheets quotas by the form's account and by
+	// the project, filled by WithQuota (GET answers); absent elsewhere and
+	// when the broker cannot be asked.
+	Quota *QuotaView `json:"quota,omitempty"`
 }
 
 func view(f store.Form, w store.SheetWrites) FormView {

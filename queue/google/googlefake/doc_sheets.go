@@ -38,7 +38,8 @@
 //	access taken away (Unshare): 403              | Drive sharing; Sheets API error model (PERMISSION_DENIED)| TestSheetsGoneMissingTabAndRevoked
 //	  PERMISSION_DENIED until Share                |                                                          |
 //
-// Test controls: Sheets.SetGridSize, GridSize, DeleteSpreadsheet,
+// Test controls: Sheets.SetGridSize, GridSize, Fill (rows typed into a
+// sheet in use, no quota spent), DeleteSpreadsheet,
 // RenameSheet (an empty new title deletes the tab), AddSheet, Share and
 // Unshare, and the Options above.
 package googlefake

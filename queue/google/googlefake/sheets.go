@@ -294,6 +294,38 @@ func (sh *Sheets) SetGridSize(spreadsheetID, title string, rows, cols int) error
 	return nil
 }
 
+// Fill appends rows of text below the data of a tab, as a person typing
+// into a sheet in use would (no quota is spent, nothing is counted), and
+// returns the row the first one went to. It refuses rows that would pass
+// the tab's grid, as Google's grid does.
+func (sh *Sheets) Fill(spreadsheetID, title string, rows [][]string) (int, error) {
+	book, err := sh.book(spreadsheetID)
+	if err != nil {
+		return 0, err
+	}
+	book.mu.Lock()
+	defer book.mu.Unlock()
+	s := book.sheet(title)
+	if s == nil {
+		return 0, fmt.Errorf("%w: %s", ErrUnknownSheet, title)
+	}
+	first := len(s.rows) + 1
+	if len(s.rows)+len(rows) > s.rowCount {
+		return 0, fmt.Errorf("googlefake: fill: %d rows below row %d pass the grid of %d rows", len(rows), first-1, s.rowCount)
+	}
+	for _, r := range rows {
+		if len(r) > s.colCount {
+			return 0, fmt.Errorf("googlefake: fill: a row of %d cells passes the grid of %d columns", len(r), s.colCount)
+		}
+		cells := make([]Cell, len(r))
+		for i, v := range r {
+			cells[i] = Cell{Value: v}
+		}
+		s.rows = append(s.rows, cells)
+	}
+	return first, nil
+}
+
 // cells is the number of cells of the spreadsheet's grids.
 func (b *spreadsheet) cells() int {
 	n := 0

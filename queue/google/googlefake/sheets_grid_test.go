@@ -287,3 +287,34 @@ func TestSheetsGoneMissingTabAndRevoked(t *testing.T) {
 	_, err = e.sheets.Spreadsheets.Get(id).Do()
 	wantAPIError(t, "deleted spreadsheet get", err, 404, "NOT_FOUND", "")
 }
+
+// Fill (a test control: a sheet in use) puts rows below a tab's data
+// without spending quota, and refuses rows past the grid as Google's grid
+// does.
+func TestSheetsFill(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, googlefake.Options{SheetsGridRows: 5, SheetsGridColumns: 3, SheetsWriteLimit: 1})
+	id, err := e.srv.Sheets.CreateSpreadsheet("fill@example.com", "In use")
+	check(t, err)
+	first, err := e.srv.Sheets.Fill(id, "Sheet1", [][]string{{"a", "1"}, {"b", "2"}})
+	if err != nil || first != 1 {
+		t.Fatalf("fill: first row %d, %v", first, err)
+	}
+	if first, err = e.srv.Sheets.Fill(id, "Sheet1", [][]string{{"c"}, {"d"}, {"e"}}); err != nil || first != 3 {
+		t.Fatalf("second fill: first row %d, %v", first, err)
+	}
+	if _, err := e.srv.Sheets.Fill(id, "Sheet1", [][]string{{"f"}}); err == nil {
+		t.Error("a sixth row filled into a 5-row grid")
+	}
+	if _, err := e.srv.Sheets.Fill(id, "Sheet1", [][]string{{"a", "b", "c", "d"}}); err == nil {
+		t.Error("a 4-cell row filled into a 3-column grid")
+	}
+	rows, err := e.srv.Sheets.Rows(id, "Sheet1")
+	check(t, err)
+	if diff := cmp.Diff([][]string{{"a", "1"}, {"b", "2"}, {"c"}, {"d"}, {"e"}}, rows); diff != "" {
+		t.Errorf("rows (-want +got):\n%s", diff)
+	}
+	if st := e.srv.Sheets.Stats(); st.WriteCalls != 0 || st.RowsWritten != 0 {
+		t.Errorf("fill counted as calls: %+v", st)
+	}
+}
