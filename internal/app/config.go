@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"strconv"
@@ -111,6 +112,10 @@ type Overrides struct {
 	// GmailQuotaOff runs without the Gmail budget (benchmarks that measure
 	// the pipelines against an emulator whose quota is off too).
 	GmailQuotaOff bool
+	// GoogleTransport, when set, carries the Google clients' HTTP requests
+	// instead of Go's default transport (the gmail-quota benchmark wraps
+	// it with the limiters of the design before the Gmail budget).
+	GoogleTransport http.RoundTripper
 	// GmailOnApplied is called after each Gmail event is applied.
 	GmailOnApplied func(gmail.Applied)
 	// RulesNaive runs the rules pipeline as the original design did

@@ -31,7 +31,7 @@ func (a *App) wireAccounts(context.Context) error {
 	gc := google.New(google.Config{
 		APIURL: cfg.GoogleAPIURL, TokenURL: cfg.GoogleTokenURL, RevokeURL: cfg.GoogleRevokeURL,
 		ClientID: cfg.GoogleClientID, ClientSecret: cfg.GoogleClientSecret, RedirectURL: cfg.redirectURL(),
-		HTTPClient: &http.Client{Timeout: 30 * time.Second},
+		HTTPClient: &http.Client{Timeout: 30 * time.Second, Transport: cfg.Overrides.GoogleTransport},
 		Budget:     budget,
 		Registerer: a.registry,
 	})

@@ -1,0 +1,339 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"mailroom/internal/app"
+	"mailroom/internal/bench/story"
+	"mailroom/queue/gmail"
+	"mailroom/queue/google"
+	"mailroom/queue/google/googlefake"
+	"mailroom/queue/rules"
+	"mailroom/store"
+)
+
+// The gmail-quota scenario (issue 12): one account's full sync, a
+// reclassify of three rules and live mail share Google's 6,000 units a
+// minute per user, on the strict emulator, with time compressed by
+// quotaSize.scale (Gmail's quota minute with it, emulator and budget
+// alike, as TestRuleSaveStory compresses it). The same run measures the
+// design before the budget (two separate limiters) as the baseline.
+
+const (
+	quotaMailbox  = "quota@example.com"
+	quotaAudience = "https://mailroom-bench.example/push/gmail"
+	quotaTopic    = "projects/mailroom-bench/topics/gmail"
+)
+
+// quotaSize is the scenario's mailbox and time compression.
+type quotaSize struct {
+	threads int // story threads: every fifth has a reply
+	scale   int // time compression: Gmail's minute lasts 60 s ÷ scale
+}
+
+func quotaSizeOf(o Options) quotaSize {
+	if o.Quick {
+		return quotaSize{threads: 400, scale: 20} // 480 messages
+	}
+	return quotaSize{threads: 8333, scale: 10} // 10,000 messages
+}
+
+// quotaRules are the three rules saved during the full sync: each matches
+// a share of every batch of threads, so the reclassify touches every one.
+func quotaRules() []rules.Spec {
+	one := func(label, field, value string) rules.Spec {
+		return rules.Spec{Label: label, Match: rules.MatchAll, Conditions: []rules.Condition{{Field: field, Op: rules.OpContains, Value: value}}}
+	}
+	return []rules.Spec{
+		one("GitHub", rules.FieldFrom, "@github.com"),
+		one("Repo 3", rules.FieldSubject, "[repo-3]"),
+		one("People", rules.FieldFrom, "@example.org"),
+	}
+}
+
+// quotaNewMessage is the i-th message of the live mail: two of three
+// match one rule each (GitHub, Repo 3), the third none.
+func quotaNewMessage(i int) (googlefake.Message, string) {
+	switch i % 3 {
+	case 0:
+		return googlefake.Message{From: fmt.Sprintf("GitHub <notifications+new%d@github.com>", i), To: quotaMailbox,
+			Subject: fmt.Sprintf("[repo-1] new issue %d", i), Body: "text"}, "GitHub"
+	case 1:
+		return googlefake.Message{From: fmt.Sprintf("CI <ci-new%d@gitlab.com>", i), To: quotaMailbox,
+			Subject: fmt.Sprintf("[repo-3] pipeline %d", i), Body: "text"}, "Repo 3"
+	}
+	return googlefake.Message{From: "News <news@news.example.net>", To: quotaMailbox, Subject: fmt.Sprintf("Weekly %d", i), Body: "text"}, ""
+}
+
+// quotaRun is one design's run.
+type quotaRun struct {
+	final      bool
+	elapsed    time.Duration // real time from connect to final (or to the deadline)
+	arrivals   int
+	matching   int
+	lat        []time.Duration // real push-to-label times of new matching messages
+	unlabelled int             // new matching messages without their label at the end
+	units      int
+	calls      int
+	refusals   map[string]int
+	unitsBy    map[string]int
+	least      int // units the work needs with mailroom's calls
+	leastBig   int // ... with Google's largest calls (batchModify of 1,000 ids)
+}
+
+// quotaEnv is the app built by app.New against a strict emulator.
+type quotaEnv struct {
+	size    quotaSize
+	old     bool
+	fake    *googlefake.Server
+	limits  *oldLimiters
+	db      *store.DB
+	gmail   *gmail.Pipeline
+	rules   *rules.Pipeline
+	stop    func()
+	user    string
+	account string
+	refresh string
+	seeded  mailboxView
+	batch   int       // MAILROOM_RECLASSIFY_BATCH
+	finalAt time.Time // when the mirror and labels were first final
+
+	mu      sync.Mutex
+	pending map[string]quotaPending // new matching message id → its wait
+	run     quotaRun
+}
+
+type quotaPending struct {
+	label string
+	at    time.Time
+}
+
+func (e *quotaEnv) close() {
+	if e.stop != nil {
+		e.stop()
+	}
+	if e.fake != nil {
+		e.fake.Close()
+	}
+}
+
+// scaled is d of uncompressed time in real time.
+func (e *quotaEnv) scaled(d time.Duration) time.Duration { return d / time.Duration(e.size.scale) }
+
+// newQuotaEnv seeds the strict emulator and starts the app (old: with its
+// budget off and the old limiters around its Google transport).
+func newQuotaEnv(ctx context.Context, size quotaSize, old bool) (e *quotaEnv, err error) {
+	e = &quotaEnv{size: size, old: old, pending: map[string]quotaPending{}}
+	defer func() {
+		if err != nil {
+			e.close()
+		}
+	}()
+	// Google's defaults (6,000 units a minute per user, 1,200,000 per
+	// project, 20 requests in flight per user), the minute compressed.
+	e.fake = googlefake.New(googlefake.Options{GmailQuotaWindow: e.scaled(time.Minute), PushAudience: quotaAudience})
+	if _, err := e.fake.Start(); err != nil {
+		return nil, err
+	}
+	e.refresh = e.fake.AddAccount(quotaMailbox)
+	if err := story.AddThreads(e.fake, quotaMailbox, size.threads); err != nil {
+		return nil, err
+	}
+	e.seeded = viewOf(e.fake, quotaMailbox)
+	if old {
+		e.limits = newOldLimiters(size.scale)
+	}
+	a, stop, err := startApp(ctx, e.configure)
+	if err != nil {
+		return nil, err
+	}
+	e.stop, e.db, e.gmail, e.rules = stop, a.DB(), a.Gmail(), a.Rules()
+	if e.limits != nil {
+		e.limits.setBroker(a.Broker().Client())
+	}
+	e.fake.SetPushURL("http://" + a.Addr() + "/push/gmail")
+	err = e.db.Update(func(tx *store.Tx) error {
+		u, err := tx.UserCreate("owner@example.com", "Owner")
+		e.user = u.ID
+		return err
+	})
+	return e, err
+}
+
+// configure is the scenario's settings on top of serve's defaults (the
+// note names each).
+func (e *quotaEnv) configure(c *app.Config) {
+	c.GoogleAPIURL, c.GoogleTokenURL, c.GoogleCertsURL = e.fake.URL(), e.fake.TokenURL(), e.fake.CertsURL()
+	c.PushAudience, c.PushServiceAccount, c.PubSubTopic = quotaAudience, googlefake.DefaultPushServiceAccount, quotaTopic
+	c.GmailPollInterval, c.ShutdownTimeout = time.Hour, 2*time.Second
+	c.GmailQuotaWindow = e.scaled(time.Minute)
+	c.ReclassifyDebounce, c.ReclassifyMaxWait, c.ReclassifyTick = e.scaled(time.Minute), e.scaled(10*time.Minute), e.scaled(10*time.Second)
+	c.RetryInitial, c.RetryMax = e.scaled(30*time.Second), e.scaled(5*time.Minute)
+	c.DelayedCheckInterval = e.scaled(time.Second)
+	e.batch = c.ReclassifyBatch
+	if e.old {
+		c.Overrides.GmailQuotaOff = true
+		c.Overrides.GoogleTransport = e.limits
+	}
+}
+
+// quotaRunDesign runs the scenario once: connect (the full sync starts),
+// live mail at one message a second, three rule saves 10 s apart, until
+// the backlog is done; then the mail stops and it waits until the mirror
+// and every label are final, or until deadline (real time).
+func quotaRunDesign(ctx context.Context, o Options, size quotaSize, old bool, deadline time.Duration) (quotaRun, error) {
+	e, err := newQuotaEnv(ctx, size, old)
+	if err != nil {
+		return quotaRun{}, err
+	}
+	defer e.close()
+	e.fake.ResetCounters()
+	start := time.Now()
+	acc, _, err := e.gmail.Connect(ctx, gmail.ConnectRequest{UserID: e.user, Email: quotaMailbox, Token: google.Token{RefreshToken: e.refresh}})
+	if err != nil {
+		return quotaRun{}, err
+	}
+	e.account = acc.ID
+	mailCtx, stopMail := context.WithCancel(ctx)
+	defer stopMail()
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	var mail, watch sync.WaitGroup
+	mail.Go(func() { e.arrive(mailCtx) })
+	watch.Go(func() { e.watchLabels(watchCtx) })
+	if err := e.saveRules(ctx); err != nil {
+		return quotaRun{}, err
+	}
+	end := start.Add(deadline)
+	if err := e.waitUntil(ctx, end, 50*time.Millisecond, e.backlogDone); err != nil {
+		return quotaRun{}, err
+	}
+	o.progress("   %s: backlog done after %.1f min (uncompressed); the live mail stops", e.name(), e.uncompressed(time.Since(start)).Minutes())
+	stopMail()
+	mail.Wait()
+	if err := e.waitUntil(ctx, end, 250*time.Millisecond, e.isFinal); err != nil {
+		return quotaRun{}, err
+	}
+	stopWatch()
+	watch.Wait()
+	if now := time.Now(); now.Before(end) {
+		end = now
+	}
+	return e.collect(start, end)
+}
+
+func (e *quotaEnv) name() string {
+	if e.old {
+		return "old limiters"
+	}
+	return "mailroom"
+}
+
+func (e *quotaEnv) uncompressed(d time.Duration) time.Duration {
+	return d * time.Duration(e.size.scale)
+}
+
+// arrive adds a new message every second (uncompressed) until ctx ends,
+// noting when each matching one arrived (the emulator pushes at once).
+func (e *quotaEnv) arrive(ctx context.Context) {
+	t := time.NewTicker(e.scaled(time.Second))
+	defer t.Stop()
+	for i := 0; ; i++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		m, label := quotaNewMessage(i)
+		id, err := e.fake.Gmail.AddMessage(quotaMailbox, m)
+		if err != nil {
+			continue
+		}
+		e.mu.Lock()
+		e.run.arrivals++
+		if label != "" {
+			e.run.matching++
+			e.pending[id] = quotaPending{label: label, at: time.Now()}
+		}
+		e.mu.Unlock()
+	}
+}
+
+// watchLabels records when each new matching message carries its label in
+// Gmail, until ctx ends; then once more.
+func (e *quotaEnv) watchLabels(ctx context.Context) {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		e.sweepLabels()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (e *quotaEnv) sweepLabels() {
+	now := time.Now()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ids := map[string]string{}
+	for id, p := range e.pending {
+		lid, ok := ids[p.label]
+		if !ok {
+			lid, _ = e.fake.Gmail.LabelID(quotaMailbox, p.label)
+			ids[p.label] = lid
+		}
+		if m, found := e.fake.Gmail.Message(quotaMailbox, id); lid != "" && found && slices.Contains(m.LabelIDs, lid) {
+			e.run.lat = append(e.run.lat, now.Sub(p.at))
+			delete(e.pending, id)
+		}
+	}
+}
+
+// saveRules saves the three rules 10 s apart (uncompressed), the first 10
+// s after the connect, as a user does while the first sync runs.
+func (e *quotaEnv) saveRules(ctx context.Context) error {
+	for _, spec := range quotaRules() {
+		if err := queueWait(ctx, e.scaled(10*time.Second)); err != nil {
+			return err
+		}
+		if _, err := e.rules.Create(ctx, e.user, spec); err != nil {
+			return fmt.Errorf("save rule %s: %w", spec.Label, err)
+		}
+	}
+	return nil
+}
+
+func queueWait(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// waitUntil polls cond every tick until it holds or end passes (then it
+// returns nil and leaves the run not final).
+func (e *quotaEnv) waitUntil(ctx context.Context, end time.Time, tick time.Duration, cond func() (bool, error)) error {
+	for {
+		ok, err := cond()
+		if err != nil || ok {
+			return err
+		}
+		if time.Now().After(end) {
+			return nil
+		}
+		if err := queueWait(ctx, tick); err != nil {
+			return err
+		}
+	}
+}

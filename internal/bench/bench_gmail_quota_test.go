@@ -1,0 +1,51 @@
+package bench
+
+import (
+	"context"
+	"testing"
+
+	"mailroom/internal/testkit"
+)
+
+// TestBenchGmailQuotaQuick runs the gmail-quota scenario in its quick form
+// (480 messages, time compressed 20x), so that it never rots: both runs
+// produce their figures, mailroom's mirror and labels end final (the
+// scenario checks them message by message against the emulator, and
+// fails when they are not), and the push-to-label times were measured.
+// It asserts no timing.
+func TestBenchGmailQuotaQuick(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the benchmark scenario")
+	}
+	r, err := benchGmailQuota(context.Background(), Options{Quick: true, Progress: testkit.LogWriter(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, m := range r.Metrics {
+		t.Logf("%s = %.2f %s %s", m.Name, m.Value, m.Unit, m.Target)
+		got[m.Name] = m.Value
+	}
+	for _, name := range []string{"mailroom", "old limiters"} {
+		for _, fig := range []string{"time until the mirror and every label are final", "floor (least units ÷ 6,000 a minute)",
+			"Gmail units spent", "least units the work needs (mailroom's calls)", "Gmail calls (refused ones included)",
+			"quota refusals ÷ Gmail calls", "p99 push to label of a new matching message", "new matching messages measured"} {
+			if _, ok := got[name+": "+fig]; !ok {
+				t.Errorf("no figure %q", name+": "+fig)
+			}
+		}
+		if got[name+": new matching messages measured"] == 0 {
+			t.Errorf("%s: no new matching message was measured", name)
+		}
+		if got[name+": Gmail units spent"] < got[name+": least units the work needs (mailroom's calls)"]*0.5 {
+			t.Errorf("%s: %v units spent, well under the least the work needs (%v): the work was not done", name,
+				got[name+": Gmail units spent"], got[name+": least units the work needs (mailroom's calls)"])
+		}
+	}
+	if got["mailroom: mirror and every label final (1 yes, 0 not by the deadline)"] != 1 {
+		t.Error("mailroom's mirror and labels did not end final")
+	}
+	for _, n := range r.Notes {
+		t.Log(n)
+	}
+}
