@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 
 	"mailroom/internal/app"
@@ -39,7 +40,7 @@ func quotaSizeOf(o Options) quotaSize {
 	if o.Quick {
 		return quotaSize{threads: 400, scale: 20} // 480 messages
 	}
-	return quotaSize{threads: 8333, scale: 10} // 10,000 messages
+	return quotaSize{threads: 8333, scale: 5} // 10,000 messages
 }
 
 // quotaRules are the three rules saved during the full sync: each matches
@@ -76,6 +77,7 @@ type quotaRun struct {
 	arrivals   int
 	matching   int
 	lat        []time.Duration // real push-to-label times of new matching messages
+	cpu        time.Duration   // CPU time of the process (app and emulator) during the run
 	unlabelled int             // new matching messages without their label at the end
 	units      int
 	calls      int
@@ -192,6 +194,7 @@ func quotaRunDesign(ctx context.Context, o Options, size quotaSize, old bool, de
 	}
 	defer e.close()
 	e.fake.ResetCounters()
+	cpu0 := processCPU()
 	start := time.Now()
 	acc, _, err := e.gmail.Connect(ctx, gmail.ConnectRequest{UserID: e.user, Email: quotaMailbox, Token: google.Token{RefreshToken: e.refresh}})
 	if err != nil {
@@ -223,7 +226,18 @@ func quotaRunDesign(ctx context.Context, o Options, size quotaSize, old bool, de
 	if now := time.Now(); now.Before(end) {
 		end = now
 	}
-	return e.collect(start, end)
+	run, err := e.collect(start, end)
+	run.cpu = processCPU() - cpu0
+	return run, err
+}
+
+// processCPU is the CPU time (user and system) this process used so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func (e *quotaEnv) name() string {

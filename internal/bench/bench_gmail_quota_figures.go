@@ -121,8 +121,9 @@ func ceilDiv(a, b int) int { return (a + b - 1) / b }
 // quotaLeast returns the least Gmail units the run's work needs, by
 // Google's per-method table: the full sync (labels.list, getProfile,
 // watch, messages.list pages of 500, one messages.get per message), each
-// new message (one history.list, one messages.get, and one
-// messages.modify when it matches), the rules' labels (labels.create) and
+// new message (one messages.get, and one messages.modify when it matches;
+// the history.list calls that find them are left out, as pushes may be
+// coalesced), the rules' labels (labels.create) and
 // the reclassify of the mail as seeded. With mailroom's calls (plan), the
 // reclassify makes one batchModify per label per batch of batch threads
 // in thread-id order (as the publisher cuts them) holding a match; with
@@ -131,7 +132,7 @@ func quotaLeast(seeded mailboxView, specs []rules.Spec, batch, arrivals, matchin
 	n := len(seeded.Messages)
 	fixed := google.UnitsLabelsList + google.UnitsGetProfile + google.UnitsWatch +
 		google.UnitsMessagesList*ceilDiv(max(n, 1), 500) + google.UnitsMessagesGet*n +
-		arrivals*(google.UnitsHistoryList+google.UnitsMessagesGet) + matching*google.UnitsModify +
+		arrivals*google.UnitsMessagesGet + matching*google.UnitsModify +
 		len(specs)*google.UnitsLabelsCreate
 	threads := map[string][]string{}
 	for _, m := range seeded.Messages {
@@ -231,11 +232,13 @@ func quotaFigures(r *Result, name string, run quotaRun, size quotaSize, targets 
 	r.add(name+": Gmail units spent", float64(run.units), "units")
 	r.add(name+": least units the work needs (mailroom's calls)", float64(run.least), "units")
 	add("units spent ÷ least", float64(run.units)/float64(max(run.least, 1)), "ratio", 1.1)
+	r.add(name+": mean Gmail units a minute until final", float64(run.units)/max(minutes, 1e-9), "units/min")
 	r.add(name+": Gmail calls (refused ones included)", float64(run.calls), "calls")
 	r.add(name+": Google quota refusals", float64(refused), "calls")
 	add("quota refusals ÷ Gmail calls", refusedPct, "%", 1)
 	add("p99 push to label of a new matching message", p, "s", 10)
 	r.add(name+": new matching messages measured", float64(len(run.lat)), "messages")
+	r.add(name+": CPU time of the process (app and emulator) during the run", run.cpu.Seconds(), "s")
 }
 
 func quotaNote(size quotaSize) string {
@@ -243,7 +246,7 @@ func quotaNote(size quotaSize) string {
 		"The strict emulator with Google's defaults (6,000 units a minute per user, 1,200,000 per project, 20 requests in flight per user, developers.google.com/workspace/gmail/api/reference/quota). "+
 		"Time compressed %dx: Gmail's quota minute lasts %s, emulator and budget alike (MAILROOM_GMAIL_QUOTA_WINDOW), and so do MAILROOM_RECLASSIFY_DEBOUNCE, _MAX_WAIT and _TICK, MAILROOM_RETRY_INITIAL and _MAX and MAILROOM_DELAYED_CHECK_INTERVAL (serve's 60s, 10m, 10s, 30s, 5m, 1s, all ÷ %d), the mail's second and the saves' spacing; times and the p99 are given uncompressed (real × %d), so the fixed costs that do not shrink (HTTP, bbolt commits, MAILROOM_TASK_POLL_INTERVAL's 100 ms, asynq's whole-second schedule of a task handed back, the budget's 20 s in-task wait before a hand-back) weigh %dx more than they would. "+
 		"Other settings that differ from serve's defaults: the Google URLs, MAILROOM_GOOGLE_CERTS_URL, MAILROOM_PUSH_AUDIENCE and _SERVICE_ACCOUNT at the emulator (which pushes every change of the mailbox, coalesced, as Pub/Sub does), MAILROOM_PUBSUB_TOPIC set (the watch costs its 100 units), MAILROOM_GMAIL_POLL_INTERVAL=1h, MAILROOM_SHUTDOWN_TIMEOUT=2s. "+
-		"The floor is the least units the work needs by Google's per-method table with mailroom's calls (full sync: labels.list, getProfile, watch, a messages.list per 500, a messages.get per message; each new message a history.list and a messages.get, plus a messages.modify when it matches; three labels.create; the reclassify one batchModify per label per batch of 50 threads holding a match) ÷ 6,000 a minute. "+
+		"The floor is the least units the work needs by Google's per-method table with mailroom's calls (full sync: labels.list, getProfile, watch, a messages.list per 500, a messages.get per message; each new message a messages.get, plus a messages.modify when it matches (the history.list calls that find new mail are left out: pushes may be coalesced, so none is needed per message); three labels.create; the reclassify one batchModify per label per batch of 50 threads holding a match) ÷ 6,000 a minute. "+
 		"The old limiters: the same app with its budget off (Overrides.GmailQuotaOff) and, around its Google HTTP transport (Overrides.GoogleTransport), the two limiters removed in commit 3d0a674: the Gmail pipeline's in-process 250 units a second (bursts of 1,000, waits up to 2 s, then hands the task back) for sync pages, fetches, labels.list, profile and watch, and the rules pipeline's 10,000 units a minute in the broker for the reclassify's batchModify calls (any wait hands the batch back), compressed alike; the adapter retries a read refused by them twice (200 and 400 ms) before the hand-back, a little more patient than the old code",
 		size.threads+ceilDiv(size.threads, 5), size.threads, size.scale, time.Minute/time.Duration(size.scale), size.scale, size.scale, size.scale)
 }
