@@ -105,6 +105,7 @@ type quotaEnv struct {
 	finalAt time.Time // when the mirror and labels were first final
 
 	mu      sync.Mutex
+	saved   map[string]bool         // the labels of the rules saved so far
 	pending map[string]quotaPending // new matching message id → its wait
 	run     quotaRun
 }
@@ -129,7 +130,7 @@ func (e *quotaEnv) scaled(d time.Duration) time.Duration { return d / time.Durat
 // newQuotaEnv seeds the strict emulator and starts the app (old: with its
 // budget off and the old limiters around its Google transport).
 func newQuotaEnv(ctx context.Context, size quotaSize, old bool) (e *quotaEnv, err error) {
-	e = &quotaEnv{size: size, old: old, pending: map[string]quotaPending{}}
+	e = &quotaEnv{size: size, old: old, saved: map[string]bool{}, pending: map[string]quotaPending{}}
 	defer func() {
 		if err != nil {
 			e.close()
@@ -252,7 +253,9 @@ func (e *quotaEnv) uncompressed(d time.Duration) time.Duration {
 }
 
 // arrive adds a new message every second (uncompressed) until ctx ends,
-// noting when each matching one arrived (the emulator pushes at once).
+// noting when each one that matches a rule already saved arrived (the
+// emulator pushes at once). One whose rule is saved after it arrived is
+// left to the reclassify and not measured.
 func (e *quotaEnv) arrive(ctx context.Context) {
 	t := time.NewTicker(e.scaled(time.Second))
 	defer t.Stop()
@@ -271,6 +274,8 @@ func (e *quotaEnv) arrive(ctx context.Context) {
 		e.run.arrivals++
 		if label != "" {
 			e.run.matching++
+		}
+		if e.saved[label] {
 			e.pending[id] = quotaPending{label: label, at: time.Now()}
 		}
 		e.mu.Unlock()
@@ -320,6 +325,9 @@ func (e *quotaEnv) saveRules(ctx context.Context) error {
 		if _, err := e.rules.Create(ctx, e.user, spec); err != nil {
 			return fmt.Errorf("save rule %s: %w", spec.Label, err)
 		}
+		e.mu.Lock()
+		e.saved[spec.Label] = true
+		e.mu.Unlock()
 	}
 	return nil
 }

@@ -237,12 +237,12 @@ func quotaFigures(r *Result, name string, run quotaRun, size quotaSize, targets 
 	r.add(name+": Google quota refusals", float64(refused), "calls")
 	add("quota refusals ÷ Gmail calls", refusedPct, "%", 1)
 	add("p99 push to label of a new matching message", p, "s", 10)
-	r.add(name+": new matching messages measured", float64(len(run.lat)), "messages")
+	r.add(name+": new messages matching a rule saved before they arrived (measured)", float64(len(run.lat)), "messages")
 	r.add(name+": CPU time of the process (app and emulator) during the run", run.cpu.Seconds(), "s")
 }
 
 func quotaNote(size quotaSize) string {
-	return fmt.Sprintf("one account of %d messages (%d story threads) connected while a new message arrives every second (two of three match a rule) and three rules are saved 10, 20 and 30 s in (one debounced reclassify of every thread, and the full sync's own reclassify at its end); the live mail stops once the full sync and every reclassify job are done, then the run waits until the mirror (every message, with Gmail's labels) and every rule's label in Gmail (exactly its matches) are final. "+
+	return fmt.Sprintf("one account of %d messages (%d story threads) connected while a new message arrives every second (two of three match a rule; the p99 measures those that arrive after their rule is saved, from the push, sent when the message is added, to the label in Gmail) and three rules are saved 10, 20 and 30 s in (one debounced reclassify of every thread, and the full sync's own reclassify at its end); the live mail stops once the full sync and every reclassify job are done, then the run waits until the mirror (every message, with Gmail's labels) and every rule's label in Gmail (exactly its matches) are final. "+
 		"The strict emulator with Google's defaults (6,000 units a minute per user, 1,200,000 per project, 20 requests in flight per user, developers.google.com/workspace/gmail/api/reference/quota). "+
 		"Time compressed %dx: Gmail's quota minute lasts %s, emulator and budget alike (MAILROOM_GMAIL_QUOTA_WINDOW), and so do MAILROOM_RECLASSIFY_DEBOUNCE, _MAX_WAIT and _TICK, MAILROOM_RETRY_INITIAL and _MAX and MAILROOM_DELAYED_CHECK_INTERVAL (serve's 60s, 10m, 10s, 30s, 5m, 1s, all ÷ %d), the mail's second and the saves' spacing; times and the p99 are given uncompressed (real × %d), so the fixed costs that do not shrink (HTTP, bbolt commits, MAILROOM_TASK_POLL_INTERVAL's 100 ms, asynq's whole-second schedule of a task handed back, the budget's 20 s in-task wait before a hand-back) weigh %dx more than they would. "+
 		"Other settings that differ from serve's defaults: the Google URLs, MAILROOM_GOOGLE_CERTS_URL, MAILROOM_PUSH_AUDIENCE and _SERVICE_ACCOUNT at the emulator (which pushes every change of the mailbox, coalesced, as Pub/Sub does), MAILROOM_PUBSUB_TOPIC set (the watch costs its 100 units), MAILROOM_GMAIL_POLL_INTERVAL=1h, MAILROOM_SHUTDOWN_TIMEOUT=2s. "+
@@ -260,6 +260,6 @@ func quotaRunNote(name string, run quotaRun) string {
 	if !run.final {
 		state = "NOT final by the deadline (its time is the deadline; messages still unlabelled count as waiting until then)"
 	}
-	return fmt.Sprintf("%s: %s; %d new messages (%d matching, %d unlabelled at the end); units by method: %s; Google's refusals by reason: %v",
-		name, state, run.arrivals, run.matching, run.unlabelled, strings.Join(units, ", "), run.refusals)
+	return fmt.Sprintf("%s: %s; %d new messages (%d matching a rule, %d of them after it was saved: the p99's sample; %d of those unlabelled at the end); units by method: %s; Google's refusals by reason: %v",
+		name, state, run.arrivals, run.matching, len(run.lat), run.unlabelled, strings.Join(units, ", "), run.refusals)
 }

@@ -29,12 +29,12 @@ func TestBenchGmailQuotaQuick(t *testing.T) {
 	for _, name := range []string{"mailroom", "old limiters"} {
 		for _, fig := range []string{"time until the mirror and every label are final", "floor (least units ÷ 6,000 a minute)",
 			"Gmail units spent", "least units the work needs (mailroom's calls)", "Gmail calls (refused ones included)",
-			"quota refusals ÷ Gmail calls", "p99 push to label of a new matching message", "new matching messages measured"} {
+			"quota refusals ÷ Gmail calls", "p99 push to label of a new matching message", "new messages matching a rule saved before they arrived (measured)"} {
 			if _, ok := got[name+": "+fig]; !ok {
 				t.Errorf("no figure %q", name+": "+fig)
 			}
 		}
-		if got[name+": new matching messages measured"] == 0 {
+		if got[name+": new messages matching a rule saved before they arrived (measured)"] == 0 {
 			t.Errorf("%s: no new matching message was measured", name)
 		}
 		if got[name+": Gmail units spent"] < got[name+": least units the work needs (mailroom's calls)"]*0.5 {
