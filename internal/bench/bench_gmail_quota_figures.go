@@ -161,14 +161,14 @@ func quotaLeast(seeded mailboxView, specs []rules.Spec, batch, arrivals, matchin
 	return plan, big, nil
 }
 
-// p99 returns the 99th percentile of d (nearest rank).
-func p99(d []time.Duration) time.Duration {
+// quotaPercentile returns the p-th percentile of d (nearest rank).
+func quotaPercentile(d []time.Duration, p int) time.Duration {
 	if len(d) == 0 {
 		return 0
 	}
 	s := slices.Clone(d)
 	slices.Sort(s)
-	return s[ceilDiv(99*len(s), 100)-1]
+	return s[max(ceilDiv(p*len(s), 100), 1)-1]
 }
 
 // benchGmailQuota is issue 12's scenario: mailroom's one budget per
@@ -213,7 +213,7 @@ func quotaFigures(r *Result, name string, run quotaRun, size quotaSize, targets 
 		refused += n
 	}
 	refusedPct := 100 * float64(refused) / float64(max(run.calls, 1))
-	p := p99(run.lat).Seconds() * scale
+	p := quotaPercentile(run.lat, 99).Seconds() * scale
 	add := func(fig string, v float64, unit string, target float64) {
 		if targets {
 			r.addTarget(name+": "+fig, v, unit, target, false)
@@ -237,6 +237,7 @@ func quotaFigures(r *Result, name string, run quotaRun, size quotaSize, targets 
 	r.add(name+": Google quota refusals", float64(refused), "calls")
 	add("quota refusals ÷ Gmail calls", refusedPct, "%", 1)
 	add("p99 push to label of a new matching message", p, "s", 10)
+	r.add(name+": median push to label of a new matching message", quotaPercentile(run.lat, 50).Seconds()*scale, "s")
 	r.add(name+": new messages matching a rule saved before they arrived (measured)", float64(len(run.lat)), "messages")
 	r.add(name+": CPU time of the process (app and emulator) during the run", run.cpu.Seconds(), "s")
 }
