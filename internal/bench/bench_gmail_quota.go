@@ -17,35 +17,35 @@ import (
 	"mailroom/store"
 )
 
-// The gmail-quota scenario (issue 12): one account's full sync, a
-// reclassify of three rules and live mail share Google's 6,000 units a
-// minute per user, on the strict emulator, with time compressed by
-// quotaSize.scale (Gmail's quota minute with it, emulator and budget
-// alike, as TestRuleSaveStory compresses it). The same run measures the
-// design before the budget (two separate limiters) as the baseline.
+// The gmail-quota scenario (issue 12; its names begin with gq): one
+// account's full sync, a reclassify of three rules and live mail share
+// Google's 6,000 units a minute per user, on the strict emulator, with time
+// compressed by gqSize.scale (Gmail's quota minute with it, emulator and
+// budget alike, as TestRuleSaveStory compresses it). The same run measures
+// the design before the budget (two separate limiters) as the baseline.
 
 const (
-	quotaMailbox  = "quota@example.com"
-	quotaAudience = "https://mailroom-bench.example/push/gmail"
-	quotaTopic    = "projects/mailroom-bench/topics/gmail"
+	gqMailbox  = "quota@example.com"
+	gqAudience = "https://mailroom-bench.example/push/gmail"
+	gqTopic    = "projects/mailroom-bench/topics/gmail"
 )
 
-// quotaSize is the scenario's mailbox and time compression.
-type quotaSize struct {
+// gqSize is the scenario's mailbox and time compression.
+type gqSize struct {
 	threads int // story threads: every fifth has a reply
 	scale   int // time compression: Gmail's minute lasts 60 s ÷ scale
 }
 
-func quotaSizeOf(o Options) quotaSize {
+func gqSizeOf(o Options) gqSize {
 	if o.Quick {
-		return quotaSize{threads: 400, scale: 20} // 480 messages
+		return gqSize{threads: 400, scale: 20} // 480 messages
 	}
-	return quotaSize{threads: 8333, scale: 5} // 10,000 messages
+	return gqSize{threads: 8333, scale: 5} // 10,000 messages
 }
 
-// quotaRules are the three rules saved during the full sync: each matches
+// gqRules are the three rules saved during the full sync: each matches
 // a share of every batch of threads, so the reclassify touches every one.
-func quotaRules() []rules.Spec {
+func gqRules() []rules.Spec {
 	one := func(label, field, value string) rules.Spec {
 		return rules.Spec{Label: label, Match: rules.MatchAll, Conditions: []rules.Condition{{Field: field, Op: rules.OpContains, Value: value}}}
 	}
@@ -56,22 +56,22 @@ func quotaRules() []rules.Spec {
 	}
 }
 
-// quotaNewMessage is the i-th message of the live mail: two of three
+// gqNewMessage is the i-th message of the live mail: two of three
 // match one rule each (GitHub, Repo 3), the third none.
-func quotaNewMessage(i int) (googlefake.Message, string) {
+func gqNewMessage(i int) (googlefake.Message, string) {
 	switch i % 3 {
 	case 0:
-		return googlefake.Message{From: fmt.Sprintf("GitHub <notifications+new%d@github.com>", i), To: quotaMailbox,
+		return googlefake.Message{From: fmt.Sprintf("GitHub <notifications+new%d@github.com>", i), To: gqMailbox,
 			Subject: fmt.Sprintf("[repo-1] new issue %d", i), Body: "text"}, "GitHub"
 	case 1:
-		return googlefake.Message{From: fmt.Sprintf("CI <ci-new%d@gitlab.com>", i), To: quotaMailbox,
+		return googlefake.Message{From: fmt.Sprintf("CI <ci-new%d@gitlab.com>", i), To: gqMailbox,
 			Subject: fmt.Sprintf("[repo-3] pipeline %d", i), Body: "text"}, "Repo 3"
 	}
-	return googlefake.Message{From: "News <news@news.example.net>", To: quotaMailbox, Subject: fmt.Sprintf("Weekly %d", i), Body: "text"}, ""
+	return googlefake.Message{From: "News <news@news.example.net>", To: gqMailbox, Subject: fmt.Sprintf("Weekly %d", i), Body: "text"}, ""
 }
 
-// quotaRun is one design's run.
-type quotaRun struct {
+// gqRun is one design's run.
+type gqRun struct {
 	final      bool
 	elapsed    time.Duration // real time from connect to final (or to the deadline)
 	arrivals   int
@@ -87,9 +87,9 @@ type quotaRun struct {
 	leastBig   int // ... with Google's largest calls (batchModify of 1,000 ids)
 }
 
-// quotaEnv is the app built by app.New against a strict emulator.
-type quotaEnv struct {
-	size    quotaSize
+// gqEnv is the app built by app.New against a strict emulator.
+type gqEnv struct {
+	size    gqSize
 	old     bool
 	fake    *googlefake.Server
 	limits  *oldLimiters
@@ -105,17 +105,17 @@ type quotaEnv struct {
 	finalAt time.Time // when the mirror and labels were first final
 
 	mu      sync.Mutex
-	saved   map[string]bool         // the labels of the rules saved so far
-	pending map[string]quotaPending // new matching message id → its wait
-	run     quotaRun
+	saved   map[string]bool      // the labels of the rules saved so far
+	pending map[string]gqPending // new matching message id → its wait
+	run     gqRun
 }
 
-type quotaPending struct {
+type gqPending struct {
 	label string
 	at    time.Time
 }
 
-func (e *quotaEnv) close() {
+func (e *gqEnv) close() {
 	if e.stop != nil {
 		e.stop()
 	}
@@ -125,12 +125,12 @@ func (e *quotaEnv) close() {
 }
 
 // scaled is d of uncompressed time in real time.
-func (e *quotaEnv) scaled(d time.Duration) time.Duration { return d / time.Duration(e.size.scale) }
+func (e *gqEnv) scaled(d time.Duration) time.Duration { return d / time.Duration(e.size.scale) }
 
 // newQuotaEnv seeds the strict emulator and starts the app (old: with its
 // budget off and the old limiters around its Google transport).
-func newQuotaEnv(ctx context.Context, size quotaSize, old bool) (e *quotaEnv, err error) {
-	e = &quotaEnv{size: size, old: old, saved: map[string]bool{}, pending: map[string]quotaPending{}}
+func newQuotaEnv(ctx context.Context, size gqSize, old bool) (e *gqEnv, err error) {
+	e = &gqEnv{size: size, old: old, saved: map[string]bool{}, pending: map[string]gqPending{}}
 	defer func() {
 		if err != nil {
 			e.close()
@@ -138,15 +138,15 @@ func newQuotaEnv(ctx context.Context, size quotaSize, old bool) (e *quotaEnv, er
 	}()
 	// Google's defaults (6,000 units a minute per user, 1,200,000 per
 	// project, 20 requests in flight per user), the minute compressed.
-	e.fake = googlefake.New(googlefake.Options{GmailQuotaWindow: e.scaled(time.Minute), PushAudience: quotaAudience})
+	e.fake = googlefake.New(googlefake.Options{GmailQuotaWindow: e.scaled(time.Minute), PushAudience: gqAudience})
 	if _, err := e.fake.Start(); err != nil {
 		return nil, err
 	}
-	e.refresh = e.fake.AddAccount(quotaMailbox)
-	if err := story.AddThreads(e.fake, quotaMailbox, size.threads); err != nil {
+	e.refresh = e.fake.AddAccount(gqMailbox)
+	if err := story.AddThreads(e.fake, gqMailbox, size.threads); err != nil {
 		return nil, err
 	}
-	e.seeded = viewOf(e.fake, quotaMailbox)
+	e.seeded = viewOf(e.fake, gqMailbox)
 	if old {
 		e.limits = newOldLimiters(size.scale)
 	}
@@ -169,9 +169,9 @@ func newQuotaEnv(ctx context.Context, size quotaSize, old bool) (e *quotaEnv, er
 
 // configure is the scenario's settings on top of serve's defaults (the
 // note names each).
-func (e *quotaEnv) configure(c *app.Config) {
+func (e *gqEnv) configure(c *app.Config) {
 	c.GoogleAPIURL, c.GoogleTokenURL, c.GoogleCertsURL = e.fake.URL(), e.fake.TokenURL(), e.fake.CertsURL()
-	c.PushAudience, c.PushServiceAccount, c.PubSubTopic = quotaAudience, googlefake.DefaultPushServiceAccount, quotaTopic
+	c.PushAudience, c.PushServiceAccount, c.PubSubTopic = gqAudience, googlefake.DefaultPushServiceAccount, gqTopic
 	c.GmailPollInterval, c.ShutdownTimeout = time.Hour, 2*time.Second
 	c.GmailQuotaWindow = e.scaled(time.Minute)
 	c.ReclassifyDebounce, c.ReclassifyMaxWait, c.ReclassifyTick = e.scaled(time.Minute), e.scaled(10*time.Minute), e.scaled(10*time.Second)
@@ -184,22 +184,22 @@ func (e *quotaEnv) configure(c *app.Config) {
 	}
 }
 
-// quotaRunDesign runs the scenario once: connect (the full sync starts),
+// gqRunDesign runs the scenario once: connect (the full sync starts),
 // live mail at one message a second, three rule saves 10 s apart, until
 // the backlog is done; then the mail stops and it waits until the mirror
 // and every label are final, or until deadline (real time).
-func quotaRunDesign(ctx context.Context, o Options, size quotaSize, old bool, deadline time.Duration) (quotaRun, error) {
+func gqRunDesign(ctx context.Context, o Options, size gqSize, old bool, deadline time.Duration) (gqRun, error) {
 	e, err := newQuotaEnv(ctx, size, old)
 	if err != nil {
-		return quotaRun{}, err
+		return gqRun{}, err
 	}
 	defer e.close()
 	e.fake.ResetCounters()
 	cpu0 := processCPU()
 	start := time.Now()
-	acc, _, err := e.gmail.Connect(ctx, gmail.ConnectRequest{UserID: e.user, Email: quotaMailbox, Token: google.Token{RefreshToken: e.refresh}})
+	acc, _, err := e.gmail.Connect(ctx, gmail.ConnectRequest{UserID: e.user, Email: gqMailbox, Token: google.Token{RefreshToken: e.refresh}})
 	if err != nil {
-		return quotaRun{}, err
+		return gqRun{}, err
 	}
 	e.account = acc.ID
 	mailCtx, stopMail := context.WithCancel(ctx)
@@ -210,17 +210,17 @@ func quotaRunDesign(ctx context.Context, o Options, size quotaSize, old bool, de
 	mail.Go(func() { e.arrive(mailCtx) })
 	watch.Go(func() { e.watchLabels(watchCtx) })
 	if err := e.saveRules(ctx); err != nil {
-		return quotaRun{}, err
+		return gqRun{}, err
 	}
 	end := start.Add(deadline)
 	if err := e.waitUntil(ctx, end, 50*time.Millisecond, e.backlogDone); err != nil {
-		return quotaRun{}, err
+		return gqRun{}, err
 	}
 	o.progress("   %s: backlog done after %.1f min (uncompressed); the live mail stops", e.name(), e.uncompressed(time.Since(start)).Minutes())
 	stopMail()
 	mail.Wait()
 	if err := e.waitUntil(ctx, end, 250*time.Millisecond, e.isFinal); err != nil {
-		return quotaRun{}, err
+		return gqRun{}, err
 	}
 	stopWatch()
 	watch.Wait()
@@ -241,14 +241,14 @@ func processCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-func (e *quotaEnv) name() string {
+func (e *gqEnv) name() string {
 	if e.old {
 		return "old limiters"
 	}
 	return "mailroom"
 }
 
-func (e *quotaEnv) uncompressed(d time.Duration) time.Duration {
+func (e *gqEnv) uncompressed(d time.Duration) time.Duration {
 	return d * time.Duration(e.size.scale)
 }
 
@@ -256,7 +256,7 @@ func (e *quotaEnv) uncompressed(d time.Duration) time.Duration {
 // noting when each one that matches a rule already saved arrived (the
 // emulator pushes at once). One whose rule is saved after it arrived is
 // left to the reclassify and not measured.
-func (e *quotaEnv) arrive(ctx context.Context) {
+func (e *gqEnv) arrive(ctx context.Context) {
 	t := time.NewTicker(e.scaled(time.Second))
 	defer t.Stop()
 	for i := 0; ; i++ {
@@ -265,8 +265,8 @@ func (e *quotaEnv) arrive(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		m, label := quotaNewMessage(i)
-		id, err := e.fake.Gmail.AddMessage(quotaMailbox, m)
+		m, label := gqNewMessage(i)
+		id, err := e.fake.Gmail.AddMessage(gqMailbox, m)
 		if err != nil {
 			continue
 		}
@@ -276,7 +276,7 @@ func (e *quotaEnv) arrive(ctx context.Context) {
 			e.run.matching++
 		}
 		if e.saved[label] {
-			e.pending[id] = quotaPending{label: label, at: time.Now()}
+			e.pending[id] = gqPending{label: label, at: time.Now()}
 		}
 		e.mu.Unlock()
 	}
@@ -284,7 +284,7 @@ func (e *quotaEnv) arrive(ctx context.Context) {
 
 // watchLabels records when each new matching message carries its label in
 // Gmail, until ctx ends; then once more.
-func (e *quotaEnv) watchLabels(ctx context.Context) {
+func (e *gqEnv) watchLabels(ctx context.Context) {
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
 	for {
@@ -297,7 +297,7 @@ func (e *quotaEnv) watchLabels(ctx context.Context) {
 	}
 }
 
-func (e *quotaEnv) sweepLabels() {
+func (e *gqEnv) sweepLabels() {
 	now := time.Now()
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -305,10 +305,10 @@ func (e *quotaEnv) sweepLabels() {
 	for id, p := range e.pending {
 		lid, ok := ids[p.label]
 		if !ok {
-			lid, _ = e.fake.Gmail.LabelID(quotaMailbox, p.label)
+			lid, _ = e.fake.Gmail.LabelID(gqMailbox, p.label)
 			ids[p.label] = lid
 		}
-		if m, found := e.fake.Gmail.Message(quotaMailbox, id); lid != "" && found && slices.Contains(m.LabelIDs, lid) {
+		if m, found := e.fake.Gmail.Message(gqMailbox, id); lid != "" && found && slices.Contains(m.LabelIDs, lid) {
 			e.run.lat = append(e.run.lat, now.Sub(p.at))
 			delete(e.pending, id)
 		}
@@ -317,8 +317,8 @@ func (e *quotaEnv) sweepLabels() {
 
 // saveRules saves the three rules 10 s apart (uncompressed), the first 10
 // s after the connect, as a user does while the first sync runs.
-func (e *quotaEnv) saveRules(ctx context.Context) error {
-	for _, spec := range quotaRules() {
+func (e *gqEnv) saveRules(ctx context.Context) error {
+	for _, spec := range gqRules() {
 		if err := queueWait(ctx, e.scaled(10*time.Second)); err != nil {
 			return err
 		}
@@ -345,7 +345,7 @@ func queueWait(ctx context.Context, d time.Duration) error {
 
 // waitUntil polls cond every tick until it holds or end passes (then it
 // returns nil and leaves the run not final).
-func (e *quotaEnv) waitUntil(ctx context.Context, end time.Time, tick time.Duration, cond func() (bool, error)) error {
+func (e *gqEnv) waitUntil(ctx context.Context, end time.Time, tick time.Duration, cond func() (bool, error)) error {
 	for {
 		ok, err := cond()
 		if err != nil || ok {

@@ -16,7 +16,7 @@ import (
 
 // backlogDone: the full sync is complete and every reclassify job is
 // finished, none pending.
-func (e *quotaEnv) backlogDone() (bool, error) {
+func (e *gqEnv) backlogDone() (bool, error) {
 	var acc store.Account
 	if err := e.db.View(func(tx *store.Tx) (err error) { acc, err = tx.AccountGet(e.account); return err }); err != nil {
 		return false, err
@@ -39,13 +39,13 @@ func (e *quotaEnv) backlogDone() (bool, error) {
 // isFinal: the backlog is done, every rule's label in Gmail is on exactly
 // the messages it matches, and the mirror holds every message of the
 // mailbox with Gmail's labels. It records when it first holds.
-func (e *quotaEnv) isFinal() (bool, error) {
+func (e *gqEnv) isFinal() (bool, error) {
 	at := time.Now()
 	if done, err := e.backlogDone(); !done || err != nil {
 		return false, err
 	}
-	v := viewOf(e.fake, quotaMailbox)
-	for _, spec := range quotaRules() {
+	v := viewOf(e.fake, gqMailbox)
+	for _, spec := range gqRules() {
 		want, err := v.matches(spec)
 		if err != nil {
 			return false, err
@@ -65,7 +65,7 @@ var errMirrorDiffers = errors.New("the mirror differs")
 
 // mirrorIs reports whether the account's mirror holds exactly the
 // messages of v, each with its labels.
-func (e *quotaEnv) mirrorIs(v mailboxView) (bool, error) {
+func (e *gqEnv) mirrorIs(v mailboxView) (bool, error) {
 	want := make(map[string][]string, len(v.Messages))
 	for _, m := range v.Messages {
 		l := slices.Clone(m.LabelIDs)
@@ -92,7 +92,7 @@ func (e *quotaEnv) mirrorIs(v mailboxView) (bool, error) {
 }
 
 // collect reads the run's figures from the emulator.
-func (e *quotaEnv) collect(start, end time.Time) (quotaRun, error) {
+func (e *gqEnv) collect(start, end time.Time) (gqRun, error) {
 	e.sweepLabels()
 	e.mu.Lock()
 	run := e.run
@@ -107,18 +107,18 @@ func (e *quotaEnv) collect(start, end time.Time) (quotaRun, error) {
 	if run.final {
 		run.elapsed = e.finalAt.Sub(start)
 	}
-	run.units = e.fake.Gmail.QuotaUnits(quotaMailbox)
-	run.unitsBy = e.fake.Gmail.QuotaUnitsByMethod(quotaMailbox)
-	run.refusals = e.fake.Gmail.QuotaRefusals(quotaMailbox)
-	run.calls = viewOf(e.fake, quotaMailbox).gmailCalls()
+	run.units = e.fake.Gmail.QuotaUnits(gqMailbox)
+	run.unitsBy = e.fake.Gmail.QuotaUnitsByMethod(gqMailbox)
+	run.refusals = e.fake.Gmail.QuotaRefusals(gqMailbox)
+	run.calls = viewOf(e.fake, gqMailbox).gmailCalls()
 	var err error
-	run.least, run.leastBig, err = quotaLeast(e.seeded, quotaRules(), e.batch, run.arrivals, run.matching)
+	run.least, run.leastBig, err = gqLeast(e.seeded, gqRules(), e.batch, run.arrivals, run.matching)
 	return run, err
 }
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
 
-// quotaLeast returns the least Gmail units the run's work needs, by
+// gqLeast returns the least Gmail units the run's work needs, by
 // Google's per-method table: the full sync (labels.list, getProfile,
 // watch, messages.list pages of 500, one messages.get per message), each
 // new message (one messages.get, and one messages.modify when it matches;
@@ -128,7 +128,7 @@ func ceilDiv(a, b int) int { return (a + b - 1) / b }
 // reclassify makes one batchModify per label per batch of batch threads
 // in thread-id order (as the publisher cuts them) holding a match; with
 // Google's largest calls (big), one per label per 1,000 messages.
-func quotaLeast(seeded mailboxView, specs []rules.Spec, batch, arrivals, matching int) (plan, big int, err error) {
+func gqLeast(seeded mailboxView, specs []rules.Spec, batch, arrivals, matching int) (plan, big int, err error) {
 	n := len(seeded.Messages)
 	fixed := google.UnitsLabelsList + google.UnitsGetProfile + google.UnitsWatch +
 		google.UnitsMessagesList*ceilDiv(max(n, 1), 500) + google.UnitsMessagesGet*n +
@@ -161,8 +161,8 @@ func quotaLeast(seeded mailboxView, specs []rules.Spec, batch, arrivals, matchin
 	return plan, big, nil
 }
 
-// quotaPercentile returns the p-th percentile of d (nearest rank).
-func quotaPercentile(d []time.Duration, p int) time.Duration {
+// gqPercentile returns the p-th percentile of d (nearest rank).
+func gqPercentile(d []time.Duration, p int) time.Duration {
 	if len(d) == 0 {
 		return 0
 	}
@@ -176,17 +176,17 @@ func quotaPercentile(d []time.Duration, p int) time.Duration {
 // the strict emulator, in the same run.
 func benchGmailQuota(ctx context.Context, o Options) (Result, error) {
 	var r Result
-	size := quotaSizeOf(o)
+	size := gqSizeOf(o)
 	// A run that is not final after three times the quota floor (a rough
 	// estimate here) is reported as such.
 	msgs := size.threads + ceilDiv(size.threads, 5)
 	estimate := time.Duration(float64(msgs*google.UnitsMessagesGet+ceilDiv(size.threads, 50)*3*google.UnitsBatchModify) / google.DefaultUserUnitsPerMinute * float64(time.Minute))
 	deadline := 3*estimate/time.Duration(size.scale) + 30*time.Second
-	runs := map[bool]quotaRun{}
+	runs := map[bool]gqRun{}
 	for _, old := range []bool{false, true} {
 		name := map[bool]string{false: "mailroom", true: "old limiters"}[old]
 		o.progress("   %s: %d messages, full sync + 3 rule saves + a new message a second, time compressed %dx (deadline %s real)", name, msgs, size.scale, deadline.Round(time.Second))
-		run, err := quotaRunDesign(ctx, o, size, old, deadline)
+		run, err := gqRunDesign(ctx, o, size, old, deadline)
 		if err != nil {
 			return r, fmt.Errorf("%s: %w", name, err)
 		}
@@ -195,16 +195,16 @@ func benchGmailQuota(ctx context.Context, o Options) (Result, error) {
 		}
 		runs[old] = run
 	}
-	quotaFigures(&r, "mailroom", runs[false], size, true)
-	quotaFigures(&r, "old limiters", runs[true], size, false)
+	gqFigures(&r, "mailroom", runs[false], size, true)
+	gqFigures(&r, "old limiters", runs[true], size, false)
 	r.add("least units with Google's largest calls (batchModify of 1,000 ids), mailroom's run", float64(runs[false].leastBig), "units")
-	r.Notes = append(r.Notes, quotaNote(size), quotaRunNote("mailroom", runs[false]), quotaRunNote("old limiters", runs[true]))
+	r.Notes = append(r.Notes, gqNote(size), gqRunNote("mailroom", runs[false]), gqRunNote("old limiters", runs[true]))
 	return r, nil
 }
 
-// quotaFigures adds one run's figures, in uncompressed time; with targets
+// gqFigures adds one run's figures, in uncompressed time; with targets
 // for mailroom.
-func quotaFigures(r *Result, name string, run quotaRun, size quotaSize, targets bool) {
+func gqFigures(r *Result, name string, run gqRun, size gqSize, targets bool) {
 	scale := float64(size.scale)
 	minutes := run.elapsed.Minutes() * scale
 	floor := float64(run.least) / google.DefaultUserUnitsPerMinute
@@ -213,7 +213,7 @@ func quotaFigures(r *Result, name string, run quotaRun, size quotaSize, targets 
 		refused += n
 	}
 	refusedPct := 100 * float64(refused) / float64(max(run.calls, 1))
-	p := quotaPercentile(run.lat, 99).Seconds() * scale
+	p := gqPercentile(run.lat, 99).Seconds() * scale
 	add := func(fig string, v float64, unit string, target float64) {
 		if targets {
 			r.addTarget(name+": "+fig, v, unit, target, false)
@@ -237,12 +237,12 @@ func quotaFigures(r *Result, name string, run quotaRun, size quotaSize, targets 
 	r.add(name+": Google quota refusals", float64(refused), "calls")
 	add("quota refusals ÷ Gmail calls", refusedPct, "%", 1)
 	add("p99 push to label of a new matching message", p, "s", 10)
-	r.add(name+": median push to label of a new matching message", quotaPercentile(run.lat, 50).Seconds()*scale, "s")
+	r.add(name+": median push to label of a new matching message", gqPercentile(run.lat, 50).Seconds()*scale, "s")
 	r.add(name+": new messages matching a rule saved before they arrived (measured)", float64(len(run.lat)), "messages")
 	r.add(name+": CPU time of the process (app and emulator) during the run", run.cpu.Seconds(), "s")
 }
 
-func quotaNote(size quotaSize) string {
+func gqNote(size gqSize) string {
 	return fmt.Sprintf("one account of %d messages (%d story threads) connected while a new message arrives every second (two of three match a rule; the p99 measures those that arrive after their rule is saved, from the push, sent when the message is added, to the label in Gmail) and three rules are saved 10, 20 and 30 s in (one debounced reclassify of every thread, and the full sync's own reclassify at its end); the live mail stops once the full sync and every reclassify job are done, then the run waits until the mirror (every message, with Gmail's labels) and every rule's label in Gmail (exactly its matches) are final. "+
 		"The strict emulator with Google's defaults (6,000 units a minute per user, 1,200,000 per project, 20 requests in flight per user, developers.google.com/workspace/gmail/api/reference/quota). "+
 		"Time compressed %dx: Gmail's quota minute lasts %s, emulator and budget alike (MAILROOM_GMAIL_QUOTA_WINDOW), and so do MAILROOM_RECLASSIFY_DEBOUNCE, _MAX_WAIT and _TICK, MAILROOM_RETRY_INITIAL and _MAX and MAILROOM_DELAYED_CHECK_INTERVAL (serve's 60s, 10m, 10s, 30s, 5m, 1s, all ÷ %d), the mail's second and the saves' spacing; times and the p99 are given uncompressed (real × %d), so the fixed costs that do not shrink (HTTP, bbolt commits, MAILROOM_TASK_POLL_INTERVAL's 100 ms, asynq's whole-second schedule of a task handed back, the budget's 20 s in-task wait before a hand-back) weigh %dx more than they would. "+
@@ -252,7 +252,7 @@ func quotaNote(size quotaSize) string {
 		size.threads+ceilDiv(size.threads, 5), size.threads, size.scale, time.Minute/time.Duration(size.scale), size.scale, size.scale, size.scale)
 }
 
-func quotaRunNote(name string, run quotaRun) string {
+func gqRunNote(name string, run gqRun) string {
 	var units []string
 	for _, m := range slices.Sorted(maps.Keys(run.unitsBy)) {
 		units = append(units, fmt.Sprintf("%s %d", strings.TrimPrefix(m, "gmail."), run.unitsBy[m]))
