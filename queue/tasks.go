@@ -14,6 +14,7 @@ import (
 // asynq's mux matches by prefix.
 const (
 	TypeGmailSync            = "gmail:sync"
+	TypeGmailFullSync        = "gmail:full-sync"
 	TypeGmailMessageAdded    = "gmail:message-added"
 	TypeGmailMessageRead     = "gmail:message-read"
 	TypeGmailMessageUnread   = "gmail:message-unread"
@@ -85,6 +86,7 @@ func NewTable(cfg TableConfig) *Table {
 	state := cfg.ConcurrencyState
 	rows := []TaskType{
 		{Name: TypeGmailSync, Queue: "gmail-sync", Concurrency: 4, MaxRetries: r, Timeout: 30 * time.Minute},
+		{Name: TypeGmailFullSync, Queue: "gmail-full-sync", Concurrency: 4, MaxRetries: r, Timeout: 30 * time.Minute},
 		{Name: TypeGmailMessageAdded, Queue: "gmail-message-added", Concurrency: cfg.ConcurrencyMessageAdded, MaxRetries: r, Timeout: 2 * time.Minute},
 		{Name: TypeGmailMessageRead, Queue: "gmail-message-read", Concurrency: state, MaxRetries: r, Timeout: time.Minute},
 		{Name: TypeGmailMessageUnread, Queue: "gmail-message-unread", Concurrency: state, MaxRetries: r, Timeout: time.Minute},

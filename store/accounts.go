@@ -341,6 +341,10 @@ type FullSyncStart struct {
 	Requested uint64    `json:"requested"`
 	HistoryID uint64    `json:"historyId"`
 	At        time.Time `json:"at"`
+	// LiveHistoryID is how far the history sync that runs beside the full
+	// sync has recorded the mailbox's changes (from HistoryID on): live
+	// changes are read during a full sync, not after it.
+	LiveHistoryID uint64 `json:"liveHistoryId,omitempty"`
 }
 
 // FullSyncNoteFetched notes that the full sync in progress fetched ids.

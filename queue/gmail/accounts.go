@@ -63,7 +63,7 @@ func (p *Pipeline) Connect(ctx context.Context, r ConnectRequest) (acc store.Acc
 		if err := tx.AccountPut(acc); err != nil {
 			return err
 		}
-		if err := p.enqueueSync(tx, acc.ID, triggerConnect); err != nil {
+		if err := p.enqueueFullSync(tx, acc.ID, triggerConnect); err != nil {
 			return err
 		}
 		if p.WatchEnabled() {
@@ -104,7 +104,7 @@ func (p *Pipeline) Resync(ctx context.Context, id string) error {
 		if err := tx.AccountPut(acc); err != nil {
 			return err
 		}
-		return p.enqueueSync(tx, acc.ID, triggerResync)
+		return p.enqueueFullSync(tx, acc.ID, triggerResync)
 	})
 	if err != nil {
 		return fmt.Errorf("gmail: resync %s: %w", id, err)
@@ -276,8 +276,9 @@ type AccountDetail struct {
 	WatchRenewedAt time.Time
 	// WantedHistoryID is the newest history id a push announced.
 	WantedHistoryID uint64
-	// Pending says whether a sync is recorded and not finished.
-	SyncPending bool
+	// SyncPending says whether a history sync is recorded and not
+	// finished; FullSyncPending the same of a full sync.
+	SyncPending, FullSyncPending bool
 }
 
 // Detail returns an account with its last runs.
@@ -293,6 +294,7 @@ func (p *Pipeline) Detail(id string, runs int) (AccountDetail, error) {
 		}
 		d.WatchRenewedAt, d.WantedHistoryID = a.WatchRenewedAt, a.WantedHistoryID
 		d.SyncPending = p.pending(tx, queue.TypeGmailSync, syncKey(a.ID))
+		d.FullSyncPending = p.pending(tx, queue.TypeGmailFullSync, fullSyncKey(a.ID))
 		d.Runs, err = tx.SyncRuns(a.ID, runs)
 		return err
 	})

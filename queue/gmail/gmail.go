@@ -5,7 +5,9 @@
 //
 // How a change travels: Gmail pushes {emailAddress, historyId} → Push
 // records the wanted history id and one gmail:sync task per account in one
-// transaction → the sync reads history from the account's watermark, turns
+// transaction → the sync reads history from the account's watermark (or,
+// while the account's full sync runs in its own gmail:full-sync task, from
+// the history id that full sync started at), turns
 // each page into event tasks (message-added, -read, -unread, -trashed,
 // -restored, -deleted, -labeled) and moves the watermark in the same
 // transaction → each event's handler applies its change to the stored
@@ -228,6 +230,7 @@ func New(cfg Config, deps Deps) (*Pipeline, error) {
 func (p *Pipeline) Register(t *queue.Table) error {
 	handlers := map[string]queue.Handler{
 		queue.TypeGmailSync:            p.handleSync,
+		queue.TypeGmailFullSync:        p.handleFullSync,
 		queue.TypeGmailMessageAdded:    p.handleAdded,
 		queue.TypeGmailMessageRead:     p.stateHandler(queue.TypeGmailMessageRead),
 		queue.TypeGmailMessageUnread:   p.stateHandler(queue.TypeGmailMessageUnread),
@@ -247,7 +250,7 @@ func (p *Pipeline) Register(t *queue.Table) error {
 
 // taskTypes are the pipeline's task types.
 var taskTypes = []string{
-	queue.TypeGmailSync, queue.TypeGmailMessageAdded, queue.TypeGmailMessageRead,
+	queue.TypeGmailSync, queue.TypeGmailFullSync, queue.TypeGmailMessageAdded, queue.TypeGmailMessageRead,
 	queue.TypeGmailMessageUnread, queue.TypeGmailMessageTrashed, queue.TypeGmailMessageRestored,
 	queue.TypeGmailMessageDeleted, queue.TypeGmailMessageLabeled, queue.TypeGmailWatchRenew,
 }

@@ -54,7 +54,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		m.push.WithLabelValues(o)
 	}
 	for _, typ := range taskTypes {
-		if typ == queue.TypeGmailSync || typ == queue.TypeGmailWatchRenew {
+		if typ == queue.TypeGmailSync || typ == queue.TypeGmailFullSync || typ == queue.TypeGmailWatchRenew {
 			continue
 		}
 		m.recorded.WithLabelValues(typ)

@@ -40,14 +40,22 @@ func (e *env) run(rec store.OutboxRecord, payload []byte) error {
 	return tt.Handler(context.Background(), &queue.Task{ID: rec.ID, Type: rec.Type, Queue: rec.Queue, Payload: payload, Attempt: 1})
 }
 
-// syncNow runs the waiting gmail:sync tasks.
+// syncNow runs the waiting gmail:full-sync and gmail:sync tasks until
+// none is left (a full sync records a history sync after it).
 func (e *env) syncNow() {
 	e.t.Helper()
-	for _, r := range e.records(queue.TypeGmailSync) {
-		if err := e.run(r, r.Payload); err != nil {
-			e.t.Fatalf("sync: %v", err)
+	for range 5 {
+		recs := append(e.records(queue.TypeGmailFullSync), e.records(queue.TypeGmailSync)...)
+		if len(recs) == 0 {
+			return
+		}
+		for _, r := range recs {
+			if err := e.run(r, r.Payload); err != nil {
+				e.t.Fatalf("%s: %v", r.Type, err)
+			}
 		}
 	}
+	e.t.Fatal("sync tasks keep coming")
 }
 
 func permutations(n int) [][]int {

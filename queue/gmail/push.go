@@ -247,7 +247,11 @@ func (p *Pipeline) Notify(n Notification) (known bool, err error) {
 // needsSync reports whether a push at hid must make sure a sync is
 // recorded: the account is behind it and may sync.
 func needsSync(acc store.Account, hid uint64) bool {
-	return active(acc) && hid > acc.HistoryID
+	if !active(acc) {
+		return false
+	}
+	from, ok := liveFrom(acc)
+	return !ok || hid > from
 }
 
 // active reports whether the account syncs (not in error or disconnected).
@@ -261,6 +265,8 @@ const (
 	triggerPush    = "push"
 	triggerPoll    = "poll"
 	triggerResync  = "resync"
+	triggerTooOld  = "too_old"
+	triggerFull    = "full_sync" // the history after a full sync
 )
 
 type syncPayload struct {
