@@ -314,3 +314,8 @@ func mutate(t *testing.T, fake *googlefake.Server, email string, seed uint64) {
 		must(g.RemoveLabels(email, m.ID, work, googlefake.LabelInbox))
 	}
 }
+
+// diff compares the mailbox with the mirror (-mailbox +mirror).
+func (e *env) diff(accountID, email string) string {
+	return cmp.Diff(e.want(email), e.got(accountID))
+}

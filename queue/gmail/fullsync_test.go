@@ -1,0 +1,181 @@
+package gmail_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"mailroom/internal/testkit"
+	"mailroom/queue"
+	"mailroom/queue/gmail"
+	"mailroom/queue/google"
+	"mailroom/queue/google/googlefake"
+	"mailroom/store"
+)
+
+// liveApplied records the event tasks that ran while the account's full
+// sync was still due.
+type liveApplied struct {
+	mu     sync.Mutex
+	db     *store.DB
+	during map[string]int // message id -> events applied during the full sync
+	after  int
+}
+
+func (l *liveApplied) observe(a gmail.Applied) {
+	var acc store.Account
+	err := l.db.View(func(tx *store.Tx) (err error) { acc, err = tx.AccountGet(a.AccountID); return err })
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err == nil && acc.FullSyncCompleted < acc.FullSyncRequested {
+		l.during[a.MessageID]++
+	} else {
+		l.after++
+	}
+}
+
+func (l *liveApplied) duringFullSync(id string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.during[id]
+}
+
+// TestLiveChangesDuringFullSync: while a full sync of 1,200 messages (three
+// list pages of 500) is held in its second page (one message's download is
+// slow), messages are read, trashed, labelled and deleted on every side of
+// its cursor: on the page it stored, on the page it downloaded but has not
+// stored yet (its snapshots are older than the changes), on the page it has
+// not listed yet, and on the slow message itself; a message arrives. A push
+// then has its history read and its events applied while the full sync
+// still runs (not after it), and at the end the mirror equals the mailbox,
+// message for message, history ids included.
+func TestLiveChangesDuringFullSync(t *testing.T) {
+	t.Parallel()
+	live := &liveApplied{during: map[string]int{}}
+	// 1,200 downloads are 6,000 units, more than the account's minute:
+	// the minute is compressed to 2 s (emulator and budget alike).
+	e := newEnv(t, envOptions{
+		fake:   googlefake.Options{GmailQuotaWindow: 2 * time.Second},
+		budget: google.BudgetConfig{Window: 2 * time.Second},
+		cfg:    gmail.Config{OnApplied: live.observe},
+	})
+	live.db = e.db
+	g := e.fake.Gmail
+	refresh := e.fake.AddAccount(ann)
+	if _, err := g.Generate(ann, 1200, 7); err != nil {
+		t.Fatal(err)
+	}
+	msgs := g.Messages(ann) // oldest first; the list pages are newest first
+	stored, fetched, unlisted := msgs[1100:1199], msgs[300:600], msgs[0:150]
+	slow := msgs[200] // the last of the second page
+	fault, err := e.fake.InjectFault(googlefake.Fault{Method: googlefake.MethodMessagesGet, MessageID: slow.ID, Latency: 6 * time.Second, Times: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	acc, _, err := e.p.Connect(context.Background(), gmail.ConnectRequest{UserID: e.user.ID, Email: ann, Token: google.Token{RefreshToken: refresh}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 60*time.Second, "the full sync to be held in its second page", func() bool {
+		return fault.Fired() == 1 && e.fake.Calls(googlefake.MethodMessagesGet) >= 1000
+	})
+
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	label, err := g.CreateLabel(ann, "During")
+	must(err)
+	var changed []string
+	for _, side := range [][]googlefake.Message{stored, fetched, unlisted} {
+		read, trash, del, lab := side[0], side[1], side[2], side[3]
+		if read.Unread() {
+			must(g.MarkRead(ann, read.ID))
+		} else {
+			must(g.MarkUnread(ann, read.ID))
+		}
+		must(g.Trash(ann, trash.ID))
+		must(g.Delete(ann, del.ID))
+		must(g.AddLabels(ann, lab.ID, label, googlefake.LabelStarred))
+		must(g.RemoveLabels(ann, lab.ID, googlefake.LabelInbox))
+		changed = append(changed, read.ID, trash.ID, del.ID, lab.ID)
+	}
+	must(g.AddLabels(ann, slow.ID, label))
+	newID, err := g.AddMessage(ann, googlefake.Message{From: "bob@example.com", To: ann, Subject: "during the full sync"})
+	must(err)
+	changed = append(changed, newID)
+	e.notify(ann)
+
+	// Every change is applied as a live event before the full sync ends.
+	testkit.Eventually(t, 20*time.Second, "the live events to run during the full sync", func() bool {
+		for _, id := range changed {
+			if live.duringFullSync(id) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	if a := e.account(acc.ID); a.FullSyncCompleted >= a.FullSyncRequested {
+		t.Fatal("the full sync ended before the test could check that live events ran during it")
+	}
+	e.waitConverged(acc.ID, ann, 60*time.Second)
+	a := e.account(acc.ID)
+	if a.Status != store.AccountReady || a.HistoryID != g.HistoryID(ann) || a.FullSyncStart != nil {
+		t.Fatalf("after the full sync: status %s, watermark %d (mailbox at %d), start %+v", a.Status, a.HistoryID, g.HistoryID(ann), a.FullSyncStart)
+	}
+	d, err := e.p.Detail(acc.ID, 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, ok := lastRun(d.Runs, "full"); !ok || r.Error != "" || r.Messages < 1199 {
+		t.Fatalf("the full sync's run: %+v", r)
+	}
+}
+
+// TestPushDuringFullSyncBeforeItBegins: a push recorded while a full sync
+// is due but has not begun (the history sync has nothing to read from yet)
+// is not lost: the full sync's start covers it, and the mirror converges.
+// The tasks run by hand in the order that matters.
+func TestPushDuringFullSyncBeforeItBegins(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{noStart: true})
+	acc := e.connect(ann, 20)
+	g := e.fake.Gmail
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(g.MarkRead(ann, g.Messages(ann)[0].ID))
+	e.notify(ann)
+	// The history sync runs first: nothing to read, the task is done, the
+	// account stays syncing.
+	for _, r := range e.records(queue.TypeGmailSync) {
+		must(e.run(r, r.Payload))
+	}
+	if n := len(e.records(queue.TypeGmailSync)); n != 0 {
+		t.Fatalf("%d history syncs left", n)
+	}
+	if a := e.account(acc.ID); a.Status != store.AccountSyncing || a.HistoryID != 0 {
+		t.Fatalf("before the full sync: status %s, watermark %d", a.Status, a.HistoryID)
+	}
+	// A change during the full sync, then the full sync, then what it
+	// recorded.
+	must(g.Trash(ann, g.Messages(ann)[1].ID))
+	e.syncNow()
+	for _, typ := range []string{queue.TypeGmailMessageRead, queue.TypeGmailMessageTrashed, queue.TypeGmailMessageAdded} {
+		for _, r := range e.records(typ) {
+			must(e.run(r, r.Payload))
+		}
+	}
+	if diff := e.diff(acc.ID, ann); diff != "" {
+		t.Fatalf("mirror differs (-mailbox +mirror):\n%s", diff)
+	}
+	if a := e.account(acc.ID); a.Status != store.AccountReady || a.HistoryID != g.HistoryID(ann) {
+		t.Fatalf("after: status %s, watermark %d, mailbox at %d", a.Status, a.HistoryID, g.HistoryID(ann))
+	}
+}
