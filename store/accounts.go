@@ -75,6 +75,9 @@ type Account struct {
 	// changed meanwhile) and skips the messages it already fetched
 	// (FullSyncFetched).
 	FullSyncStart *FullSyncStart `json:"fullSyncStart,omitempty"`
+	// StaleHistoryID is a watermark Gmail answered "history too old" for:
+	// the history sync does not read from it again (a full sync is due).
+	StaleHistoryID uint64 `json:"staleHistoryId,omitempty"`
 
 	WatchExpiration time.Time `json:"watchExpiration,omitzero"`
 	WatchRenewedAt  time.Time `json:"watchRenewedAt,omitzero"`

@@ -205,6 +205,9 @@ func (p *Pipeline) finishFullSync(accountID string, requested, profileHID uint64
 		}
 		a.FullSyncCompleted = max(a.FullSyncCompleted, requested)
 		a.FullSyncStart = nil
+		if a.HistoryID != a.StaleHistoryID {
+			a.StaleHistoryID = 0
+		}
 		if err := tx.FullSyncForget(accountID); err != nil {
 			return err
 		}
@@ -337,9 +340,11 @@ func (p *Pipeline) beginFullSync(accountID string, requested, historyID uint64) 
 			return err
 		}
 		start = store.FullSyncStart{Requested: requested, HistoryID: historyID, At: p.now().UTC()}
+		// The history sync recorded this far already (beside an older
+		// full sync, or from the account's watermark until this one began).
+		start.LiveHistoryID = a.HistoryID
 		if old := a.FullSyncStart; old != nil {
-			// An older full sync's history sync recorded this far.
-			start.LiveHistoryID = old.LiveHistoryID
+			start.LiveHistoryID = max(start.LiveHistoryID, old.LiveHistoryID)
 		}
 		a.FullSyncStart = &start
 		if err := tx.AccountPut(a); err != nil {

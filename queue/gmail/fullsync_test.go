@@ -179,3 +179,72 @@ func TestPushDuringFullSyncBeforeItBegins(t *testing.T) {
 		t.Fatalf("after: status %s, watermark %d, mailbox at %d", a.Status, a.HistoryID, g.HistoryID(ann))
 	}
 }
+
+// TestResyncKeepsReadingHistory: after a resync is requested and before its
+// full sync begins, pushes are read from the account's watermark (live
+// changes do not wait for the full sync); once Gmail calls that watermark
+// too old, the history sync stops reading from it (no new full sync
+// request: the due one serves) until the full sync begins.
+func TestResyncKeepsReadingHistory(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{noStart: true})
+	acc := e.connect(ann, 20)
+	e.syncNow()
+	g := e.fake.Gmail
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	runSyncs := func() {
+		t.Helper()
+		for _, r := range e.records(queue.TypeGmailSync) {
+			must(e.run(r, r.Payload))
+		}
+	}
+	must(e.p.Resync(context.Background(), acc.ID))
+	must(g.MarkRead(ann, g.Messages(ann)[0].ID))
+	e.notify(ann)
+	runSyncs()
+	if n := len(e.records(queue.TypeGmailMessageRead)); n != 1 {
+		t.Fatalf("%d message-read events recorded before the full sync began, want 1", n)
+	}
+	if n := len(e.records(queue.TypeGmailFullSync)); n != 1 {
+		t.Fatalf("%d full syncs waiting, want the resync's", n)
+	}
+
+	must(g.MarkUnread(ann, g.Messages(ann)[0].ID))
+	must(g.ExpireHistory(ann))
+	requested := e.account(acc.ID).FullSyncRequested
+	e.notify(ann)
+	runSyncs()
+	if a := e.account(acc.ID); a.StaleHistoryID != a.HistoryID {
+		t.Fatalf("Gmail's 404 did not mark watermark %d as too old (stale %d)", a.HistoryID, a.StaleHistoryID)
+	}
+	calls := e.fake.Calls(googlefake.MethodHistoryList)
+	must(g.Trash(ann, g.Messages(ann)[1].ID))
+	e.notify(ann)
+	runSyncs()
+	if got := e.fake.Calls(googlefake.MethodHistoryList); got != calls {
+		t.Errorf("history.list called %d more times from a watermark Gmail called too old", got-calls)
+	}
+	if a := e.account(acc.ID); a.FullSyncRequested != requested {
+		t.Errorf("full sync requests %d, want still %d (the resync's full sync serves)", a.FullSyncRequested, requested)
+	}
+	e.syncNow()
+	for range 3 {
+		for _, typ := range []string{queue.TypeGmailMessageRead, queue.TypeGmailMessageUnread, queue.TypeGmailMessageTrashed} {
+			for _, r := range e.records(typ) {
+				must(e.run(r, r.Payload))
+			}
+		}
+		e.syncNow()
+	}
+	if diff := e.diff(acc.ID, ann); diff != "" {
+		t.Fatalf("mirror differs (-mailbox +mirror):\n%s", diff)
+	}
+	if a := e.account(acc.ID); a.Status != store.AccountReady || a.HistoryID != g.HistoryID(ann) || a.StaleHistoryID != 0 {
+		t.Fatalf("after: status %s, watermark %d (mailbox at %d), stale %d", a.Status, a.HistoryID, g.HistoryID(ann), a.StaleHistoryID)
+	}
+}

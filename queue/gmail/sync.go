@@ -90,18 +90,20 @@ func (p *Pipeline) historyPass(ctx context.Context, acc store.Account, from uint
 }
 
 // liveFrom returns the watermark the history sync reads from: the
-// account's, or while a full sync is due, how far the history since that
-// full sync's start is recorded. ok is false while a full sync is due and
-// has not begun (its start, taken when it begins, covers every change
-// before it: there is nothing to read yet).
+// account's, or while a full sync is due, how far the history since the
+// start of the full sync in progress is recorded (the account's until one
+// began). ok is false when there is none to read from: a first full sync
+// that has not begun (its start will cover every change before it), or a
+// watermark Gmail called too old.
 func liveFrom(acc store.Account) (from uint64, ok bool) {
-	if !needsFullSync(acc) {
-		return acc.HistoryID, true
+	from = acc.HistoryID
+	if s := acc.FullSyncStart; s != nil && needsFullSync(acc) {
+		from = max(s.HistoryID, s.LiveHistoryID)
 	}
-	if s := acc.FullSyncStart; s != nil && s.Requested == acc.FullSyncRequested {
-		return max(s.HistoryID, s.LiveHistoryID), true
+	if from == 0 || (from == acc.StaleHistoryID && needsFullSync(acc)) {
+		return 0, false
 	}
-	return 0, false
+	return from, true
 }
 
 func (p *Pipeline) now() time.Time { return p.cfg.Now().UTC() }
@@ -123,10 +125,10 @@ func needsFullSync(acc store.Account) bool {
 	return acc.HistoryID == 0 || acc.FullSyncRequested > acc.FullSyncCompleted
 }
 
-// requestFullSync marks the account for a full sync, because the history
-// from from is too old for Gmail, and records the full sync's task. A
-// full sync in progress whose start is not from (a newer one) serves the
-// request already.
+// requestFullSync marks the watermark from as too old for Gmail (the
+// history sync stops reading from it) and makes sure a full sync is due
+// and its task recorded: a new request unless one is due that has not
+// begun, or began after from was the watermark.
 func (p *Pipeline) requestFullSync(id string, from uint64) error {
 	err := p.db.Update(func(tx *store.Tx) error {
 		acc, err := tx.AccountGet(id)
@@ -134,9 +136,13 @@ func (p *Pipeline) requestFullSync(id string, from uint64) error {
 			return err
 		}
 		if cur, ok := liveFrom(acc); !ok || cur != from {
-			return nil // the watermark moved meanwhile: a full sync began or ended
+			return nil // the watermark moved meanwhile
 		}
-		acc.FullSyncRequested++
+		acc.StaleHistoryID = from
+		s := acc.FullSyncStart
+		if !needsFullSync(acc) || (s != nil && s.Requested == acc.FullSyncRequested) {
+			acc.FullSyncRequested++
+		}
 		if err := tx.AccountPut(acc); err != nil {
 			return err
 		}
