@@ -12,6 +12,7 @@ import (
 	"mailroom/internal/testkit"
 	"mailroom/queue/google/googlefake"
 	"mailroom/queue/rules"
+	"mailroom/store"
 )
 
 // budgetCoversGmail checks that every Gmail unit Google (the emulator)
@@ -135,6 +136,102 @@ func TestNewMailIsLabelledWhileAReclassifyRuns(t *testing.T) {
 		t.Errorf("the new message took %s to be labelled during the reclassify, want within two quota minutes (%s)", took, 2*window)
 	}
 	t.Logf("labelled %s after its push; reclassify at %d of %d batches", took.Round(time.Millisecond), st.Jobs[0].BatchesDone, st.Jobs[0].Batches)
+	if r := fake.Gmail.TotalQuotaRefusals(); r != 0 {
+		t.Errorf("Google refused %d calls", r)
+	}
+}
+
+// fullSyncDue reports whether the account's full sync has not ended (read
+// from bbolt: the API shows only the status).
+func fullSyncDue(t *testing.T, ta *apptest.App, accountID string) (due, begun bool) {
+	t.Helper()
+	var acc store.Account
+	if err := ta.DB().View(func(tx *store.Tx) (err error) { acc, err = tx.AccountGet(accountID); return err }); err != nil {
+		t.Fatal(err)
+	}
+	return acc.FullSyncCompleted < acc.FullSyncRequested, acc.FullSyncStart != nil
+}
+
+// Issue 12: a new message that matches a rule gets its label within
+// seconds even while a large reclassify and a full sync share its account.
+// The account (1,200 messages) is resynced; once its full sync is under
+// way, a rule on the body is saved (a reclassify that downloads every
+// message again); once both spend the account's quota, a matching message
+// arrives. Its label comes within two quota minutes, before the full sync
+// and the reclassify end, with the strict emulator and the real budget
+// (Gmail's minute compressed to 3 s, emulator and budget alike). At the
+// end the mirror equals the mailbox.
+func TestNewMailIsLabelledDuringAFullSync(t *testing.T) {
+	t.Parallel()
+	const window = 3 * time.Second
+	fake := googlefake.StartForTest(t, googlefake.Options{PushAudience: pushAudience, GmailQuotaWindow: window})
+	ta := apptest.Start(t, withGoogle(fake, func(cfg *app.Config) {
+		cfg.GmailQuotaWindow = window
+		cfg.ReclassifyDebounce, cfg.ReclassifyMaxWait, cfg.ReclassifyTick = 100*time.Millisecond, time.Second, 50*time.Millisecond
+	}))
+	userID := createUser(ta, "owner@example.com")
+	fake.AddAccount(gmailAddr)
+	storyThreads(t, fake, gmailAddr, 1000)
+	accID := seedAccount(t, ta, fake, userID, gmailAddr)
+
+	ta.JSON(http.MethodPost, "/api/v1/accounts/"+accID+"/resync", nil, http.StatusAccepted, nil)
+	testkit.Eventually(t, 30*time.Second, "the full sync to be under way", func() bool {
+		_, begun := fullSyncDue(t, ta, accID)
+		return begun && fake.Calls(googlefake.MethodMessagesGet) >= 100
+	})
+	spec := rules.Spec{Label: "Deploys", Match: "any", Conditions: []rules.Condition{{Field: "body", Op: "contains", Value: "deploy-7f3a"}}}
+	ta.JSON(http.MethodPost, "/api/v1/users/"+userID+"/rules", spec, http.StatusCreated, nil)
+	testkit.Eventually(t, 20*time.Second, "the reclassify to be under way", func() bool {
+		st := reclassify(ta, userID)
+		return len(st.Jobs) == 1 && st.Jobs[0].BatchesDone > 0
+	})
+	time.Sleep(window) // both fill the account's window
+
+	id, err := fake.Gmail.AddMessage(gmailAddr, googlefake.Message{From: "ci@example.com", To: gmailAddr, Subject: "done", Body: "deploy-7f3a finished"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pushed := time.Now()
+	if st := push(ta, fake, gmailAddr, fake.Gmail.HistoryID(gmailAddr)); st != http.StatusNoContent {
+		t.Fatalf("push: %d", st)
+	}
+	labelID := ""
+	testkit.Eventually(t, 4*window, "the new message to be labelled", func() bool {
+		if labelID == "" {
+			labelID, _ = fake.Gmail.LabelID(gmailAddr, "Deploys")
+		}
+		m, _ := fake.Gmail.Message(gmailAddr, id)
+		return labelID != "" && slices.Contains(m.LabelIDs, labelID)
+	})
+	took := time.Since(pushed)
+	if due, _ := fullSyncDue(t, ta, accID); !due {
+		t.Fatal("the full sync ended before the new message was labelled: live mail waited behind it")
+	}
+	st := reclassify(ta, userID)
+	if st.Jobs[0].FinishedAt != nil {
+		t.Fatalf("the reclassify finished first (%+v): the test did not overlap them", st.Jobs[0])
+	}
+	if took > 2*window {
+		t.Errorf("the new message took %s to be labelled during the full sync and the reclassify, want within two quota minutes (%s)", took, 2*window)
+	}
+	t.Logf("labelled %s after its push; reclassify at %d of %d batches; %d downloads so far",
+		took.Round(time.Millisecond), st.Jobs[0].BatchesDone, st.Jobs[0].Batches, fake.Calls(googlefake.MethodMessagesGet))
+
+	// Everything ends, and the mirror is the mailbox.
+	testkit.Eventually(t, 120*time.Second, "the full sync and every reclassify to end", func() bool {
+		due, _ := fullSyncDue(t, ta, accID)
+		st := reclassify(ta, userID)
+		if due || st.Pending != nil {
+			return false
+		}
+		for _, j := range st.Jobs {
+			if j.FinishedAt == nil {
+				return false
+			}
+		}
+		return true
+	})
+	waitMirror(ta, fake, accID, gmailAddr, 60*time.Second)
 	if r := fake.Gmail.TotalQuotaRefusals(); r != 0 {
 		t.Errorf("Google refused %d calls", r)
 	}
