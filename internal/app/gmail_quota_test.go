@@ -1,6 +1,7 @@
 package app_test
 
 import (
+	"context"
 	"net/http"
 	"slices"
 	"strings"
@@ -234,5 +235,57 @@ func TestNewMailIsLabelledDuringAFullSync(t *testing.T) {
 	waitMirror(ta, fake, accID, gmailAddr, 60*time.Second)
 	if r := fake.Gmail.TotalQuotaRefusals(); r != 0 {
 		t.Errorf("Google refused %d calls", r)
+	}
+}
+
+// Issue 14: the Gmail budget lives in the broker, which the embedded store
+// forgets at a restart. The next run counts the last window as fully spent
+// (until a window after the previous run was last seen alive): a full sync
+// stopped while the account's minute was nearly spent makes no Gmail call
+// in the new run until that minute has passed, so Google refuses nothing,
+// and then goes on to the end. (Before, the account resumed at half its
+// budget at once and Google refused the calls of the spent minute.) The
+// account's limit is 300 units a minute, the minute compressed to 3 s,
+// emulator and budget alike.
+func TestGmailQuotaAcrossRestart(t *testing.T) {
+	t.Parallel()
+	const window = 3 * time.Second
+	fake := googlefake.StartForTest(t, googlefake.Options{PushAudience: pushAudience, GmailQuotaWindow: window, GmailUserUnitsPerMinute: 300})
+	dir := t.TempDir()
+	cfg := withGoogle(fake, func(cfg *app.Config) {
+		cfg.DataDir = dir
+		cfg.GmailQuotaWindow, cfg.GmailUserUnits = window, 300
+	})
+	ta := apptest.Start(t, cfg)
+	userID := createUser(ta, "owner@example.com")
+	fake.AddAccount(gmailAddr)
+	storyThreads(t, fake, gmailAddr, 100) // 120 messages: 600 units of downloads
+	acc := connectAccount(ta, fake, userID, gmailAddr)
+	testkit.Eventually(t, 20*time.Second, "the account's minute to be nearly spent", func() bool {
+		used, _, _, _ := fake.Gmail.QuotaWindow(gmailAddr)
+		return used >= 250
+	})
+	stopped := time.Now()
+	if err := ta.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	before := fake.Gmail.QuotaUnits(gmailAddr)
+
+	ta = apptest.Start(t, cfg)
+	var v struct{ GmailQuota struct{ Status string } }
+	ta.JSON(http.MethodGet, "/api/v1/accounts/"+acc.ID, nil, http.StatusOK, &v)
+	if !strings.Contains(v.GmailQuota.Status, "counts as fully spent") {
+		t.Errorf("status right after the restart = %q, want it to say the lost minute counts as fully spent", v.GmailQuota.Status)
+	}
+	testkit.Eventually(t, 2*window, "the lost minute to nearly pass", func() bool { return time.Since(stopped) > window-200*time.Millisecond })
+	if u := fake.Gmail.QuotaUnits(gmailAddr); u != before {
+		t.Errorf("the new run spent %d Gmail units within the minute the previous run had spent", u-before)
+	}
+	waitMirror(ta, fake, acc.ID, gmailAddr, 60*time.Second)
+	if r := fake.Gmail.TotalQuotaRefusals(); r != 0 {
+		t.Errorf("Google refused %d calls across the restart", r)
+	}
+	if spent, counted := scrapeMetrics(ta)["mailroom_gmail_quota_units_total"], fake.Gmail.QuotaUnits(gmailAddr)-before; spent < float64(counted) {
+		t.Errorf("Google counted %d units of the new run, its budget spent %v: a call went around the budget", counted, spent)
 	}
 }

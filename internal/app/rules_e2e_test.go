@@ -98,9 +98,8 @@ func reclassify(ta *apptest.App, userID string) reclassifyStatus {
 func TestRuleSaveStory(t *testing.T) {
 	t.Parallel()
 	// Time is compressed 100x, Gmail's quota minute with it (emulator and
-	// budget alike): the seeded account resumes at half its 6,000 units (it
-	// looks synced before this process), and the reclassify's 60 batches
-	// spend about 3,000.
+	// budget alike): the reclassify's 60 batches spend about 3,000 of the
+	// account's 6,000 units.
 	fake := googlefake.StartForTest(t, googlefake.Options{GmailQuotaWindow: 600 * time.Millisecond})
 	ta := apptest.Start(t, withGoogle(fake, func(cfg *app.Config) {
 		cfg.ReclassifyDebounce = 600 * time.Millisecond

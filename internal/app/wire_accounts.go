@@ -22,7 +22,10 @@ func (a *App) wireAccounts(context.Context) error {
 		var err error
 		budget, err = google.NewBudget(google.BudgetConfig{
 			UserUnits: cfg.GmailUserUnits, ProjectUnits: cfg.GmailProjectUnits, Window: cfg.GmailQuotaWindow,
-			Logger: a.log, Registerer: a.registry,
+			// A window the broker lost (a restart of the embedded store)
+			// counts as fully spent until it has passed.
+			SpentUntil: a.watch.SpentUntil,
+			Logger:     a.log, Registerer: a.registry,
 		}, a.broker.Client())
 		if err != nil {
 			return err

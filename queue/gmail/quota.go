@@ -33,7 +33,8 @@ type QuotaView struct {
 	// Status is a sentence for the account's status line when work waits
 	// for quota or the project nears its daily threshold; empty otherwise.
 	Status string `json:"status,omitempty"`
-	// BlockedUntil is set while Google's retry time holds calls back.
+	// BlockedUntil is set while Google's retry time, or a window the broker
+	// lost (counted as fully spent), holds calls back.
 	BlockedUntil *time.Time `json:"blockedUntil,omitempty"`
 }
 
@@ -69,6 +70,13 @@ func (p *Pipeline) Quota(ctx context.Context, accountID string) (*QuotaView, err
 		t := u.BlockedUntil.UTC()
 		v.BlockedUntil = &t
 		parts = append(parts, "Google refused a call for quota; no Gmail call before "+t.Format("15:04:05")+" UTC")
+	}
+	if !u.LostUntil.IsZero() {
+		t := u.LostUntil.UTC()
+		if v.BlockedUntil == nil || t.After(*v.BlockedUntil) {
+			v.BlockedUntil = &t
+		}
+		parts = append(parts, "the broker lost the last minute's quota count (a restart): it counts as fully spent, no Gmail call before "+t.Format("15:04:05")+" UTC")
 	}
 	if u.Limit < u.Setting {
 		parts = append(parts, fmt.Sprintf("budget lowered to %d units a minute after Google's refusals (growing back to %d)", u.Limit, u.Setting))

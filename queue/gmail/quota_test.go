@@ -115,9 +115,11 @@ func TestQuotaStatusWhileWaiting(t *testing.T) {
 	}
 }
 
-// An account that had synced before this process opened it (a restart,
-// perhaps after kill -9 took the embedded broker's budget with it) resumes
-// at half its budget, growing back, not at full.
+// Without the broker's loss hook (BudgetConfig.SpentUntil, which the app
+// sets: TestGmailQuotaAcrossRestart), an account that had synced before
+// this process opened it (a restart, perhaps after kill -9 took the
+// embedded broker's budget with it) resumes at half its budget, growing
+// back, not at full.
 func TestRestartResumesTheBudgetConservatively(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{})

@@ -109,6 +109,16 @@ type BudgetConfig struct {
 	// default: from half to full in 7 windows, from 1% in 46), up to the
 	// setting. Default 10 windows.
 	Recover time.Duration
+	// SpentUntil, when set, is asked before each spend until when a window
+	// kept in the broker counts as fully spent because the broker lost it
+	// (queue.Watch.SpentUntil: a restart of the embedded store, a Redis
+	// that forgot): until then no Gmail call is granted, to any account or
+	// priority, as if the last minute (Window plus Margin) before the loss
+	// had spent every unit; after it the windows are empty and the budget
+	// spends up to its setting again (Google's refusals shrink it as
+	// always). Nil: the broker's windows are trusted, and Resume starts an
+	// account that may have spent before at half its setting instead.
+	SpentUntil func(window time.Duration) time.Time
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
 	// Logger. Default: discard.
@@ -398,10 +408,29 @@ type Grant struct {
 var refusalReasons = []string{"", "blocked after Google refused", "more urgent work of the account waits",
 	"the account's quota", "the project's quota", "the account's fair share of the project's quota"}
 
+// reasonLost names a refusal because the broker lost the window.
+const reasonLost = "the broker lost the quota window (a restart?): it counts as fully spent"
+
+// lostUntil returns until when the windows count as fully spent because
+// the broker lost them (BudgetConfig.SpentUntil); zero when they do not.
+func (b *Budget) lostUntil(now time.Time) time.Time {
+	if b.cfg.SpentUntil == nil {
+		return time.Time{}
+	}
+	until := b.cfg.SpentUntil(b.cfg.Window + b.cfg.Margin)
+	if !until.After(now) {
+		return time.Time{}
+	}
+	return until
+}
+
 // TrySpend takes units of the account's budget at priority p, or tells how
 // long to wait.
 func (b *Budget) TrySpend(ctx context.Context, account string, units int, p Priority) (Grant, error) {
 	now := b.cfg.Now()
+	if until := b.lostUntil(now); !until.IsZero() {
+		return Grant{Wait: until.Sub(now), Reason: reasonLost}, nil
+	}
 	res, err := spendScript.Run(ctx, b.rdb, b.keys(account, now),
 		append(b.args(now), units, int(p), account)...).Int64Slice()
 	if err != nil {
@@ -489,8 +518,14 @@ func (b *Budget) Refused(ctx context.Context, account string, kind int, retry ti
 // Resume starts an account this process has not spent for yet, but which
 // may have spent before a restart, at half its setting (growing back by
 // 10% a window), unless the broker still holds its budget. A crash never resets
-// the budget to full.
+// the budget to full. With BudgetConfig.SpentUntil it does nothing: the
+// hook knows whether the broker lost the windows, and a lost window counts
+// as fully spent until it has passed (more exact than half a budget for
+// several minutes, and it covers the project's window too).
 func (b *Budget) Resume(ctx context.Context, account string) error {
+	if b.cfg.SpentUntil != nil {
+		return nil
+	}
 	now := b.cfg.Now()
 	k := b.keys(account, now)
 	ttl := (20 * b.cfg.Window).Milliseconds()
@@ -515,6 +550,9 @@ type Usage struct {
 	Waiting []Priority
 	// BlockedUntil is set while Google's retry time holds calls back.
 	BlockedUntil time.Time
+	// LostUntil is set while the windows count as fully spent because the
+	// broker lost them (BudgetConfig.SpentUntil).
+	LostUntil time.Time
 }
 
 var usageScript = redis.NewScript(budgetLib + `
@@ -549,6 +587,7 @@ func (b *Budget) Usage(ctx context.Context, account string) (Usage, error) {
 	if bl := n(5); bl > now.UnixMilli() {
 		u.BlockedUntil = time.UnixMilli(bl)
 	}
+	u.LostUntil = b.lostUntil(now)
 	if ws, ok := v[6].([]any); ok {
 		for _, w := range ws {
 			if q, ok := w.(int64); ok {

@@ -214,6 +214,47 @@ func TestBudgetResumesConservatively(t *testing.T) {
 	})
 }
 
+// With the broker's loss hook (queue.Watch.SpentUntil), a window the
+// broker lost counts as fully spent until the hook's time, for every
+// account, priority and the project; then the budget spends its full
+// setting at once (the window is empty), and Resume changes nothing.
+func TestBudgetLostWindowCountsAsSpent(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, b *broker.Broker) {
+		ctx := context.Background()
+		var lostAt time.Time
+		var asked time.Duration
+		cfg := BudgetConfig{UserUnits: 1000, Window: time.Minute, SpentUntil: func(w time.Duration) time.Time {
+			asked = w
+			return lostAt.Add(w)
+		}}
+		bud, clk := newBudget(t, b, cfg)
+		lostAt = clk.Now().Add(-10 * time.Second)
+		if err := bud.Resume(ctx, "a"); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []Priority{PriorityLive, PriorityReclassify, PriorityBulk} {
+			g := spend(t, bud, "a", 1, p)
+			want := 51 * time.Second // the loss plus Google's minute and the 1 s margin
+			if g.OK || g.Wait != want || g.Reason != reasonLost {
+				t.Fatalf("%s call right after the loss: %+v, want refused for %s (%s)", p, g, want, reasonLost)
+			}
+		}
+		if asked != time.Minute+time.Second {
+			t.Errorf("asked for a window of %s, want the budget's (Google's minute plus the margin)", asked)
+		}
+		if u, _ := bud.Usage(ctx, "a"); u.LostUntil.IsZero() {
+			t.Errorf("Usage does not say the window counts as spent: %+v", u)
+		}
+		clk.Advance(51 * time.Second)
+		if g := spend(t, bud, "a", 980, PriorityLive); !g.OK || g.Limit != 1000 {
+			t.Fatalf("after the lost window: %+v, want the full setting", g)
+		}
+		if u, _ := bud.Usage(ctx, "a"); !u.LostUntil.IsZero() {
+			t.Errorf("Usage still says the window counts as spent: %+v", u)
+		}
+	})
+}
+
 // Past 90% of the project's window an account spends only up to its fair
 // share among the active accounts.
 func TestBudgetProjectFairShare(t *testing.T) {
