@@ -348,6 +348,11 @@ type FullSyncStart struct {
 	// sync has recorded the mailbox's changes (from HistoryID on): live
 	// changes are read during a full sync, not after it.
 	LiveHistoryID uint64 `json:"liveHistoryId,omitempty"`
+	// Messages is the mailbox's size when the full sync began (Gmail's
+	// profile); Fetched counts the messages it has stored so far. Their
+	// difference is the work left (the account's quota status).
+	Messages int `json:"messages,omitempty"`
+	Fetched  int `json:"fetched,omitempty"`
 }
 
 // FullSyncNoteFetched notes that the full sync in progress fetched ids.

@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -55,6 +56,7 @@ func TestGmailQuotaSettings(t *testing.T) {
 	var v struct {
 		GmailQuota struct {
 			UnitsLastMinute, Limit, Setting int
+			QueuedUnits, QueuedMinutes      int
 			Waiting                         []string
 			Status                          string
 		}
@@ -66,11 +68,17 @@ func TestGmailQuotaSettings(t *testing.T) {
 	if q := v.GmailQuota; q.Setting != 150 || q.UnitsLastMinute > 150 || q.Status == "" {
 		t.Errorf("gmailQuota = %+v, want the 150 setting, at most 150 units and a status", q)
 	}
+	// 48 messages to download at 5 units, a minute at most done: more
+	// than one minute of 150 units is queued.
+	if q := v.GmailQuota; q.QueuedUnits < 150 || q.QueuedMinutes < 2 ||
+		!strings.Contains(q.Status, fmt.Sprintf("waiting for Gmail quota: about %d minutes of work queued", q.QueuedMinutes)) {
+		t.Errorf("gmailQuota = %+v, want the full sync's downloads left in minutes of the budget", q)
+	}
 	if u := fake.Gmail.QuotaUnits(gmailAddr); u > 150 {
 		t.Errorf("Google counted %d units in the first minute; the setting is 150", u)
 	}
 	_, body := getPage(t, adminClient(ta), ta.URL+"/admin/accounts")
-	if !strings.Contains(body, "waiting for Gmail quota: bulk work queued") {
+	if !strings.Contains(body, "waiting for Gmail quota: about ") || !strings.Contains(body, " of work queued (bulk waiting") {
 		t.Error("the accounts page does not say the account waits for Gmail quota")
 	}
 	budgetCoversGmail(ta, fake, false)

@@ -115,18 +115,18 @@ func (p *Pipeline) fullSync(ctx context.Context, gm *google.Gmail, acc store.Acc
 	if err := p.refreshLabels(ctx, gm, acc.ID); err != nil {
 		return err
 	}
-	email, profileHID, err := gm.Profile(ctx)
+	prof, err := gm.ProfileInfo(ctx)
 	if err != nil {
 		return err
 	}
-	if !sameAddress(email, acc.Email) {
-		return queue.Permanent(fmt.Errorf("gmail: the token of account %s is for %s, not %s", acc.ID, email, acc.Email))
+	if !sameAddress(prof.Email, acc.Email) {
+		return queue.Permanent(fmt.Errorf("gmail: the token of account %s is for %s, not %s", acc.ID, prof.Email, acc.Email))
 	}
-	start, err := p.beginFullSync(acc.ID, requested, profileHID)
+	start, err := p.beginFullSync(acc.ID, requested, prof)
 	if err != nil {
 		return err
 	}
-	profileHID = start.HistoryID
+	profileHID := start.HistoryID
 	seen, err := p.listAndFetch(ctx, gm, acc.ID, run)
 	if err != nil {
 		return err
@@ -300,8 +300,15 @@ func (p *Pipeline) fetch(ctx context.Context, gm *google.Gmail, accountID, id st
 func (p *Pipeline) storeFetched(accountID string, msgs []google.Message) error {
 	err := p.db.Update(func(tx *store.Tx) error {
 		ids := make([]string, 0, len(msgs))
-		if _, err := tx.AccountGet(accountID); err != nil {
+		a, err := tx.AccountGet(accountID)
+		if err != nil {
 			return err
+		}
+		if s := a.FullSyncStart; s != nil && len(msgs) > 0 {
+			s.Fetched += len(msgs)
+			if err := tx.AccountPut(a); err != nil {
+				return err
+			}
 		}
 		for _, f := range msgs {
 			m, err := tx.MessageGet(accountID, f.ID)
@@ -325,7 +332,7 @@ func (p *Pipeline) storeFetched(accountID string, msgs []google.Message) error {
 
 // beginFullSync returns where the full sync serving request requested
 // began: recorded by an earlier, interrupted run, or now, at historyID.
-func (p *Pipeline) beginFullSync(accountID string, requested, historyID uint64) (store.FullSyncStart, error) {
+func (p *Pipeline) beginFullSync(accountID string, requested uint64, prof google.Profile) (store.FullSyncStart, error) {
 	var start store.FullSyncStart
 	err := p.db.Update(func(tx *store.Tx) error {
 		a, err := tx.AccountGet(accountID)
@@ -339,7 +346,7 @@ func (p *Pipeline) beginFullSync(accountID string, requested, historyID uint64) 
 		if err := tx.FullSyncForget(accountID); err != nil {
 			return err
 		}
-		start = store.FullSyncStart{Requested: requested, HistoryID: historyID, At: p.now().UTC()}
+		start = store.FullSyncStart{Requested: requested, HistoryID: prof.HistoryID, At: p.now().UTC(), Messages: prof.MessagesTotal}
 		// The history sync recorded this far already (beside an older
 		// full sync, or from the account's watermark until this one began).
 		start.LiveHistoryID = a.HistoryID
@@ -362,7 +369,7 @@ func (p *Pipeline) beginFullSync(accountID string, requested, historyID uint64) 
 	if err != nil {
 		return start, fmt.Errorf("gmail: begin full sync of account %s: %w", accountID, err)
 	}
-	if start.HistoryID != historyID {
+	if start.HistoryID != prof.HistoryID {
 		p.log.Info("resuming an interrupted full sync", "account_id", accountID, "started_at", start.At, "history_id", start.HistoryID)
 	}
 	return start, nil

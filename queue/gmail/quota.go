@@ -1,12 +1,16 @@
 package gmail
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
 
+	"mailroom/queue"
 	"mailroom/queue/google"
+	"mailroom/store"
 )
 
 // QuotaView is an account's use of its Gmail quota budget now, for the
@@ -30,6 +34,11 @@ type QuotaView struct {
 	// Waiting names the kinds of work waiting for budget (live,
 	// reclassify, bulk); empty when none waits.
 	Waiting []string `json:"waiting,omitempty"`
+	// QueuedUnits estimates, while work waits, the units of the account's
+	// work left (see Backlog), and QueuedMinutes the minutes of its budget
+	// (Limit a minute) they take, rounded up.
+	QueuedUnits   int `json:"queuedUnits,omitempty"`
+	QueuedMinutes int `json:"queuedMinutes,omitempty"`
 	// Status is a sentence for the account's status line when work waits
 	// for quota or the project nears its daily threshold; empty otherwise.
 	Status string `json:"status,omitempty"`
@@ -63,8 +72,13 @@ func (p *Pipeline) Quota(ctx context.Context, accountID string) (*QuotaView, err
 		v.Waiting = append(v.Waiting, w.String())
 	}
 	if len(v.Waiting) > 0 {
-		parts = append(parts, fmt.Sprintf("waiting for Gmail quota: %s work queued (%d of %d units spent in the last minute)",
-			strings.Join(v.Waiting, ", "), u.Used, u.Limit))
+		units, err := p.Backlog(ctx, accountID)
+		if err != nil {
+			return nil, err
+		}
+		v.QueuedUnits, v.QueuedMinutes = units, minutesOf(units, u.Limit)
+		parts = append(parts, fmt.Sprintf("waiting for Gmail quota: about %s of work queued (%s waiting; %d of %d units spent in the last minute)",
+			plural(v.QueuedMinutes, "minute"), strings.Join(v.Waiting, ", "), u.Used, u.Limit))
 	}
 	if !u.BlockedUntil.IsZero() {
 		t := u.BlockedUntil.UTC()
@@ -99,4 +113,108 @@ func (p *Pipeline) WithQuota(ctx context.Context, views []AccountView) error {
 		views[i].GmailQuota = q
 	}
 	return nil
+}
+
+// minutesOf is how many minutes of a budget of limit units a minute the
+// units take, rounded up (at least 1).
+func minutesOf(units, limit int) int {
+	if limit <= 0 {
+		return 1
+	}
+	return max(1, (units+limit-1)/limit)
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
+}
+
+// taskTable is how the pipeline finds the queue of a task type (the
+// queue's enqueue side, *queue.Queue, has it).
+type taskTable interface{ Table() *queue.Table }
+
+// Backlog estimates the Gmail quota units of the account's work left, from
+// Google's per-method costs: the messages its full sync has still to
+// download (messages.get, and the list pages; before a resync begins, the
+// mirror's size), its reclassify batches waiting (a messages.batchModify
+// each, and a messages.get per thread when a rule reads bodies) and its
+// message-added tasks waiting (a messages.get each). Event tasks that only
+// change the mirror cost no quota. An estimate: a batch may need more than
+// one batchModify or none, a thread more than one message.
+func (p *Pipeline) Backlog(ctx context.Context, accountID string) (int, error) {
+	var acc store.Account
+	var counts store.MessageCounts
+	err := p.db.View(func(tx *store.Tx) (err error) {
+		if acc, err = tx.AccountGet(accountID); err != nil {
+			return err
+		}
+		counts, err = tx.MessageCounts(accountID)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("gmail: backlog of account %s: %w", accountID, err)
+	}
+	left := 0
+	switch s := acc.FullSyncStart; {
+	case s != nil:
+		left = max(s.Messages-s.Fetched, 0)
+	case needsFullSync(acc):
+		left = counts.Total
+	}
+	units := left*google.UnitsMessagesGet + (left+listPageSize-1)/listPageSize*google.UnitsMessagesList
+	body, err := p.rules.NeedsBody(ctx, accountID)
+	if err != nil {
+		return 0, fmt.Errorf("gmail: backlog of account %s: %w", accountID, err)
+	}
+	added, batches, threads, err := p.queuedTasks(accountID)
+	if err != nil {
+		return 0, err
+	}
+	units += added*google.UnitsMessagesGet + batches*google.UnitsBatchModify
+	if body {
+		units += threads * google.UnitsMessagesGet
+	}
+	return units, nil
+}
+
+// queuedTasks counts the account's message-added tasks and reclassify
+// batches (with their threads) in the outbox.
+func (p *Pipeline) queuedTasks(accountID string) (added, batches, threads int, err error) {
+	tt, ok := p.queue.(taskTable)
+	if !ok {
+		return 0, 0, 0, nil
+	}
+	needle := []byte(`"accountId":"` + accountID + `"`)
+	scan := func(tx *store.Tx, typ string, fn func(store.OutboxRecord)) error {
+		row, ok := tt.Table().Lookup(typ)
+		if !ok {
+			return nil
+		}
+		return tx.OutboxScan(row.Queue, "", 0, func(r store.OutboxRecord) bool {
+			if r.Type == typ && bytes.Contains(r.Payload, needle) {
+				fn(r)
+			}
+			return true
+		})
+	}
+	err = p.db.View(func(tx *store.Tx) error {
+		if err := scan(tx, queue.TypeGmailMessageAdded, func(store.OutboxRecord) { added++ }); err != nil {
+			return err
+		}
+		return scan(tx, queue.TypeRulesReclassifyBatch, func(r store.OutboxRecord) {
+			var b struct {
+				ThreadIDs []string `json:"threadIds"`
+			}
+			batches++
+			if json.Unmarshal(r.Payload, &b) == nil {
+				threads += len(b.ThreadIDs)
+			}
+		})
+	})
+	if err != nil {
+		return 0, 0, 0, fmt.Errorf("gmail: queued work of account %s: %w", accountID, err)
+	}
+	return added, batches, threads, nil
 }

@@ -2,12 +2,14 @@ package gmail_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"mailroom/internal/testkit"
+	"mailroom/queue"
 	"mailroom/queue/gmail"
 	"mailroom/queue/google"
 	"mailroom/queue/google/accounts"
@@ -107,8 +109,14 @@ func TestQuotaStatusWhileWaiting(t *testing.T) {
 		q, err = e.p.Quota(context.Background(), acc.ID)
 		return err == nil && q != nil && slices.Contains(q.Waiting, "bulk")
 	})
-	if !strings.Contains(q.Status, "waiting for Gmail quota: bulk work queued") || q.UnitsLastMinute < 70 || q.Setting != 100 {
+	if !strings.Contains(q.Status, "waiting for Gmail quota: about ") || !strings.Contains(q.Status, "bulk waiting") ||
+		q.UnitsLastMinute < 70 || q.Setting != 100 {
 		t.Errorf("quota view while waiting = %+v", q)
+	}
+	// 60 messages to download, at most 16 of them (80 units) done in the
+	// first minute: at least 44 left, 220 units and more, 3 minutes or 4.
+	if q.QueuedUnits < 220 || q.QueuedUnits > 60*5+5 || q.QueuedMinutes != (q.QueuedUnits+q.Limit-1)/q.Limit {
+		t.Errorf("queued work = %d units, %d minutes (limit %d); want the full sync's downloads left", q.QueuedUnits, q.QueuedMinutes, q.Limit)
 	}
 	if e.fake.Gmail.TotalQuotaUnits() > 100 {
 		t.Errorf("Google counted %d units in the first minute, the budget allows 100", e.fake.Gmail.TotalQuotaUnits())
@@ -151,5 +159,74 @@ func TestRestartResumesTheBudgetConservatively(t *testing.T) {
 	}
 	if u.Limit < 3000 || u.Limit > 3100 {
 		t.Errorf("budget after the restart = %d, want about half the 6,000 setting", u.Limit)
+	}
+}
+
+// bodyRules is a RuleApplier whose rules read bodies.
+type bodyRules struct{ gmail.NoRules }
+
+func (bodyRules) NeedsBody(context.Context, string) (bool, error) { return true, nil }
+
+// While work waits for quota, the status says how many minutes of the
+// account's budget its queued work takes: the full sync's downloads left,
+// its reclassify batches (a batchModify each, a download a thread when a
+// rule reads bodies) and its message-added tasks (a download each), by
+// Google's costs, over its units a minute. Another account's work does not
+// count.
+func TestQuotaStatusEstimatesQueuedWork(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{noStart: true, rules: bodyRules{}, budget: google.BudgetConfig{UserUnits: 100}})
+	acc := e.connect(ann, 0)
+	other := e.connect("bob@example.com", 0)
+	err := e.db.Update(func(tx *store.Tx) error {
+		a, err := tx.AccountGet(acc.ID)
+		if err != nil {
+			return err
+		}
+		a.FullSyncStart = &store.FullSyncStart{Requested: a.FullSyncRequested, HistoryID: 1, Messages: 1000, Fetched: 400}
+		if err := tx.AccountPut(a); err != nil {
+			return err
+		}
+		for i := range 3 {
+			if _, _, err := e.q.Enqueue(tx, queue.TypeGmailMessageAdded, gmail.Event{AccountID: acc.ID, MessageID: fmt.Sprint("m", i)}); err != nil {
+				return err
+			}
+		}
+		for _, id := range []string{acc.ID, acc.ID, other.ID} {
+			threads := make([]string, 10)
+			for i := range threads {
+				threads[i] = fmt.Sprint("t", i)
+			}
+			if _, _, err := e.q.Enqueue(tx, queue.TypeRulesReclassifyBatch, map[string]any{"jobId": "j", "accountId": id, "threadIds": threads}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if q, err := e.p.Quota(ctx, acc.ID); err != nil || q.Status != "" || q.QueuedUnits != 0 {
+		t.Fatalf("nothing waits yet: %+v, %v", q, err)
+	}
+	if g, err := e.budget.TrySpend(ctx, acc.ID, 100, google.PriorityLive); err != nil || !g.OK {
+		t.Fatal(g, err)
+	}
+	if g, err := e.budget.TrySpend(ctx, acc.ID, 5, google.PriorityBulk); err != nil || g.OK {
+		t.Fatal("bulk should wait", g, err)
+	}
+	q, err := e.p.Quota(ctx, acc.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 600 downloads left and 2 list pages: 3,010; 3 message-added: 15;
+	// 2 batches: 100, and 20 threads' bodies: 100.
+	const want = 600*5 + 2*5 + 3*5 + 2*50 + 20*5
+	if q.QueuedUnits != want || q.QueuedMinutes != 33 {
+		t.Errorf("queued = %d units, %d minutes; want %d units, 33 minutes of 100 units", q.QueuedUnits, q.QueuedMinutes, want)
+	}
+	if !strings.Contains(q.Status, "waiting for Gmail quota: about 33 minutes of work queued (bulk waiting; 100 of 100 units spent in the last minute)") {
+		t.Errorf("status = %q", q.Status)
 	}
 }

@@ -142,15 +142,29 @@ const maxRefusedRetries = 3
 
 // Profile returns the account's address and current history id.
 func (g *Gmail) Profile(ctx context.Context) (email string, historyID uint64, err error) {
+	p, err := g.ProfileInfo(ctx)
+	return p.Email, p.HistoryID, err
+}
+
+// Profile is users.getProfile's answer.
+type Profile struct {
+	Email     string
+	HistoryID uint64
+	// MessagesTotal is the number of messages in the mailbox.
+	MessagesTotal int
+}
+
+// ProfileInfo returns the mailbox's address, history id and size.
+func (g *Gmail) ProfileInfo(ctx context.Context) (Profile, error) {
 	var p *gmailapi.Profile
-	err = g.call(ctx, true, UnitsGetProfile, func() (err error) {
+	err := g.call(ctx, true, UnitsGetProfile, func() (err error) {
 		p, err = g.svc.Users.GetProfile(me).Context(ctx).Do()
 		return err
 	})
 	if err != nil {
-		return "", 0, fmt.Errorf("google: gmail profile: %w", err)
+		return Profile{}, fmt.Errorf("google: gmail profile: %w", err)
 	}
-	return p.EmailAddress, p.HistoryId, nil
+	return Profile{Email: p.EmailAddress, HistoryID: p.HistoryId, MessagesTotal: int(p.MessagesTotal)}, nil
 }
 
 // ListMessages returns a page of every message id (spam and trash
