@@ -248,3 +248,50 @@ func TestResyncKeepsReadingHistory(t *testing.T) {
 		t.Fatalf("after: status %s, watermark %d (mailbox at %d), stale %d", a.Status, a.HistoryID, g.HistoryID(ann), a.StaleHistoryID)
 	}
 }
+
+// TestHistoryTooOldDuringFullSync: while a full sync runs, Gmail drops the
+// history since its start (history.list answers 404 from there). The
+// history sync asks for one new full sync (not one per push), the running
+// one does it as its next pass from a new start, and the mirror converges.
+func TestHistoryTooOldDuringFullSync(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{
+		fake:   googlefake.Options{GmailQuotaWindow: 2 * time.Second},
+		budget: google.BudgetConfig{Window: 2 * time.Second},
+	})
+	g := e.fake.Gmail
+	refresh := e.fake.AddAccount(ann)
+	if _, err := g.Generate(ann, 300, 9); err != nil {
+		t.Fatal(err)
+	}
+	slow := g.Messages(ann)[0] // the last download of the only page
+	fault, err := e.fake.InjectFault(googlefake.Fault{Method: googlefake.MethodMessagesGet, MessageID: slow.ID, Latency: 3 * time.Second, Times: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	acc, _, err := e.p.Connect(context.Background(), gmail.ConnectRequest{UserID: e.user.ID, Email: ann, Token: google.Token{RefreshToken: refresh}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 30*time.Second, "the full sync to be held", func() bool { return fault.Fired() == 1 })
+	for i, m := range g.Messages(ann)[100:103] {
+		if err := g.AddLabels(ann, m.ID, googlefake.LabelStarred); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			if err := g.ExpireHistory(ann); err != nil {
+				t.Fatal(err)
+			}
+		}
+		e.notify(ann)
+	}
+	testkit.Eventually(t, 10*time.Second, "the history sync to find its start too old", func() bool {
+		return e.account(acc.ID).StaleHistoryID != 0
+	})
+	e.waitConverged(acc.ID, ann, 60*time.Second)
+	a := e.account(acc.ID)
+	if a.FullSyncRequested != 2 || a.FullSyncCompleted != 2 || a.Status != store.AccountReady || a.HistoryID != g.HistoryID(ann) {
+		t.Fatalf("after: requested %d, completed %d (want 2: the connect's and one for the lost history), status %s, watermark %d of %d",
+			a.FullSyncRequested, a.FullSyncCompleted, a.Status, a.HistoryID, g.HistoryID(ann))
+	}
+}
