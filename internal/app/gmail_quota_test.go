@@ -286,8 +286,10 @@ func TestGmailQuotaAcrossRestart(t *testing.T) {
 		t.Errorf("status right after the restart = %q, want it to say the lost minute counts as fully spent", v.GmailQuota.Status)
 	}
 	testkit.Eventually(t, 2*window, "the lost minute to nearly pass", func() bool { return time.Since(stopped) > window-200*time.Millisecond })
-	if u := fake.Gmail.QuotaUnits(gmailAddr); u != before {
+	if u := fake.Gmail.QuotaUnits(gmailAddr); u != before && time.Since(stopped) < window {
 		t.Errorf("the new run spent %d Gmail units within the minute the previous run had spent", u-before)
+	} else if time.Since(stopped) >= window {
+		t.Logf("the restart took %s, past the lost minute: only Google's refusals are checked", time.Since(stopped))
 	}
 	waitMirror(ta, fake, acc.ID, gmailAddr, 60*time.Second)
 	if r := fake.Gmail.TotalQuotaRefusals(); r != 0 {
