@@ -116,6 +116,11 @@ type Overrides struct {
 	// instead of Go's default transport (the gmail-quota benchmark wraps
 	// it with the limiters of the design before the Gmail budget).
 	GoogleTransport http.RoundTripper
+	// GmailQuotaRestartsWithProcess: the Google the app talks to starts
+	// with the process (the demo's emulator), so what it counted is lost
+	// with the broker's windows at a restart: the Gmail budget does not
+	// wait out a lost window (nor resume accounts at half).
+	GmailQuotaRestartsWithProcess bool
 	// GmailOnApplied is called after each Gmail event is applied.
 	GmailOnApplied func(gmail.Applied)
 	// RulesNaive runs the rules pipeline as the original design did

@@ -19,12 +19,17 @@ func (a *App) wireAccounts(context.Context) error {
 	// Gmail call of every pipeline spends from it.
 	var budget *google.Budget
 	if !cfg.Overrides.GmailQuotaOff {
+		// A window the broker lost (a restart of the embedded store) counts
+		// as fully spent until it has passed, unless Google's count was
+		// lost with it (the demo's emulator).
+		spentUntil := a.watch.SpentUntil
+		if cfg.Overrides.GmailQuotaRestartsWithProcess {
+			spentUntil = func(time.Duration) time.Time { return time.Time{} }
+		}
 		var err error
 		budget, err = google.NewBudget(google.BudgetConfig{
 			UserUnits: cfg.GmailUserUnits, ProjectUnits: cfg.GmailProjectUnits, Window: cfg.GmailQuotaWindow,
-			// A window the broker lost (a restart of the embedded store)
-			// counts as fully spent until it has passed.
-			SpentUntil: a.watch.SpentUntil,
+			SpentUntil: spentUntil,
 			Logger:     a.log, Registerer: a.registry,
 		}, a.broker.Client())
 		if err != nil {

@@ -88,6 +88,10 @@ func wire(ctx context.Context, b *app.Builder) (*demo, error) {
 		shortened = append(shortened, fmt.Sprintf("gmail-user-units-per-minute=%d", demoGmailUserUnits))
 	}
 
+	// The emulator starts with the process: its Gmail quota count is new at
+	// every start, so a restart does not wait out the last minute.
+	cfg.Overrides.GmailQuotaRestartsWithProcess = true
+
 	// Push: Pub/Sub's OIDC token, signed by the emulator and checked
 	// against its certificates, as in production.
 	pushURL := cfg.BaseURL() + "/push/gmail"
