@@ -317,7 +317,7 @@ func (f *gmailFleet) report(r *Result, times []time.Duration, ok []bool, elapsed
 	r.Notes = append(r.Notes,
 		fmt.Sprintf("%d accounts (one user each) connected at once, each with %d messages to sync and %d new messages (each with its push) at random moments of the first half window; an account has converged when its full sync is done, its watermark is its mailbox's history id and it stores as many messages as the mailbox lists (the time is the last time it became so, from the first connect; the scenario waits at most %s, four times the least time and two minutes, and an account not converged by then counts as converging at the end, \"never\" below); the least the work needs is %d units (per account labels.list, getProfile, a messages.list page per 500 messages and a messages.get per message, live ones included); %d calls in all over %s", sz.accounts, sz.messages, sz.live, f.timeout().Round(time.Second), f.leastUnits(), calls, elapsed.Round(time.Millisecond)),
 		fmt.Sprintf("Gmail's minute compressed to %s, for the emulator and the budget alike (MAILROOM_GMAIL_QUOTA_WINDOW=%s); budget MAILROOM_GMAIL_PROJECT_UNITS_PER_MINUTE=%d per that window, below what the %d accounts would spend (so it binds); the user budget at serve's 6,000; the emulator at Google's documented limits per window (6,000 per user, 1,200,000 per project), so the most units in a window is mailroom's own pacing, counted exactly by the emulator over a sliding window; settings not compressed: the budget's 20 s longest in-task wait, the 5 s delayed-task check, the 100 ms task poll", sz.window, sz.window, sz.project, sz.accounts),
-		"the app built by app.New with serve's defaults (4 gmail-sync workers, 8 fetches in parallel per full sync) except: Google URLs at the emulator, MAILROOM_PUSH_TOKEN, MAILROOM_GMAIL_POLL_INTERVAL=1h, MAILROOM_SHUTDOWN_TIMEOUT=2s and the two quota settings above",
+		"the app built by app.New with serve's defaults (4 gmail-full-sync and 4 gmail-sync workers, 8 fetches in parallel per full sync) except: Google URLs at the emulator, MAILROOM_PUSH_TOKEN, MAILROOM_GMAIL_POLL_INTERVAL=1h, MAILROOM_SHUTDOWN_TIMEOUT=2s and the two quota settings above",
 		"times to converge (s), in connect order: "+strings.Join(secs, " "),
 		fmt.Sprintf("Gmail units by method, all accounts (emulator's count): %v; calls by method: %v", f.unitsByMethod(), f.fake.CallCounts()))
 }
@@ -346,7 +346,7 @@ func (f *gmailFleet) waitIdle(ctx context.Context, d time.Duration) error {
 	return waitFor(ctx, d, "every account and event", func() (bool, error) {
 		left := false
 		err := f.db.View(func(tx *store.Tx) error {
-			for _, typ := range append([]string{queue.TypeGmailSync}, gmailEventTypes...) {
+			for _, typ := range append([]string{queue.TypeGmailSync, queue.TypeGmailFullSync}, gmailEventTypes...) {
 				waiting, err := f.q.Waiting(tx, typ)
 				if err != nil || waiting {
 					left = waiting

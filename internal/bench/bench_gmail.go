@@ -162,7 +162,7 @@ func (g *gmailBench) waitIdle(ctx context.Context, d time.Duration) error {
 	return waitFor(ctx, d, "every event", func() (bool, error) {
 		left := false
 		err := g.db.View(func(tx *store.Tx) error {
-			for _, typ := range append([]string{queue.TypeGmailSync}, gmailEventTypes...) {
+			for _, typ := range append([]string{queue.TypeGmailSync, queue.TypeGmailFullSync}, gmailEventTypes...) {
 				waiting, err := g.q.Waiting(tx, typ)
 				if err != nil || waiting {
 					left = waiting
