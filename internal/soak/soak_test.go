@@ -30,6 +30,9 @@ const (
 	// drainTimeout bounds the wait, after the load, for every check to hold.
 	drainTimeout = 4 * time.Minute
 
+	// soakGmailMinute is Gmail's quota minute in the soak.
+	soakGmailMinute = 5 * time.Second
+
 	pushAudience = "https://soak.mailroom.test/push/gmail"
 	pushTopic    = "projects/mailroom-soak/topics/gmail"
 )
@@ -137,6 +140,11 @@ func newWorld(t *testing.T, cfg soakConfig) *world {
 		PushURL:            "http://" + w.addr + "/push/gmail",
 		PushAudience:       pushAudience,
 		PushServiceAccount: googlefake.DefaultPushServiceAccount,
+		// Gmail's minute compressed (emulator and budget alike): a restart
+		// counts the minute before it as fully spent (the embedded broker
+		// lost the budget), and with kills every 20 to 60 s a real minute
+		// would stop Gmail for the whole load.
+		GmailQuotaWindow: soakGmailMinute,
 	})
 	hs := httptest.NewServer(w.fake.Handler())
 	t.Cleanup(hs.Close)
@@ -154,6 +162,7 @@ func newWorld(t *testing.T, cfg soakConfig) *world {
 		// Settings that differ from serve's defaults, so that a minute
 		// holds many cycles of each pipeline (README, reliability).
 		"MAILROOM_GMAIL_POLL_INTERVAL=10s",
+		"MAILROOM_GMAIL_QUOTA_WINDOW=" + soakGmailMinute.String(),
 		"MAILROOM_RECLASSIFY_DEBOUNCE=1s",
 		"MAILROOM_RECLASSIFY_MAX_WAIT=5s",
 		"MAILROOM_RECLASSIFY_TICK=200ms",
