@@ -163,7 +163,7 @@ func fullSyncDue(t *testing.T, ta *apptest.App, accountID string) (due, begun bo
 
 // Issue 12: a new message that matches a rule gets its label within
 // seconds even while a large reclassify and a full sync share its account.
-// The account (1,200 messages) is resynced; once its full sync is under
+// The account (3,000 messages) is resynced; once its full sync is under
 // way, a rule on the body is saved (a reclassify that downloads every
 // message again); once both spend the account's quota, a matching message
 // arrives. Its label comes within two quota minutes, before the full sync
@@ -180,7 +180,7 @@ func TestNewMailIsLabelledDuringAFullSync(t *testing.T) {
 	}))
 	userID := createUser(ta, "owner@example.com")
 	fake.AddAccount(gmailAddr)
-	storyThreads(t, fake, gmailAddr, 1000)
+	storyThreads(t, fake, gmailAddr, 2500) // 3,000 messages: a reclassify of several quota minutes
 	accID := seedAccount(t, ta, fake, userID, gmailAddr)
 
 	ta.JSON(http.MethodPost, "/api/v1/accounts/"+accID+"/resync", nil, http.StatusAccepted, nil)
