@@ -45,13 +45,9 @@ func Option() app.Option {
 	}
 }
 
-// wire is Option, returning the demo (the tests drive it).
-func wire(ctx context.Context, b *app.Builder) (*demo, error) {
-	cfg := b.Config()
-	log := b.Logger().With("component", "demo")
-	// The demo's own requests are logged at debug level.
-	b.SetLogger(slog.New(demoLogHandler{b.Logger().Handler()}))
-
+// warnReplacedGoogleSettings warns about the Google settings the demo's
+// simulated Google replaces.
+func warnReplacedGoogleSettings(log *slog.Logger, cfg *app.Config) {
 	var replaced []string
 	for _, s := range []struct {
 		name string
@@ -70,6 +66,16 @@ func wire(ctx context.Context, b *app.Builder) (*demo, error) {
 	if len(replaced) > 0 {
 		log.Warn("demo: the simulated Google replaces these Google settings; restart without --demo to use them", "settings", strings.Join(replaced, ","))
 	}
+}
+
+// wire is Option, returning the demo (the tests drive it).
+func wire(ctx context.Context, b *app.Builder) (*demo, error) {
+	cfg := b.Config()
+	log := b.Logger().With("component", "demo")
+	// The demo's own requests are logged at debug level.
+	b.SetLogger(slog.New(demoLogHandler{b.Logger().Handler()}))
+
+	warnReplacedGoogleSettings(log, cfg)
 
 	defaults := app.Defaults()
 	var shortened []string
