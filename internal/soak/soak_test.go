@@ -30,8 +30,9 @@ const (
 	// drainTimeout bounds the wait, after the load, for every check to hold.
 	drainTimeout = 4 * time.Minute
 
-	// soakGmailMinute is Gmail's quota minute in the soak.
-	soakGmailMinute = 5 * time.Second
+	// soakQuotaMinute is the minute of Google's quotas (Gmail's and
+	// Sheets') in the soak, for the emulator and mailroom alike.
+	soakQuotaMinute = 5 * time.Second
 
 	pushAudience = "https://soak.mailroom.test/push/gmail"
 	pushTopic    = "projects/mailroom-soak/topics/gmail"
@@ -140,11 +141,12 @@ func newWorld(t *testing.T, cfg soakConfig) *world {
 		PushURL:            "http://" + w.addr + "/push/gmail",
 		PushAudience:       pushAudience,
 		PushServiceAccount: googlefake.DefaultPushServiceAccount,
-		// Gmail's minute compressed (emulator and budget alike): a restart
-		// counts the minute before it as fully spent (the embedded broker
-		// lost the budget), and with kills every 20 to 60 s a real minute
-		// would stop Gmail for the whole load.
-		GmailQuotaWindow: soakGmailMinute,
+		// Google's quota minutes compressed (emulator and mailroom alike): a
+		// restart counts the minute before it as fully spent (the embedded
+		// broker lost the windows), and with kills every 20 to 60 s a real
+		// minute would stop Gmail and Sheets calls for the whole load.
+		GmailQuotaWindow: soakQuotaMinute,
+		SheetsWindow:     soakQuotaMinute,
 	})
 	hs := httptest.NewServer(w.fake.Handler())
 	t.Cleanup(hs.Close)
@@ -162,7 +164,8 @@ func newWorld(t *testing.T, cfg soakConfig) *world {
 		// Settings that differ from serve's defaults, so that a minute
 		// holds many cycles of each pipeline (README, reliability).
 		"MAILROOM_GMAIL_POLL_INTERVAL=10s",
-		"MAILROOM_GMAIL_QUOTA_WINDOW=" + soakGmailMinute.String(),
+		"MAILROOM_GMAIL_QUOTA_WINDOW=" + soakQuotaMinute.String(),
+		"MAILROOM_SHEETS_QUOTA_WINDOW=" + soakQuotaMinute.String(),
 		"MAILROOM_RECLASSIFY_DEBOUNCE=1s",
 		"MAILROOM_RECLASSIFY_MAX_WAIT=5s",
 		"MAILROOM_RECLASSIFY_TICK=200ms",
