@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"mailroom/queue"
 	"mailroom/queue/google"
@@ -172,7 +173,9 @@ func (p *Pipeline) fullSyncSlice(ctx context.Context, gm *google.Gmail, accountI
 	size := min(listPageSize, p.cfg.FullSyncSlice)
 	token, fetched := start.PageToken, 0
 	for fetched < p.cfg.FullSyncSlice {
-		refs, next, err := gm.ListMessages(ctx, token, size)
+		var refs []google.MessageRef
+		var next string
+		err := bulkCall(ctx, func() (err error) { refs, next, err = gm.ListMessages(ctx, token, size); return err })
 		if err != nil && token != "" && queue.IsPermanent(err) && !errors.Is(err, google.ErrRevoked) {
 			// Gmail no longer takes the token (it expired meanwhile):
 			// list again from the first page; stored messages are skipped.
@@ -327,6 +330,31 @@ func tombstoneUnlisted(tx *store.Tx, accountID string, profileHID uint64) error 
 	return nil
 }
 
+// fullSyncProjectWait is the longest one Gmail call of a full sync waits
+// in its task while the project's window is spent
+// (google.ErrProjectQuotaWait): no account's full sync could run
+// meanwhile, and a run handed back would come back after the runs of
+// other accounts that were enqueued behind it, so its account would lose
+// its turn. Other quota waits hand the run back as every task does.
+const fullSyncProjectWait = 2 * time.Minute
+
+// bulkCall runs fn, a Gmail call of a full sync, again after each wait for
+// the project's window, up to fullSyncProjectWait.
+func bulkCall(ctx context.Context, fn func() error) error {
+	waited := time.Duration(0)
+	for {
+		err := fn()
+		wait, limited := queue.RetryAfter(err)
+		if !limited || !errors.Is(err, google.ErrProjectQuotaWait) || waited+wait > fullSyncProjectWait {
+			return err
+		}
+		if err := queue.Wait(ctx, wait); err != nil {
+			return err
+		}
+		waited += wait
+	}
+}
+
 // storeChunk is how many fetched messages a full sync stores in one
 // transaction while it fetches more.
 const storeChunk = 25
@@ -351,7 +379,8 @@ func (p *Pipeline) fetchAndStore(ctx context.Context, gm *google.Gmail, accountI
 		go func() {
 			defer wg.Done()
 			for id := range next {
-				m, err := p.fetch(ctx, gm, accountID, id, false)
+				var m google.Message
+				err := bulkCall(ctx, func() (err error) { m, err = p.fetch(ctx, gm, accountID, id, false); return err })
 				if err != nil && !errors.Is(err, google.ErrNotFound) {
 					failed.Store(true)
 				}

@@ -45,6 +45,7 @@ func TestFullSyncHandedBackMidPageFetchesNoMessageTwice(t *testing.T) {
 		noStart: true,
 		fake:    googlefake.Options{GmailQuotaWindow: time.Second},
 		budget:  google.BudgetConfig{UserUnits: 300, Window: time.Second, MaxWait: time.Millisecond},
+		cfg:     gmail.Config{FullSyncSlice: 100},
 	})
 	acc := e.connect(ann, n)
 	runFullSync := func() (handedBack bool) {
@@ -144,5 +145,37 @@ func TestFullSyncsTakeTurns(t *testing.T) {
 		if got := answeredGets(e, emails[i]); got != n {
 			t.Errorf("%s: Gmail answered %d messages.get for %d messages", emails[i], got, n)
 		}
+	}
+}
+
+// TestFullSyncWaitsInTaskForTheProjectWindow: a full sync run that finds
+// the project's window spent (200 units a window, its slice needs about
+// 255) waits in its task instead of being handed back (a run handed back
+// comes back after the accounts enqueued behind it and loses its turn),
+// even though the budget's longest in-task wait is 1 ms; a wait for the
+// account's own budget still hands it back
+// (TestFullSyncHandedBackMidPageFetchesNoMessageTwice).
+func TestFullSyncWaitsInTaskForTheProjectWindow(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{
+		noStart: true,
+		fake:    googlefake.Options{GmailQuotaWindow: time.Second},
+		budget:  google.BudgetConfig{ProjectUnits: 200, Window: time.Second, MaxWait: time.Millisecond},
+		cfg:     gmail.Config{FullSyncSlice: 50},
+	})
+	acc := e.connect(ann, 120)
+	recs := e.records(queue.TypeGmailFullSync)
+	if len(recs) != 1 {
+		t.Fatalf("%d full sync tasks, want 1", len(recs))
+	}
+	if err := e.run(recs[0], recs[0].Payload); err != nil {
+		t.Fatalf("the run: %v; want it to wait for the project's window and do its slice", err)
+	}
+	if got := fullSyncStored(e, acc.ID, 120); got != 50 {
+		t.Fatalf("the run stored %d messages, want its slice of 50", got)
+	}
+	next := e.records(queue.TypeGmailFullSync)
+	if len(next) != 1 || next[0].ID == recs[0].ID {
+		t.Fatalf("after the slice: full sync tasks %+v, want the account's next run", next)
 	}
 }

@@ -117,7 +117,7 @@ type Config struct {
 	// FullSyncSlice is how many messages one gmail:full-sync run fetches
 	// (it ends at a messages.list page of that size) before it re-enqueues
 	// the account's full sync behind the other accounts' (they take
-	// turns). Default 100.
+	// turns). Default 50.
 	FullSyncSlice int
 	// GoogleTimeout bounds calls made outside a task (delete's watch stop).
 	// Default 10s.
@@ -160,7 +160,7 @@ func (c *Config) defaults() {
 		c.FullSyncWorkers = 8
 	}
 	if c.FullSyncSlice <= 0 {
-		c.FullSyncSlice = 100
+		c.FullSyncSlice = 50
 	}
 	if c.GoogleTimeout <= 0 {
 		c.GoogleTimeout = 10 * time.Second

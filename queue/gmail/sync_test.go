@@ -160,13 +160,14 @@ func TestInterruptedFullSyncResumes(t *testing.T) {
 	// account's quota: the minute is compressed to 2 s (emulator and budget
 	// alike) so the test waits for the budget but not for a minute.
 	e := newEnv(t, envOptions{fake: googlefake.Options{GmailQuotaWindow: 2 * time.Second},
-		budget: google.BudgetConfig{Window: 2 * time.Second}})
+		budget: google.BudgetConfig{Window: 2 * time.Second}, cfg: gmail.Config{FullSyncSlice: 100}})
 	refresh := e.fake.AddAccount(ann)
 	if _, err := e.fake.Gmail.Generate(ann, 1200, 7); err != nil {
 		t.Fatal(err)
 	}
-	// The oldest message is on the last list page: its download fails until
-	// the fault is removed, so the run of that page fails.
+	// The oldest message is the last of the last list page (of 100): its
+	// download fails until the fault is removed, so the run of that page
+	// fails.
 	oldest := e.fake.Gmail.Messages(ann)[0].ID
 	fault, err := e.fake.InjectFault(googlefake.Fault{Method: googlefake.MethodMessagesGet, MessageID: oldest, Code: 500})
 	if err != nil {
