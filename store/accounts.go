@@ -353,6 +353,13 @@ type FullSyncStart struct {
 	// difference is the work left (the account's quota status).
 	Messages int `json:"messages,omitempty"`
 	Fetched  int `json:"fetched,omitempty"`
+	// PageToken is messages.list's token of the first page not yet done
+	// (every message before it stored or gone): the full sync runs in
+	// slices, each from here. Empty: from the first page.
+	PageToken string `json:"pageToken,omitempty"`
+	// Resumed counts the listed messages a run found stored by an earlier,
+	// interrupted run (not fetched again).
+	Resumed int `json:"resumed,omitempty"`
 }
 
 // FullSyncNoteFetched notes that the full sync in progress fetched ids.

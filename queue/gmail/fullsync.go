@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"mailroom/queue"
 	"mailroom/queue/google"
@@ -17,9 +19,14 @@ import (
 // goes on beside it: pushes that come during a full sync have their history
 // read and their events run at live priority, from the history id the full
 // sync started at. Both write the mirror with per-attribute history ids,
-// so whatever the interleaving the newer state of each attribute wins. A
-// full sync requested while one runs (a resync, history too old) is done
-// by another pass of the same task.
+// so whatever the interleaving the newer state of each attribute wins.
+//
+// One run does a slice of the full sync (about FullSyncSlice messages,
+// see fullSyncSlice) and then, in the transaction that acks it, records
+// the account's next run behind the other accounts' waiting full syncs:
+// the few gmail-full-sync workers serve every account in turn instead of
+// one account's whole mailbox after another's. A full sync requested while
+// one runs (a resync, history too old) begins afresh at the next run.
 func (p *Pipeline) handleFullSync(ctx context.Context, t *queue.Task) error {
 	var pl syncPayload
 	if err := json.Unmarshal(t.Payload, &pl); err != nil {
@@ -32,44 +39,43 @@ func (p *Pipeline) handleFullSync(ctx context.Context, t *queue.Task) error {
 	if !active(acc) {
 		return queue.Stale("account " + acc.ID + " is " + acc.Status)
 	}
-	acc, done, err := p.fullSyncRan(t, acc.ID, nil)
+	acc, done, err := p.fullSyncDue(t, acc.ID)
 	if err != nil || done {
 		return err // no full sync is due (one that ran took this request)
 	}
 	ctx = google.WithPriority(ctx, google.PriorityBulk)
-	trigger := pl.Trigger
-	for {
-		run := store.SyncRun{Kind: "full", Trigger: trigger, StartedAt: p.now(), FromHistoryID: acc.HistoryID}
-		gm, err := p.client(ctx, acc)
-		if err == nil {
-			err = p.fullSync(ctx, gm, acc, &run)
-		}
-		if err != nil {
-			return p.syncFailed(acc.ID, run, err)
-		}
-		p.metrics.syncs.WithLabelValues(run.Kind, "ok").Inc()
-		p.log.Debug("full sync done", "account_id", acc.ID, "task_id", t.ID, "messages", run.Messages,
-			"resumed", run.Resumed, "history_id", run.ToHistoryID)
-		run.FinishedAt = p.now()
-		if acc, done, err = p.fullSyncRan(t, acc.ID, &run); err != nil || done {
-			return err
-		}
-		trigger = triggerResync
+	run := store.SyncRun{Kind: "full", Trigger: pl.Trigger, StartedAt: p.now(), FromHistoryID: acc.HistoryID}
+	gm, err := p.client(ctx, acc)
+	var start store.FullSyncStart
+	if err == nil {
+		start, err = p.startFullSync(ctx, gm, acc)
 	}
+	last := false
+	if err == nil {
+		last, err = p.fullSyncSlice(ctx, gm, acc.ID, start)
+	}
+	if err != nil {
+		return p.syncFailed(acc.ID, run, err)
+	}
+	if !last {
+		return p.fullSyncHandOn(t, acc.ID, pl.Trigger)
+	}
+	if err := p.finishFullSync(t, acc.ID, &run); err != nil {
+		return err
+	}
+	p.metrics.syncs.WithLabelValues(run.Kind, "ok").Inc()
+	p.log.Debug("full sync done", "account_id", acc.ID, "task_id", t.ID, "messages", run.Messages,
+		"resumed", run.Resumed, "history_id", run.ToHistoryID)
+	return nil
 }
 
-// fullSyncRan records a finished full sync run (nil: none ran) and, in the
-// same transaction, acks the task unless another full sync is due (a
-// request that came meanwhile found this task and left the pass to it).
-func (p *Pipeline) fullSyncRan(t *queue.Task, accountID string, run *store.SyncRun) (acc store.Account, done bool, err error) {
+// fullSyncDue acks the task, in one transaction with the check, when no
+// full sync of the account is due (a request that came meanwhile found
+// this task and left the work to it).
+func (p *Pipeline) fullSyncDue(t *queue.Task, accountID string) (acc store.Account, done bool, err error) {
 	err = p.db.Update(func(tx *store.Tx) (err error) {
 		if acc, err = tx.AccountGet(accountID); err != nil {
 			return err
-		}
-		if run != nil {
-			if err := tx.SyncRunAdd(accountID, *run); err != nil {
-				return err
-			}
 		}
 		if done = !needsFullSync(acc); done {
 			return t.Ack(tx)
@@ -80,6 +86,29 @@ func (p *Pipeline) fullSyncRan(t *queue.Task, accountID string, run *store.SyncR
 		return acc, false, queue.Permanent(fmt.Errorf("%w: %s", ErrAccountGone, accountID))
 	}
 	return acc, done, err
+}
+
+// fullSyncHandOn ends a run that left work: in one transaction it acks the
+// task and records the account's next run, which waits behind the full
+// syncs of the other accounts already waiting (the outbox key keeps one
+// per account).
+func (p *Pipeline) fullSyncHandOn(t *queue.Task, accountID, trigger string) error {
+	err := p.db.Update(func(tx *store.Tx) error {
+		if err := t.Ack(tx); err != nil {
+			return err
+		}
+		if _, err := tx.AccountGet(accountID); err != nil {
+			return err
+		}
+		return p.enqueueFullSync(tx, accountID, trigger)
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return nil // the account is gone, and its full sync with it
+	}
+	if err != nil {
+		return fmt.Errorf("gmail: hand on the full sync of account %s: %w", accountID, err)
+	}
+	return nil
 }
 
 // fullSyncKey keys an account's one gmail:full-sync task.
@@ -93,117 +122,138 @@ func (p *Pipeline) enqueueFullSync(tx *store.Tx, accountID, trigger string) erro
 	return err
 }
 
-// fullSync mirrors the whole mailbox: the labels, the profile's history
+// A full sync mirrors the whole mailbox: the labels, the profile's history
 // id, every message id (messages.list), each message's metadata
-// (messages.get, in parallel under the account's quota), stored in batches;
-// messages no longer listed become tombstones; the watermark goes to the
-// profile's history id, taken before the listing (or as far as the history
-// sync beside it read from there). The history sync reads from that id
-// while the full sync runs, so whatever changed during it reaches the
-// mirror as events (each change carries its history id: a fetched snapshot
-// never overwrites a newer change, nor a change a newer snapshot). The
-// transaction that records it complete also schedules the user's label
-// rules over the account (RuleApplier.ReclassifyAccount) and a history
-// sync from the new watermark.
+// (messages.get, in parallel under the account's quota), stored as they
+// come; messages no longer listed become tombstones; the watermark goes to
+// the profile's history id, taken before the listing (or as far as the
+// history sync beside it read from there). The history sync reads from
+// that id while the full sync runs, so whatever changed during it reaches
+// the mirror as events (each change carries its history id: a fetched
+// snapshot never overwrites a newer change, nor a change a newer
+// snapshot). The transaction that records it complete also schedules the
+// user's label rules over the account (RuleApplier.ReclassifyAccount) and
+// a history sync from the new watermark.
 //
-// An interrupted full sync (a restart, an error) goes on where it stopped:
-// the run that resumes it keeps the first run's history id and fetches
-// only the messages no run of it stored yet (it still lists them all, for
-// the tombstones). A new request (resync) starts afresh.
-func (p *Pipeline) fullSync(ctx context.Context, gm *google.Gmail, acc store.Account, run *store.SyncRun) error {
+// It runs in slices (runs of gmail:full-sync): the first begins it
+// (startFullSync); each goes on from the list page the last one ended at
+// (FullSyncStart.PageToken) and fetches only the messages no run of it
+// stored yet (FullSyncFetched), so neither a slice's end nor a run handed
+// back for quota, an error or a restart fetches a message twice. A new
+// request (resync) starts afresh.
+
+// startFullSync returns the full sync in progress that serves the
+// account's latest request, or begins it: labels, the profile (its
+// address must be the account's) and the start recorded.
+func (p *Pipeline) startFullSync(ctx context.Context, gm *google.Gmail, acc store.Account) (store.FullSyncStart, error) {
 	requested := acc.FullSyncRequested
+	if s := acc.FullSyncStart; s != nil && s.Requested == requested {
+		return *s, nil
+	}
 	if err := p.refreshLabels(ctx, gm, acc.ID); err != nil {
-		return err
+		return store.FullSyncStart{}, err
 	}
 	prof, err := gm.ProfileInfo(ctx)
 	if err != nil {
-		return err
+		return store.FullSyncStart{}, err
 	}
 	if !sameAddress(prof.Email, acc.Email) {
-		return queue.Permanent(fmt.Errorf("gmail: the token of account %s is for %s, not %s", acc.ID, prof.Email, acc.Email))
+		return store.FullSyncStart{}, queue.Permanent(fmt.Errorf("gmail: the token of account %s is for %s, not %s", acc.ID, prof.Email, acc.Email))
 	}
-	start, err := p.beginFullSync(acc.ID, requested, prof)
-	if err != nil {
-		return err
-	}
-	profileHID := start.HistoryID
-	seen, err := p.listAndFetch(ctx, gm, acc.ID, run)
-	if err != nil {
-		return err
-	}
-	if err := p.finishFullSync(acc.ID, requested, profileHID, seen); err != nil {
-		return err
-	}
-	run.ToHistoryID = profileHID
-	return nil
+	return p.beginFullSync(acc.ID, requested, prof)
 }
 
-// listAndFetch lists every message id of the mailbox, page by page, and
-// fetches and stores the messages no run of the full sync stored yet,
-// counting them in run. It returns the ids listed.
-func (p *Pipeline) listAndFetch(ctx context.Context, gm *google.Gmail, accountID string, run *store.SyncRun) (map[string]bool, error) {
-	seen := map[string]bool{}
-	token := ""
-	for {
-		refs, next, err := gm.ListMessages(ctx, token, listPageSize)
+// fullSyncSlice does one run's share of the full sync start: it lists
+// pages of FullSyncSlice ids (at most 500) from the page the last run
+// ended at, and fetches and stores each page's messages no run stored yet,
+// until it has fetched FullSyncSlice messages or listed the last page
+// (last). Each page done moves the start's page token, in its own
+// transaction, after the page's messages are stored.
+func (p *Pipeline) fullSyncSlice(ctx context.Context, gm *google.Gmail, accountID string, start store.FullSyncStart) (last bool, err error) {
+	size := min(listPageSize, p.cfg.FullSyncSlice)
+	token, fetched := start.PageToken, 0
+	for fetched < p.cfg.FullSyncSlice {
+		var refs []google.MessageRef
+		var next string
+		err := bulkCall(ctx, func() (err error) { refs, next, err = gm.ListMessages(ctx, token, size); return err })
+		if err != nil && token != "" && queue.IsPermanent(err) && !errors.Is(err, google.ErrRevoked) {
+			// Gmail no longer takes the token (it expired meanwhile):
+			// list again from the first page; stored messages are skipped.
+			p.log.Warn("full sync: Gmail refused the saved page token; listing from the first page",
+				"account_id", accountID, "err", err)
+			token = ""
+			refs, next, err = gm.ListMessages(ctx, token, size)
+		}
 		if err != nil {
-			return nil, err
+			return false, err
 		}
 		todo, err := p.notFetchedYet(accountID, refs)
 		if err != nil {
-			return nil, err
+			return false, err
 		}
-		msgs, err := p.fetchAll(ctx, gm, accountID, todo)
-		if err != nil {
-			return nil, err
+		if err := p.fetchAndStore(ctx, gm, accountID, todo); err != nil {
+			return false, err
 		}
-		if err := p.storeFetched(accountID, msgs); err != nil {
-			return nil, err
+		if err := p.pageDone(accountID, start.Requested, next, len(refs)-len(todo)); err != nil {
+			return false, err
 		}
-		for _, r := range refs {
-			seen[r.ID] = true
-		}
-		run.Messages += len(msgs)
-		run.Resumed += len(refs) - len(todo)
+		fetched += len(todo)
 		if next == "" {
-			break
+			return true, nil
 		}
 		token = next
 	}
-	return seen, nil
+	return false, nil
 }
 
-// finishFullSync records the full sync serving request requested complete,
-// in one transaction: the messages not listed (seen) that are no newer
-// than profileHID become tombstones, the watermark goes to profileHID, and
-// the user's rules are scheduled over the account.
-func (p *Pipeline) finishFullSync(accountID string, requested, profileHID uint64, seen map[string]bool) error {
+// pageDone records a list page of the full sync serving request requested
+// done: next is the page after it, resumed how many of its messages an
+// earlier run had stored.
+func (p *Pipeline) pageDone(accountID string, requested uint64, next string, resumed int) error {
 	err := p.db.Update(func(tx *store.Tx) error {
 		a, err := tx.AccountGet(accountID)
 		if err != nil {
 			return err
 		}
-		var gone []store.Message
-		err = tx.EachMessage(accountID, func(m store.Message) error {
-			if !seen[m.ID] && !m.Deleted && m.HistoryID <= profileHID {
-				gone = append(gone, m)
-			}
-			return nil
-		})
+		s := a.FullSyncStart
+		if s == nil || s.Requested != requested {
+			return nil // a newer full sync began meanwhile
+		}
+		s.PageToken = next
+		s.Resumed += resumed
+		return tx.AccountPut(a)
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return queue.Permanent(fmt.Errorf("%w: %s", ErrAccountGone, accountID))
+	}
+	if err != nil {
+		return fmt.Errorf("gmail: full sync of account %s: record a page done: %w", accountID, err)
+	}
+	return nil
+}
+
+// finishFullSync records the full sync in progress complete, in one
+// transaction with the task's ack: the messages it did not store (not
+// listed, or gone when fetched) that are no newer than its start become
+// tombstones, the watermark goes to its start's history id, a history sync
+// and the user's rules are scheduled over the account, run is recorded
+// (from the full sync's start, with its counts), and when another full
+// sync was requested meanwhile its first run is recorded.
+func (p *Pipeline) finishFullSync(t *queue.Task, accountID string, run *store.SyncRun) error {
+	err := p.db.Update(func(tx *store.Tx) error {
+		a, err := tx.AccountGet(accountID)
 		if err != nil {
 			return err
 		}
-		for _, m := range gone {
-			m.ApplyDelete(profileHID)
-			if err := tx.MessagePut(accountID, m); err != nil {
-				return err
-			}
+		st := a.FullSyncStart
+		if st == nil {
+			return t.Ack(tx) // finished by another delivery of the task
 		}
-		a.HistoryID = max(a.HistoryID, profileHID)
-		if st := a.FullSyncStart; st != nil {
-			a.HistoryID = max(a.HistoryID, st.LiveHistoryID)
+		if err := tombstoneUnlisted(tx, accountID, st.HistoryID); err != nil {
+			return err
 		}
-		a.FullSyncCompleted = max(a.FullSyncCompleted, requested)
+		a.HistoryID = max(a.HistoryID, st.HistoryID, st.LiveHistoryID)
+		a.FullSyncCompleted = max(a.FullSyncCompleted, st.Requested)
 		a.FullSyncStart = nil
 		if a.HistoryID != a.StaleHistoryID {
 			a.StaleHistoryID = 0
@@ -214,6 +264,11 @@ func (p *Pipeline) finishFullSync(accountID string, requested, profileHID uint64
 		if err := tx.AccountPut(a); err != nil {
 			return err
 		}
+		run.StartedAt, run.FinishedAt, run.ToHistoryID = st.At, p.now(), st.HistoryID
+		run.Messages, run.Resumed = st.Fetched, st.Resumed
+		if err := tx.SyncRunAdd(accountID, *run); err != nil {
+			return err
+		}
 		// The history since the watermark (changes the history sync beside
 		// it has not read yet) and the account's ready state.
 		if err := p.enqueueSync(tx, a.ID, triggerFull); err != nil {
@@ -221,7 +276,16 @@ func (p *Pipeline) finishFullSync(accountID string, requested, profileHID uint64
 		}
 		// The mail just mirrored never passed message-added: the user's
 		// rules reach it through a reclassify.
-		return p.rules.ReclassifyAccount(tx, a.UserID, a.ID)
+		if err := p.rules.ReclassifyAccount(tx, a.UserID, a.ID); err != nil {
+			return err
+		}
+		if err := t.Ack(tx); err != nil {
+			return err
+		}
+		if needsFullSync(a) {
+			return p.enqueueFullSync(tx, a.ID, triggerResync)
+		}
+		return nil
 	})
 	if errors.Is(err, store.ErrNotFound) {
 		return queue.Permanent(fmt.Errorf("%w: %s", ErrAccountGone, accountID))
@@ -232,58 +296,132 @@ func (p *Pipeline) finishFullSync(accountID string, requested, profileHID uint64
 	return nil
 }
 
-// fetchAll gets the metadata of refs with FullSyncWorkers in parallel.
-// Messages deleted meanwhile (404) are left out.
-func (p *Pipeline) fetchAll(ctx context.Context, gm *google.Gmail, accountID string, refs []google.MessageRef) ([]google.Message, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	out := make([]google.Message, len(refs))
-	ok := make([]bool, len(refs))
-	var (
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		firstErr error
-	)
-	next := make(chan int)
+// tombstoneUnlisted makes a tombstone, at profileHID, of every live
+// message no newer than profileHID that the full sync in progress did not
+// store: Gmail did not list it, or it was gone when fetched.
+func tombstoneUnlisted(tx *store.Tx, accountID string, profileHID uint64) error {
+	var ids []string
+	err := tx.EachMessage(accountID, func(m store.Message) error {
+		if !m.Deleted && m.HistoryID <= profileHID {
+			ids = append(ids, m.ID)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	stored, err := tx.FullSyncFetched(accountID, ids)
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		if stored[id] {
+			continue
+		}
+		m, err := tx.MessageGet(accountID, id)
+		if err != nil {
+			return err
+		}
+		m.ApplyDelete(profileHID)
+		if err := tx.MessagePut(accountID, m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// fullSyncProjectWait is the longest one Gmail call of a full sync waits
+// in its task while the project's window is spent
+// (google.ErrProjectQuotaWait): no account's full sync could run
+// meanwhile, and a run handed back would come back after the runs of
+// other accounts that were enqueued behind it, so its account would lose
+// its turn. Other quota waits hand the run back as every task does.
+const fullSyncProjectWait = 2 * time.Minute
+
+// bulkCall runs fn, a Gmail call of a full sync, again after each wait for
+// the project's window, up to fullSyncProjectWait.
+func bulkCall(ctx context.Context, fn func() error) error {
+	waited := time.Duration(0)
+	for {
+		err := fn()
+		wait, limited := queue.RetryAfter(err)
+		if !limited || !errors.Is(err, google.ErrProjectQuotaWait) || waited+wait > fullSyncProjectWait {
+			return err
+		}
+		if err := queue.Wait(ctx, wait); err != nil {
+			return err
+		}
+		waited += wait
+	}
+}
+
+// storeChunk is how many fetched messages a full sync stores in one
+// transaction while it fetches more.
+const storeChunk = 25
+
+// fetchAndStore gets the metadata of refs with FullSyncWorkers in parallel
+// and stores them as they come, storeChunk in a transaction. An error (a
+// run handed back for quota among them) stops further fetches, lets those
+// in flight end and stores every message fetched before it returns, so a
+// later run fetches none of them again. Messages deleted meanwhile (404)
+// are left out.
+func (p *Pipeline) fetchAndStore(ctx context.Context, gm *google.Gmail, accountID string, refs []google.MessageRef) error {
+	type result struct {
+		m   google.Message
+		err error
+	}
+	results := make(chan result, len(refs)) // workers never wait for the store
+	next := make(chan string)
+	var failed atomic.Bool
+	var wg sync.WaitGroup
 	for range min(p.cfg.FullSyncWorkers, len(refs)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := range next {
-				m, err := p.fetch(ctx, gm, accountID, refs[i].ID, false)
-				switch {
-				case err == nil:
-					out[i], ok[i] = m, true
-				case errors.Is(err, google.ErrNotFound):
-				default:
-					mu.Lock()
-					if firstErr == nil {
-						firstErr = err
-						cancel()
-					}
-					mu.Unlock()
+			for id := range next {
+				var m google.Message
+				err := bulkCall(ctx, func() (err error) { m, err = p.fetch(ctx, gm, accountID, id, false); return err })
+				if err != nil && !errors.Is(err, google.ErrNotFound) {
+					failed.Store(true)
 				}
+				results <- result{m, err}
 			}
 		}()
 	}
-	for i := range refs {
-		if ctx.Err() != nil {
-			break
+	go func() {
+		defer close(next)
+		for _, r := range refs {
+			if failed.Load() || ctx.Err() != nil {
+				return
+			}
+			next <- r.ID
 		}
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-	if firstErr != nil {
-		return nil, firstErr
-	}
-	msgs := make([]google.Message, 0, len(refs))
-	for i := range out {
-		if ok[i] {
-			msgs = append(msgs, out[i])
+	}()
+	go func() { wg.Wait(); close(results) }()
+	var fetchErr, storeErr error
+	batch := make([]google.Message, 0, storeChunk)
+	for r := range results {
+		switch {
+		case r.err == nil:
+			batch = append(batch, r.m)
+		case errors.Is(r.err, google.ErrNotFound):
+		case fetchErr == nil:
+			fetchErr = r.err
+		}
+		if len(batch) == storeChunk && storeErr == nil {
+			if storeErr = p.storeFetched(accountID, batch); storeErr != nil {
+				failed.Store(true)
+			}
+			batch = batch[:0]
 		}
 	}
-	return msgs, nil
+	if storeErr == nil && len(batch) > 0 {
+		storeErr = p.storeFetched(accountID, batch)
+	}
+	if storeErr != nil {
+		return storeErr
+	}
+	return fetchErr
 }
 
 // fetch gets one message under the account's quota.

@@ -114,6 +114,11 @@ type Config struct {
 	// FullSyncWorkers fetch messages in parallel during a full sync.
 	// Default 8.
 	FullSyncWorkers int
+	// FullSyncSlice is how many messages one gmail:full-sync run fetches
+	// (it ends at a messages.list page of that size) before it re-enqueues
+	// the account's full sync behind the other accounts' (they take
+	// turns). Default 50.
+	FullSyncSlice int
 	// GoogleTimeout bounds calls made outside a task (delete's watch stop).
 	// Default 10s.
 	GoogleTimeout time.Duration
@@ -153,6 +158,9 @@ func (c *Config) defaults() {
 	}
 	if c.FullSyncWorkers <= 0 {
 		c.FullSyncWorkers = 8
+	}
+	if c.FullSyncSlice <= 0 {
+		c.FullSyncSlice = 50
 	}
 	if c.GoogleTimeout <= 0 {
 		c.GoogleTimeout = 10 * time.Second

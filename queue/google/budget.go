@@ -82,6 +82,12 @@ func PriorityOf(ctx context.Context) Priority {
 // ErrQuotaWait is the cause of a task handed back to wait for Gmail quota.
 var ErrQuotaWait = errors.New("waiting for Gmail quota")
 
+// ErrProjectQuotaWait is ErrQuotaWait when the project's window is spent:
+// no account's call of that priority could run meanwhile, so a caller
+// that takes turns with other accounts may wait in its task rather than
+// hand the task back and lose its turn.
+var ErrProjectQuotaWait = fmt.Errorf("%w: the project's window is spent", ErrQuotaWait)
+
 // BudgetConfig configures a Budget. Zero values take the defaults named.
 type BudgetConfig struct {
 	// UserUnits per Window per Google account
@@ -405,6 +411,9 @@ type Grant struct {
 	Reason string
 }
 
+// reasonProject is the spend script's refusal for the project's window.
+const reasonProject = 4
+
 var refusalReasons = []string{"", "blocked after Google refused", "more urgent work of the account waits",
 	"the account's quota", "the project's quota", "the account's fair share of the project's quota"}
 
@@ -465,8 +474,12 @@ func (b *Budget) Spend(ctx context.Context, account string, units int) error {
 		}
 		b.waits.Inc()
 		if waited+g.Wait > b.cfg.MaxWait {
+			cause := ErrQuotaWait
+			if g.Reason == refusalReasons[reasonProject] {
+				cause = ErrProjectQuotaWait
+			}
 			return queue.RateLimited(fmt.Errorf("google: account %s, %s call of %d units: %s: %w",
-				account, p, units, g.Reason, ErrQuotaWait), g.Wait)
+				account, p, units, g.Reason, cause), g.Wait)
 		}
 		if err := queue.Wait(ctx, g.Wait); err != nil {
 			return err

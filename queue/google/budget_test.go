@@ -438,3 +438,27 @@ func TestGmailRefusedCallIsMadeAgain(t *testing.T) {
 		t.Errorf("Google counted %d units, want the 4 calls' 20", got)
 	}
 }
+
+// A wait too long for the task names its cause: the project's window
+// (ErrProjectQuotaWait, which is an ErrQuotaWait) or the account's own
+// budget (ErrQuotaWait alone).
+func TestBudgetProjectWaitIsNamed(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, b *broker.Broker) {
+		bud, _ := newBudget(t, b, BudgetConfig{UserUnits: 100, ProjectUnits: 150, MaxWait: time.Millisecond})
+		ctx := WithPriority(context.Background(), PriorityBulk)
+		if err := bud.Spend(ctx, "a", 60); err != nil {
+			t.Fatal(err)
+		}
+		err := bud.Spend(ctx, "a", 60) // past a's 100 (less the live reserve)
+		if _, limited := queue.RetryAfter(err); !limited || !errors.Is(err, ErrQuotaWait) || errors.Is(err, ErrProjectQuotaWait) {
+			t.Fatalf("a over its own budget: %v", err)
+		}
+		if err := bud.Spend(ctx, "b", 60); err != nil {
+			t.Fatal(err)
+		}
+		err = bud.Spend(ctx, "c", 60) // past the project's 150
+		if _, limited := queue.RetryAfter(err); !limited || !errors.Is(err, ErrProjectQuotaWait) || !errors.Is(err, ErrQuotaWait) {
+			t.Fatalf("c over the project's budget: %v", err)
+		}
+	})
+}
