@@ -303,22 +303,3 @@ func TestReclassifyAccountMergesEveryRule(t *testing.T) {
 		t.Errorf("%v accepted saves, want 2: the full sync's reclassify is not a save", got)
 	}
 }
-
-// A full sync that finishes while the user's own saves wait out their
-// debounce joins them and keeps the debounce: the user is still editing.
-func TestReclassifyAccountKeepsAUsersDebounce(t *testing.T) {
-	t.Parallel()
-	f := newFixture(t, testConfig(), false)
-	ctx := context.Background()
-	if _, err := f.p.Create(ctx, f.user, spec("A", cond("from", "contains", "a"))); err != nil {
-		t.Fatal(err)
-	}
-	f.update(func(tx *store.Tx) error { return f.p.ReclassifyAccount(tx, f.user, f.account) })
-	st, err := f.p.Status(f.user, 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.Pending == nil || !st.Pending.FiresAt.After(f.p.cfg.Now()) {
-		t.Fatalf("pending %+v: want the user's save still waiting out its debounce", st.Pending)
-	}
-}
