@@ -291,10 +291,6 @@ func TestReclassifyAccountMergesEveryRule(t *testing.T) {
 	if st.Pending == nil || !slices.Equal(st.Pending.RuleIDs, ids) {
 		t.Fatalf("pending %+v, want rules %v", st.Pending, ids)
 	}
-	// Due at once, not after the debounce: a full sync is not an edit.
-	if now := f.p.cfg.Now(); st.Pending.FiresAt.After(now) {
-		t.Errorf("the full sync's reclassify fires at %v, %v from now; want at once", st.Pending.FiresAt, st.Pending.FiresAt.Sub(now))
-	}
 	var accepted dto.Metric
 	if err := f.p.metrics.saves.WithLabelValues("accepted").Write(&accepted); err != nil {
 		t.Fatal(err)
