@@ -241,8 +241,17 @@ func TestNewMailIsLabelledDuringAFullSync(t *testing.T) {
 		return true
 	})
 	waitMirror(ta, fake, accID, gmailAddr, 60*time.Second)
-	if r := fake.Gmail.TotalQuotaRefusals(); r != 0 {
-		t.Errorf("Google refused %d calls", r)
+	// The budget keeps a margin of a twentieth of the window (150 ms of
+	// this compressed one) for the time from its grant to Google's count; a
+	// loaded machine can exceed it now and then, so the bound is issue 12's
+	// (at most 1% of calls refused), and a refusal is a wait, never a
+	// failure (the mirror above is complete).
+	calls := 0
+	for _, n := range fake.CallCounts() {
+		calls += n
+	}
+	if r := fake.Gmail.TotalQuotaRefusals(); r*100 > calls {
+		t.Errorf("Google refused %d of %d calls: over 1%%", r, calls)
 	}
 }
 
