@@ -120,23 +120,7 @@ func TestNewMailIsLabelledWhileAReclassifyRuns(t *testing.T) {
 	// Let the reclassify fill the window first.
 	time.Sleep(window)
 
-	id, err := fake.Gmail.AddMessage(gmailAddr, googlefake.Message{From: "ci@example.com", To: gmailAddr, Subject: "done", Body: "deploy-7f3a finished"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pushed := time.Now()
-	if st := push(ta, fake, gmailAddr, fake.Gmail.HistoryID(gmailAddr)); st != http.StatusNoContent {
-		t.Fatalf("push: %d", st)
-	}
-	labelID := ""
-	testkit.Eventually(t, 4*window, "the new message to be labelled", func() bool {
-		if labelID == "" {
-			labelID, _ = fake.Gmail.LabelID(gmailAddr, "Deploys")
-		}
-		m, _ := fake.Gmail.Message(gmailAddr, id)
-		return labelID != "" && slices.Contains(m.LabelIDs, labelID)
-	})
-	took := time.Since(pushed)
+	took := pushDeployAndWaitForLabel(t, ta, fake, window)
 	st := reclassify(ta, userID)
 	if st.Jobs[0].FinishedAt != nil {
 		t.Fatalf("the reclassify finished first (%+v): the test did not overlap them", st.Jobs[0])
@@ -196,23 +180,7 @@ func TestNewMailIsLabelledDuringAFullSync(t *testing.T) {
 	})
 	time.Sleep(window) // both fill the account's window
 
-	id, err := fake.Gmail.AddMessage(gmailAddr, googlefake.Message{From: "ci@example.com", To: gmailAddr, Subject: "done", Body: "deploy-7f3a finished"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pushed := time.Now()
-	if st := push(ta, fake, gmailAddr, fake.Gmail.HistoryID(gmailAddr)); st != http.StatusNoContent {
-		t.Fatalf("push: %d", st)
-	}
-	labelID := ""
-	testkit.Eventually(t, 4*window, "the new message to be labelled", func() bool {
-		if labelID == "" {
-			labelID, _ = fake.Gmail.LabelID(gmailAddr, "Deploys")
-		}
-		m, _ := fake.Gmail.Message(gmailAddr, id)
-		return labelID != "" && slices.Contains(m.LabelIDs, labelID)
-	})
-	took := time.Since(pushed)
+	took := pushDeployAndWaitForLabel(t, ta, fake, window)
 	if due, _ := fullSyncDue(t, ta, accID); !due {
 		t.Fatal("the full sync ended before the new message was labelled: live mail waited behind it")
 	}
@@ -307,4 +275,29 @@ func TestGmailQuotaAcrossRestart(t *testing.T) {
 	if spent, counted := scrapeMetrics(ta)["mailroom_gmail_quota_units_total"], fake.Gmail.QuotaUnits(gmailAddr)-before; spent < float64(counted) {
 		t.Errorf("Google counted %d units of the new run, its budget spent %v: a call went around the budget", counted, spent)
 	}
+}
+
+// pushDeployAndWaitForLabel adds a new message the Deploys rule matches,
+// pushes it, and waits (up to four quota windows) for Gmail to show the
+// rule's label on it; it returns the time from the push to the label.
+func pushDeployAndWaitForLabel(t *testing.T, ta *apptest.App, fake *googlefake.Server, window time.Duration) time.Duration {
+	t.Helper()
+	id, err := fake.Gmail.AddMessage(gmailAddr, googlefake.Message{From: "ci@example.com", To: gmailAddr, Subject: "done", Body: "deploy-7f3a finished"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pushed := time.Now()
+	if st := push(ta, fake, gmailAddr, fake.Gmail.HistoryID(gmailAddr)); st != http.StatusNoContent {
+		t.Fatalf("push: %d", st)
+	}
+	labelID := ""
+	testkit.Eventually(t, 4*window, "the new message to be labelled", func() bool {
+		if labelID == "" {
+			labelID, _ = fake.Gmail.LabelID(gmailAddr, "Deploys")
+		}
+		m, _ := fake.Gmail.Message(gmailAddr, id)
+		return labelID != "" && slices.Contains(m.LabelIDs, labelID)
+	})
+	took := time.Since(pushed)
+	return took
 }

@@ -344,17 +344,7 @@ func (f *gmailFleet) push(ctx context.Context, i int) error {
 // look while work runs).
 func (f *gmailFleet) waitIdle(ctx context.Context, d time.Duration) error {
 	return waitFor(ctx, d, "every account and event", func() (bool, error) {
-		left := false
-		err := f.db.View(func(tx *store.Tx) error {
-			for _, typ := range append([]string{queue.TypeGmailSync, queue.TypeGmailFullSync}, gmailEventTypes...) {
-				waiting, err := f.q.Waiting(tx, typ)
-				if err != nil || waiting {
-					left = waiting
-					return err
-				}
-			}
-			return nil
-		})
+		left, err := gmailWorkWaiting(f.db, f.q)
 		if err != nil || left {
 			return false, err
 		}

@@ -160,19 +160,25 @@ func (g *gmailBench) waitIdle(ctx context.Context, d time.Duration) error {
 		return err
 	}
 	return waitFor(ctx, d, "every event", func() (bool, error) {
-		left := false
-		err := g.db.View(func(tx *store.Tx) error {
-			for _, typ := range append([]string{queue.TypeGmailSync, queue.TypeGmailFullSync}, gmailEventTypes...) {
-				waiting, err := g.q.Waiting(tx, typ)
-				if err != nil || waiting {
-					left = waiting
-					return err
-				}
-			}
-			return nil
-		})
+		left, err := gmailWorkWaiting(g.db, g.q)
 		return !left, err
 	})
+}
+
+// gmailWorkWaiting reports whether a Gmail task (a sync, a full sync or an
+// event) still waits in the outbox.
+func gmailWorkWaiting(db *store.DB, q *queue.Queue) (left bool, err error) {
+	err = db.View(func(tx *store.Tx) error {
+		for _, typ := range append([]string{queue.TypeGmailSync, queue.TypeGmailFullSync}, gmailEventTypes...) {
+			waiting, err := q.Waiting(tx, typ)
+			if err != nil || waiting {
+				left = waiting
+				return err
+			}
+		}
+		return nil
+	})
+	return left, err
 }
 
 func waitFor(ctx context.Context, d time.Duration, what string, cond func() (bool, error)) error {
