@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"mailroom/queue/google"
@@ -116,7 +118,95 @@ func (p *Pipeline) applyNew(ctx context.Context, accountID string, m store.Messa
 		return fmt.Errorf("rules: record labels of message %s: %w", m.ID, err)
 	}
 	p.metrics.labels.WithLabelValues("new_mail", "added").Add(float64(len(add)))
-	return nil
+	return p.settle(ctx, accountID, m, rules)
+}
+
+// maxSettles bounds settle's rounds: rules saved again and again while
+// one message is labelled make its task fail and run again later.
+const maxSettles = 5
+
+// settle brings the labels of message m's thread in line with the rules
+// when they changed since ApplyNew read them (used). A save's reclassify
+// that ran before ApplyNew recorded its labels could not see them, and no
+// later one looks at this message again: without settle, the label of a
+// rule edited or deleted meanwhile stays on, and the label it has now is
+// missing. A save after the check below is safe: its reclassify starts
+// later and reads the labels recorded here. Settle runs the thread through
+// the reclassify's plan with every current rule, and the tombstone of each
+// rule deleted since, so labels rules put on and no longer want come off
+// and labels a person put on stay.
+func (p *Pipeline) settle(ctx context.Context, accountID string, m store.Message, used []*compiledRule) error {
+	seen := map[string]bool{}
+	for round := 0; ; round++ {
+		for _, r := range used {
+			seen[r.id] = true
+		}
+		now, err := p.rulesNow(accountID, seen)
+		if err != nil || sameRules(used, now) {
+			return err
+		}
+		if round == maxSettles {
+			return fmt.Errorf("rules: message %s: the rules changed %d times while it was labelled", m.ID, round)
+		}
+		p.log.Debug("rules changed while new mail was labelled: settling its thread", "account_id", accountID, "message_id", m.ID)
+		b := &batch{p: p, pl: batchPayload{AccountID: accountID, ThreadIDs: []string{m.ThreadID}}, live: now}
+		if err := p.db.View(b.loadMessages); err != nil {
+			return err
+		}
+		if err := b.run(ctx); err != nil {
+			return err
+		}
+		used = now
+	}
+}
+
+// rulesNow returns the live rules of the account's user and the tombstones
+// of the rules in seen that were deleted.
+func (p *Pipeline) rulesNow(accountID string, seen map[string]bool) ([]*compiledRule, error) {
+	var out []*compiledRule
+	err := p.db.View(func(tx *store.Tx) error {
+		var err error
+		if out, err = p.userRules(tx, accountID); err != nil {
+			return err
+		}
+		live := map[string]bool{}
+		for _, r := range out {
+			live[r.id] = true
+		}
+		for _, id := range slices.Sorted(maps.Keys(seen)) {
+			if live[id] {
+				continue
+			}
+			r, err := tx.RuleGet(id)
+			if err != nil {
+				return err
+			}
+			c, err := p.compile(r)
+			if err != nil {
+				return err
+			}
+			out = append(out, c)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// sameRules reports whether a and b hold the same rule versions.
+func sameRules(a, b []*compiledRule) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	versions := make(map[string]int, len(a))
+	for _, r := range a {
+		versions[r.id] = r.version
+	}
+	for _, r := range b {
+		if v, ok := versions[r.id]; !ok || v != r.version {
+			return false
+		}
+	}
+	return true
 }
 
 // newMailState loads, in one read transaction, the account's user's rules

@@ -4,7 +4,9 @@ import (
 	"context"
 	"slices"
 	"testing"
+	"time"
 
+	"mailroom/internal/testkit"
 	"mailroom/queue/google/googlefake"
 	"mailroom/store"
 )
@@ -115,5 +117,70 @@ func TestApplyNewMessageDeletedMeanwhile(t *testing.T) {
 	f.db.View(func(tx *store.Tx) (err error) { prov, err = tx.LabelProvenance(f.account, id); return err })
 	if len(prov) != 0 {
 		t.Errorf("provenance recorded for a deleted message: %+v", prov)
+	}
+}
+
+// A rule saved while new mail's labels are on their way to Gmail: the save's
+// reclassify may run before ApplyNew records what it did, and then it
+// cannot see it. ApplyNew notices that the rules changed under it and
+// settles the message with the rules as they are now, so the label the
+// rule wants now is on and the one it no longer wants is off.
+func TestApplyNewSettlesARuleSavedMeanwhile(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		save func(f *fixture, ruleID string) (Saved, error)
+		want string // the label the message carries at the end; "" none
+	}{
+		{"label renamed", func(f *fixture, id string) (Saved, error) {
+			return f.p.Update(context.Background(), id, spec("Builds", cond("from", "contains", "@github.com")))
+		}, "Builds"},
+		{"rule deleted", func(f *fixture, id string) (Saved, error) {
+			return f.p.Delete(context.Background(), id)
+		}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t, testConfig(), true)
+			ctx := context.Background()
+			saved, err := f.p.Create(ctx, f.user, spec("Dev", cond("from", "contains", "@github.com")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.waitDone(f.publish().ID)
+			id, err := f.fake.Gmail.AddMessage(f.email, googlefake.Message{From: "ci@github.com", Subject: "Build failed"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.mirror()
+			// ApplyNew's modify is held at Google long enough for the save
+			// and its whole reclassify to happen meanwhile.
+			slow, err := f.fake.InjectFault(googlefake.Fault{Method: googlefake.MethodMessagesModify, MessageID: id, Latency: 5 * time.Second, Times: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			applied := make(chan error, 1)
+			go func() { applied <- f.p.ApplyNew(ctx, f.account, f.stored(id), "") }()
+			testkit.Eventually(t, 10*time.Second, "ApplyNew's modify to reach Google", func() bool { return slow.Fired() == 1 })
+			if _, err := tc.save(f, saved.Rule.ID); err != nil {
+				t.Fatal(err)
+			}
+			f.waitDone(f.publish().ID)
+			select {
+			case err := <-applied:
+				t.Fatalf("ApplyNew returned (%v) before the save's reclassify finished: the race was not set up", err)
+			default:
+			}
+			if err := <-applied; err != nil {
+				t.Fatal(err)
+			}
+			for _, l := range []string{"Dev", "Builds"} {
+				want := map[string]bool{}
+				if l == tc.want {
+					want[id] = true
+				}
+				f.checkLabels(l, want)
+			}
+		})
 	}
 }

@@ -151,19 +151,25 @@ func (b *batch) load() error {
 		if b.live, err = b.p.liveRulesTx(tx, b.pl); err != nil || len(b.live) == 0 {
 			return err
 		}
-		msgs, err := tx.ThreadMessages(b.pl.AccountID, b.pl.ThreadIDs...)
+		return b.loadMessages(tx)
+	})
+}
+
+// loadMessages reads the messages of the batch's threads from the mirror,
+// with the provenance of their labels.
+func (b *batch) loadMessages(tx *store.Tx) error {
+	msgs, err := tx.ThreadMessages(b.pl.AccountID, b.pl.ThreadIDs...)
+	if err != nil {
+		return err
+	}
+	for _, m := range msgs {
+		prov, err := tx.LabelProvenance(b.pl.AccountID, m.ID)
 		if err != nil {
 			return err
 		}
-		for _, m := range msgs {
-			prov, err := tx.LabelProvenance(b.pl.AccountID, m.ID)
-			if err != nil {
-				return err
-			}
-			b.msgs = append(b.msgs, &batchMessage{m: m, prov: prov})
-		}
-		return nil
-	})
+		b.msgs = append(b.msgs, &batchMessage{m: m, prov: prov})
+	}
+	return nil
 }
 
 func (b *batch) needBody() bool {
@@ -464,24 +470,18 @@ func (b *batch) apply(ctx context.Context, adds, removes map[string][]string) (f
 
 // commit records what happened in one transaction: the provenance of the
 // changes that reached Gmail and, when the whole batch did, the batch's
-// state, the job's counters and the task's completion.
+// state, the job's counters and the task's completion. A batch without a
+// task (a new message's settle) has no job: only its provenance and its
+// label counts are recorded.
 func (b *batch) commit(changes []provChange, failed map[string]bool, complete bool) error {
+	if b.task == nil {
+		return b.commitSettle(changes, failed, complete)
+	}
 	labeled, unlabeled := map[string]bool{}, map[string]bool{}
 	nAdd, nRemove := 0, 0
 	err := b.p.db.Update(func(tx *store.Tx) error {
-		for _, c := range changes {
-			switch {
-			case !c.reached(failed):
-				continue
-			case c.p == nil:
-				if err := tx.LabelProvenanceDelete(b.pl.AccountID, c.msg.m.ID, c.label); err != nil {
-					return err
-				}
-				continue
-			}
-			if err := tx.LabelProvenancePut(b.pl.AccountID, c.msg.m.ID, c.label, *c.p); err != nil {
-				return err
-			}
+		if err := b.putProvenance(tx, changes, failed); err != nil {
+			return err
 		}
 		if !complete {
 			return nil
@@ -541,6 +541,45 @@ func (b *batch) commit(changes []provChange, failed map[string]bool, complete bo
 		m.threads.WithLabelValues("unlabeled").Add(float64(len(unlabeled)))
 		m.labels.WithLabelValues("reclassify", "added").Add(float64(nAdd))
 		m.labels.WithLabelValues("reclassify", "removed").Add(float64(nRemove))
+	}
+	return nil
+}
+
+// putProvenance writes the provenance of the changes that reached Gmail.
+func (b *batch) putProvenance(tx *store.Tx, changes []provChange, failed map[string]bool) error {
+	for _, c := range changes {
+		switch {
+		case !c.reached(failed):
+			continue
+		case c.p == nil:
+			if err := tx.LabelProvenanceDelete(b.pl.AccountID, c.msg.m.ID, c.label); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := tx.LabelProvenancePut(b.pl.AccountID, c.msg.m.ID, c.label, *c.p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// commitSettle records a settle's provenance and, once all of it reached
+// Gmail, counts its label changes as new mail's.
+func (b *batch) commitSettle(changes []provChange, failed map[string]bool, complete bool) error {
+	err := b.p.db.Update(func(tx *store.Tx) error { return b.putProvenance(tx, changes, failed) })
+	if err != nil {
+		return fmt.Errorf("rules: record the settled labels of thread %v: %w", b.pl.ThreadIDs, err)
+	}
+	if complete {
+		for _, c := range slices.Concat(b.applied, changes) {
+			switch {
+			case c.add:
+				b.p.metrics.labels.WithLabelValues("new_mail", "added").Inc()
+			case c.remove:
+				b.p.metrics.labels.WithLabelValues("new_mail", "removed").Inc()
+			}
+		}
 	}
 	return nil
 }
