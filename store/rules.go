@@ -461,11 +461,19 @@ func (tx *Tx) ReclassifyBatches(jobID string, fn func(ReclassifyBatch) (bool, er
 // that change; SeenHID is the message's history id for that label in the
 // mirror when the change was made, so that until the mirror takes a newer
 // change of the label, this record is the better knowledge of it.
+//
+// Pending marks a change written down before its Gmail call and not yet
+// confirmed: the process may have died, or the call failed, after Gmail
+// made it. The label's state is unknown, and it is the rule's to decide:
+// the next run that looks at the message sends the change it wants again
+// (Gmail takes an add of a label that is there, or a removal of one that
+// is not, as no change).
 type Provenance struct {
 	RuleID  string    `json:"ruleId"`
 	Version int       `json:"version"`
 	JobID   string    `json:"jobId,omitempty"` // empty: applied to new mail
 	Present bool      `json:"present"`
+	Pending bool      `json:"pending,omitempty"`
 	SeenHID uint64    `json:"seenHid,omitempty"`
 	At      time.Time `json:"at"`
 }

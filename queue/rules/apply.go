@@ -78,8 +78,16 @@ func (p *Pipeline) ApplyNew(ctx context.Context, accountID string, m store.Messa
 
 func (p *Pipeline) applyNew(ctx context.Context, accountID string, m store.Message, body string) error {
 	rules, prov, err := p.newMailState(accountID, m.ID)
-	if err != nil || len(rules) == 0 {
+	if err != nil {
 		return err
+	}
+	if pending := pendingRules(prov); len(pending) > 0 {
+		// An earlier run was cut short with its labels on their way to
+		// Gmail, and the rules may have changed since.
+		return p.settle(ctx, accountID, m, nil, pending)
+	}
+	if len(rules) == 0 {
+		return nil
 	}
 	mt := matchNew(rules, Message{From: m.From, To: m.To, Cc: m.Cc, Subject: m.Subject, Body: body})
 	if len(mt.wants) == 0 {
@@ -97,28 +105,75 @@ func (p *Pipeline) applyNew(ctx context.Context, accountID string, m store.Messa
 	if len(add)+len(remove) == 0 {
 		return nil
 	}
+	if err := p.putRecords(accountID, m.ID, records, true); err != nil {
+		return err
+	}
 	p.metrics.gmailCalls.WithLabelValues("modify").Inc()
 	if err := gm.Modify(ctx, m.ID, add, remove); err != nil {
 		if errors.Is(err, google.ErrNotFound) {
 			// Deleted at Google since it was fetched: there is nothing to
 			// label, and its message-deleted event updates the mirror.
-			return nil
+			return p.dropPending(accountID, m.ID, records)
+		}
+		if errors.Is(err, google.ErrInvalidLabel) {
+			// Refused whole: no label went on (ApplyNew makes it anew).
+			return errors.Join(err, p.dropPending(accountID, m.ID, records))
 		}
 		return err
 	}
-	err = p.db.Update(func(tx *store.Tx) error {
+	if err := p.putRecords(accountID, m.ID, records, false); err != nil {
+		return err
+	}
+	p.metrics.labels.WithLabelValues("new_mail", "added").Add(float64(len(add)))
+	return p.settle(ctx, accountID, m, rules, nil)
+}
+
+// putRecords writes the provenance records of message messageID's labels
+// (the actions' records of system labels only once Gmail made them: their
+// outcome is in the mirror, not a rule's to decide), pending before the
+// Gmail call and confirmed after it.
+func (p *Pipeline) putRecords(accountID, messageID string, records map[string]store.Provenance, pending bool) error {
+	err := p.db.Update(func(tx *store.Tx) error {
 		for l, pr := range records {
-			if err := tx.LabelProvenancePut(accountID, m.ID, l, pr); err != nil {
+			if pending && !pr.Present {
+				continue
+			}
+			pr.Pending = pending
+			if err := tx.LabelProvenancePut(accountID, messageID, l, pr); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("rules: record labels of message %s: %w", m.ID, err)
+		return fmt.Errorf("rules: record labels of message %s: %w", messageID, err)
 	}
-	p.metrics.labels.WithLabelValues("new_mail", "added").Add(float64(len(add)))
-	return p.settle(ctx, accountID, m, rules)
+	return nil
+}
+
+// dropPending forgets the pending records of labels that never went on.
+func (p *Pipeline) dropPending(accountID, messageID string, records map[string]store.Provenance) error {
+	return p.db.Update(func(tx *store.Tx) error {
+		for l, pr := range records {
+			if pr.Present {
+				if err := tx.LabelProvenanceDelete(accountID, messageID, l); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// pendingRules returns the rules of the pending records in prov.
+func pendingRules(prov map[string]store.Provenance) []string {
+	var ids []string
+	for _, pr := range prov {
+		if pr.Pending && !slices.Contains(ids, pr.RuleID) {
+			ids = append(ids, pr.RuleID)
+		}
+	}
+	return ids
 }
 
 // maxSettles bounds settle's rounds: rules saved again and again while
@@ -135,14 +190,20 @@ const maxSettles = 5
 // the reclassify's plan with every current rule, and the tombstone of each
 // rule deleted since, so labels rules put on and no longer want come off
 // and labels a person put on stay.
-func (p *Pipeline) settle(ctx context.Context, accountID string, m store.Message, used []*compiledRule) error {
+//
+// With pending (the rules of an earlier run's pending labels) settle runs
+// the thread once whatever the rules are.
+func (p *Pipeline) settle(ctx context.Context, accountID string, m store.Message, used []*compiledRule, pending []string) error {
 	seen := map[string]bool{}
+	for _, id := range pending {
+		seen[id] = true
+	}
 	for round := 0; ; round++ {
 		for _, r := range used {
 			seen[r.id] = true
 		}
 		now, err := p.rulesNow(accountID, seen)
-		if err != nil || sameRules(used, now) {
+		if err != nil || (round > 0 || len(pending) == 0) && sameRules(used, now) {
 			return err
 		}
 		if round == maxSettles {

@@ -225,6 +225,9 @@ func (b *batch) run(ctx context.Context) error {
 			return err
 		}
 		changes, adds, removes := b.plan(ids, known)
+		if err := b.intend(changes); err != nil {
+			return err
+		}
 		tApply := time.Now()
 		failed, err := b.apply(ctx, adds, removes)
 		if !retried && errors.Is(err, google.ErrInvalidLabel) {
@@ -326,8 +329,13 @@ func (b *batch) fetchBodies(ctx context.Context) error {
 
 // effectiveHas says whether the message carries label l: the provenance
 // record of our own last change of l wins until the mirror takes a newer
-// change of that label (the sync reports our change a little later).
+// change of that label (the sync reports our change a little later). A
+// pending change's outcome is unknown: the label counts as missing, so a
+// rule that wants it sends the add again.
 func effectiveHas(m *store.Message, l string, p store.Provenance, hasP bool) bool {
+	if hasP && p.Pending {
+		return false
+	}
 	if hasP && m.LabelHID(l) <= p.SeenHID {
 		return p.Present
 	}
@@ -387,10 +395,10 @@ func (b *batch) plan(ids map[string]string, known map[string]bool) (changes []pr
 				// The label was deleted in Gmail, and with it from every
 				// message: nothing to remove, nothing to remember.
 				changes = append(changes, provChange{msg: bm, label: l})
-			case p.Present && ours:
+			case (p.Present || p.Pending) && ours:
 				// Applied by a rule of this batch that no longer wants it
 				// here (it no longer matches, was deleted, or owns another
-				// label now).
+				// label now), or a change of its whose outcome is unknown.
 				removes[l] = append(removes[l], m.ID)
 				changes = append(changes, provChange{msg: bm, label: l, p: stamp(r, false, m.LabelHID(l)), remove: true})
 			case !p.Present && m.LabelHID(l) > p.SeenHID:
@@ -543,6 +551,25 @@ func (b *batch) commit(changes []provChange, failed map[string]bool, complete bo
 		m.labels.WithLabelValues("reclassify", "removed").Add(float64(nRemove))
 	}
 	return nil
+}
+
+// intend writes down the changes about to go to Gmail as pending (see
+// store.Provenance): a run cut short after Gmail made them, and before
+// commit, leaves them known as the rules' changes, to be made again.
+func (b *batch) intend(changes []provChange) error {
+	return b.p.db.Update(func(tx *store.Tx) error {
+		for _, c := range changes {
+			if !c.add && !c.remove {
+				continue
+			}
+			p := *c.p
+			p.Pending = true
+			if err := tx.LabelProvenancePut(b.pl.AccountID, c.msg.m.ID, c.label, p); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // putProvenance writes the provenance of the changes that reached Gmail.

@@ -1,0 +1,135 @@
+package rules
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+
+	"mailroom/queue"
+	"mailroom/queue/google/googlefake"
+	"mailroom/store"
+)
+
+// batchTask returns the task of job jobID's first batch, from the outbox
+// (the queue is not started: the test runs the handler itself).
+func (f *fixture) batchTask(jobID string) *queue.Task {
+	f.t.Helper()
+	var task *queue.Task
+	f.db.View(func(tx *store.Tx) error {
+		return tx.OutboxScan("rules-reclassify", "", 1000, func(r store.OutboxRecord) bool {
+			var pl batchPayload
+			if json.Unmarshal(r.Payload, &pl) == nil && pl.JobID == jobID && pl.Index == 0 {
+				task = &queue.Task{ID: r.ID, Type: r.Type, Queue: r.Queue, Payload: r.Payload, Attempt: 1}
+				return false
+			}
+			return true
+		})
+	})
+	if task == nil {
+		f.t.Fatalf("no batch of job %s in the outbox", jobID)
+	}
+	return task
+}
+
+// A reclassify batch whose label change reached Gmail but not the store
+// (Gmail made it, then the answer was lost: as after a kill -9 between the
+// call and the commit), and whose rule is saved again before the batch
+// runs again: the newer job's batch, on a mirror that has not seen the
+// change yet, still puts back the label the rule wants.
+func TestBatchCutShortAfterGmailMadeItsChange(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, testConfig(), false)
+	ctx := context.Background()
+	id, err := f.fake.Gmail.AddMessage(f.email, googlefake.Message{From: "shop@example.com", Subject: "invoice 42"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.mirror()
+	saved, err := f.p.Create(ctx, f.user, spec("Bills", cond("subject", "contains", "invoice")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.p.HandleBatch(ctx, f.batchTask(f.publish().ID)); err != nil {
+		t.Fatal(err)
+	}
+	f.checkLabels("Bills", map[string]bool{id: true})
+
+	// Version 2 no longer matches: its batch takes the label off in Gmail,
+	// and the answer is lost.
+	if _, err := f.p.Update(ctx, saved.Rule.ID, spec("Bills", cond("subject", "contains", "receipt"))); err != nil {
+		t.Fatal(err)
+	}
+	job2 := f.publish()
+	lost, err := f.fake.InjectFault(googlefake.Fault{Method: googlefake.MethodMessagesBatchModify, Code: 500, AfterWrite: true, Times: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	task2 := f.batchTask(job2.ID)
+	if err := f.p.HandleBatch(ctx, task2); err == nil || lost.Fired() != 1 {
+		t.Fatalf("batch of version 2: %v (fault fired %d times); want the lost answer's error", err, lost.Fired())
+	}
+	f.checkLabels("Bills", map[string]bool{})
+
+	// Version 3 matches again, before version 2's batch runs again (it is
+	// stale now: its publish drops it from the outbox, and a copy already
+	// delivered does nothing). The mirror has not seen the removal.
+	if _, err := f.p.Update(ctx, saved.Rule.ID, spec("Bills", cond("subject", "contains", "invoice 4"))); err != nil {
+		t.Fatal(err)
+	}
+	job3 := f.publish()
+	if err := f.p.HandleBatch(ctx, task2); !errors.Is(err, queue.ErrStale) {
+		t.Fatalf("batch of version 2 again: %v; want stale", err)
+	}
+	if err := f.p.HandleBatch(ctx, f.batchTask(job3.ID)); err != nil {
+		t.Fatal(err)
+	}
+	f.checkLabels("Bills", map[string]bool{id: true})
+}
+
+// New mail's labels that reached Gmail but not the store, after which the
+// rule changed: the message-added task's next run takes off the label the
+// rule no longer wants (without the pending record it would look like a
+// label a person put on, and stay).
+func TestApplyNewCutShortAfterGmailMadeItsChange(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, testConfig(), false)
+	ctx := context.Background()
+	saved, err := f.p.Create(ctx, f.user, spec("Dev", cond("from", "contains", "@github.com")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := f.fake.Gmail.AddMessage(f.email, googlefake.Message{From: "ci@github.com", Subject: "Build failed"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.mirror()
+	lost, err := f.fake.InjectFault(googlefake.Fault{Method: googlefake.MethodMessagesModify, Code: 503, AfterWrite: true, Times: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.p.ApplyNew(ctx, f.account, f.stored(id), ""); err == nil || lost.Fired() != 1 {
+		t.Fatalf("ApplyNew: %v (fault fired %d times); want the lost answer's error", err, lost.Fired())
+	}
+	f.checkLabels("Dev", map[string]bool{id: true})
+
+	if _, err := f.p.Update(ctx, saved.Rule.ID, spec("Dev", cond("from", "contains", "@gitlab.com"))); err != nil {
+		t.Fatal(err)
+	}
+	// The task runs again (the message fetched again: the mirror has the
+	// label now, as Gmail showed it).
+	f.mirror()
+	if err := f.p.ApplyNew(ctx, f.account, f.stored(id), ""); err != nil {
+		t.Fatal(err)
+	}
+	f.checkLabels("Dev", map[string]bool{})
+	// The version 2 reclassify finds nothing left to do.
+	f.fake.ResetCounters()
+	if err := f.p.HandleBatch(ctx, f.batchTask(f.publish().ID)); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.fake.Calls(googlefake.MethodMessagesBatchModify); n != 0 {
+		t.Errorf("the reclassify made %d batchModify calls after the settle", n)
+	}
+	f.checkLabels("Dev", map[string]bool{})
+}
