@@ -334,18 +334,22 @@ func (g *Gmail) CreateLabel(ctx context.Context, name string) (Label, error) {
 }
 
 // Modify adds and removes labels of one message (a set operation: safe to
-// repeat).
-func (g *Gmail) Modify(ctx context.Context, id string, add, remove []string) error {
-	err := g.call(ctx, false, UnitsModify, func() error {
-		_, err := g.svc.Users.Messages.Modify(me, id, &gmailapi.ModifyMessageRequest{
+// repeat). It returns the message's history id after the change: that of
+// the last history record that changed the message.
+func (g *Gmail) Modify(ctx context.Context, id string, add, remove []string) (historyID uint64, err error) {
+	err = g.call(ctx, false, UnitsModify, func() error {
+		m, err := g.svc.Users.Messages.Modify(me, id, &gmailapi.ModifyMessageRequest{
 			AddLabelIds: add, RemoveLabelIds: remove,
 		}).Context(ctx).Do()
+		if err == nil {
+			historyID = m.HistoryId
+		}
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("google: gmail messages.modify %s: %w", id, err)
+		return 0, fmt.Errorf("google: gmail messages.modify %s: %w", id, err)
 	}
-	return nil
+	return historyID, nil
 }
 
 // MaxBatchModify is the most message ids one BatchModify takes.

@@ -109,7 +109,8 @@ func (p *Pipeline) applyNew(ctx context.Context, accountID string, m store.Messa
 		return err
 	}
 	p.metrics.gmailCalls.WithLabelValues("modify").Inc()
-	if err := gm.Modify(ctx, m.ID, add, remove); err != nil {
+	hid, err := gm.Modify(ctx, m.ID, add, remove)
+	if err != nil {
 		if errors.Is(err, google.ErrNotFound) {
 			// Deleted at Google since it was fetched: there is nothing to
 			// label, and its message-deleted event updates the mirror.
@@ -120,6 +121,12 @@ func (p *Pipeline) applyNew(ctx context.Context, accountID string, m store.Messa
 			return errors.Join(err, p.dropPending(accountID, m.ID, records))
 		}
 		return err
+	}
+	for l, pr := range records {
+		// The mirror takes this change later: until a newer one of the
+		// label, the record is the better knowledge.
+		pr.SeenHID = max(pr.SeenHID, hid)
+		records[l] = pr
 	}
 	if err := p.putRecords(accountID, m.ID, records, false); err != nil {
 		return err

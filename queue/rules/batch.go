@@ -225,6 +225,11 @@ func (b *batch) run(ctx context.Context) error {
 			return err
 		}
 		changes, adds, removes := b.plan(ids, known)
+		if len(adds)+len(removes) > 0 {
+			if err := b.stampHistory(ctx, changes); err != nil {
+				return err
+			}
+		}
 		if err := b.intend(changes); err != nil {
 			return err
 		}
@@ -549,6 +554,27 @@ func (b *batch) commit(changes []provChange, failed map[string]bool, complete bo
 		m.threads.WithLabelValues("unlabeled").Add(float64(len(unlabeled)))
 		m.labels.WithLabelValues("reclassify", "added").Add(float64(nAdd))
 		m.labels.WithLabelValues("reclassify", "removed").Add(float64(nRemove))
+	}
+	return nil
+}
+
+// stampHistory raises the history id in the records of the changes about
+// to go to Gmail to the mailbox's history id now (users.getProfile, one
+// quota unit). The mirror may take older changes of a label after these
+// (an earlier batch's, which it had not seen when this one planned): any
+// change it takes with an id up to that one is older than ours, and the
+// record stays the better knowledge of the label.
+func (b *batch) stampHistory(ctx context.Context, changes []provChange) error {
+	b.calls++
+	b.p.metrics.gmailCalls.WithLabelValues("getProfile").Inc()
+	_, hid, err := b.gm.Profile(ctx)
+	if err != nil {
+		return err
+	}
+	for _, c := range changes {
+		if c.add || c.remove {
+			c.p.SeenHID = max(c.p.SeenHID, hid)
+		}
 	}
 	return nil
 }

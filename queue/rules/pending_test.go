@@ -133,3 +133,54 @@ func TestApplyNewCutShortAfterGmailMadeItsChange(t *testing.T) {
 	}
 	f.checkLabels("Dev", map[string]bool{})
 }
+
+// The mirror takes the label changes of earlier batches late, and one at a
+// time: after version 1 put the label on and version 2 took it off, the
+// mirror shows version 1's add (newer than what the mirror had when version
+// 2 planned). Version 3, which wants the label, must not take that add for
+// the label's state (it is older than version 2's removal) and so must put
+// the label back.
+func TestReclassifyOnAMirrorThatTakesOurChangesLate(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, testConfig(), false)
+	ctx := context.Background()
+	id, err := f.fake.Gmail.AddMessage(f.email, googlefake.Message{From: "shop@example.com", Subject: "invoice 42"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.mirror()
+	saved, err := f.p.Create(ctx, f.user, spec("Bills", cond("subject", "contains", "invoice")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.p.HandleBatch(ctx, f.batchTask(f.publish().ID)); err != nil {
+		t.Fatal(err)
+	}
+	added, _ := f.fake.Gmail.Message(f.email, id)
+	bills, _ := f.fake.Gmail.LabelID(f.email, "Bills")
+	if _, err := f.p.Update(ctx, saved.Rule.ID, spec("Bills", cond("subject", "contains", "receipt"))); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.p.HandleBatch(ctx, f.batchTask(f.publish().ID)); err != nil {
+		t.Fatal(err)
+	}
+	f.checkLabels("Bills", map[string]bool{})
+	// The sync applies version 1's add, and not yet version 2's removal.
+	f.update(func(tx *store.Tx) error {
+		m, err := tx.MessageGet(f.account, id)
+		if err != nil {
+			return err
+		}
+		if !m.ApplyLabel(bills, true, added.HistoryID) {
+			t.Fatalf("the mirror took no change at history id %d", added.HistoryID)
+		}
+		return tx.MessagePut(f.account, m)
+	})
+	if _, err := f.p.Update(ctx, saved.Rule.ID, spec("Bills", cond("subject", "contains", "invoice 4"))); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.p.HandleBatch(ctx, f.batchTask(f.publish().ID)); err != nil {
+		t.Fatal(err)
+	}
+	f.checkLabels("Bills", map[string]bool{id: true})
+}

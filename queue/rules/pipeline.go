@@ -106,7 +106,8 @@ func (c *Config) defaults() {
 type Gmail interface {
 	Labels(ctx context.Context) ([]google.Label, error)
 	CreateLabel(ctx context.Context, name string) (google.Label, error)
-	Modify(ctx context.Context, id string, add, remove []string) error
+	Modify(ctx context.Context, id string, add, remove []string) (historyID uint64, err error)
+	Profile(ctx context.Context) (email string, historyID uint64, err error)
 	BatchModify(ctx context.Context, ids, add, remove []string) error
 	GetMessage(ctx context.Context, id string, withBody bool) (google.Message, error)
 }
