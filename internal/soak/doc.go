@@ -8,7 +8,8 @@
 // it survived.
 //
 // `make soak` runs it for SOAK_DURATION (default 10m) on each broker;
-// `make test` runs a short version (about a minute on each, in parallel).
+// `make test` runs the CI version: 2 minutes of load on each broker, in
+// parallel (`go test -short` skips it).
 // SOAK_SEED replays a run's schedule of kills, faults and load.
 //
 // The package has no code outside its tests.

@@ -243,6 +243,7 @@ func (w *world) ruleLoad(ctx context.Context, rng *rand.Rand, u *soakUser) {
 		r.tries++
 		r.mu.Unlock()
 		status, _, err := w.current().Do(http.MethodPut, "/api/v1/rules/"+r.id, r.spec(v))
+		w.trace.event("save rule %s (%s) variant %d %v -> %d %v", r.id, r.label, v, r.variants[v], status, err)
 		r.mu.Lock()
 		switch {
 		case err == nil && status == http.StatusOK:
