@@ -19,7 +19,7 @@ build: ## build bin/mailroom (static, assets embedded, version stamped)
 run: build ## run the appliance with demo data in ./data and print where to log in
 	MAILROOM_DATA_DIR=$(DATA) ./bin/mailroom serve --demo
 
-test: fmt-check vet ## gofmt and vet, then every test (browser and redis-server tests skip loudly when missing, fail under CI=true; the soak has targets of its own)
+test: fmt-check vet ## gofmt and vet, then every test (browser and redis-server tests skip loudly when missing, fail under CI=true; the soak runs its 2-minute CI version)
 	$(GO) test -count=1 -timeout 9m ./...
 	$(GO) test -count=1 -run '^$$' -bench . -benchtime 1x ./... > /dev/null
 
