@@ -83,8 +83,14 @@ func (p *Pipeline) applyNew(ctx context.Context, accountID string, m store.Messa
 	}
 	if pending := pendingRules(prov); len(pending) > 0 {
 		// An earlier run was cut short with its labels on their way to
-		// Gmail, and the rules may have changed since.
-		return p.settle(ctx, accountID, m, nil, pending)
+		// Gmail, and the rules may have changed since: the labels first,
+		// then the actions (mark read, archive) as the rules want them now.
+		if err := p.settle(ctx, accountID, m, nil, pending); err != nil {
+			return err
+		}
+		if rules, prov, err = p.newMailState(accountID, m.ID); err != nil {
+			return err
+		}
 	}
 	if len(rules) == 0 {
 		return nil

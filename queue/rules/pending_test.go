@@ -184,3 +184,38 @@ func TestReclassifyOnAMirrorThatTakesOurChangesLate(t *testing.T) {
 	}
 	f.checkLabels("Bills", map[string]bool{id: true})
 }
+
+// A run of new mail's rules whose modify failed (nothing reached Gmail)
+// leaves pending records; the retry settles the labels and still makes the
+// rule's actions.
+func TestApplyNewRetryAfterAFailedModifyMakesTheActions(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, testConfig(), false)
+	ctx := context.Background()
+	s := spec("Dev", cond("from", "contains", "@github.com"))
+	s.Actions = Actions{MarkRead: true}
+	if _, err := f.p.Create(ctx, f.user, s); err != nil {
+		t.Fatal(err)
+	}
+	id, err := f.fake.Gmail.AddMessage(f.email, googlefake.Message{From: "ci@github.com", Subject: "Build failed"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.mirror()
+	if _, err := f.fake.InjectFault(googlefake.Fault{Method: googlefake.MethodMessagesModify, Code: 503, Times: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.p.ApplyNew(ctx, f.account, f.stored(id), ""); err == nil {
+		t.Fatal("ApplyNew with Google answering 503: nil error")
+	}
+	if m, _ := f.fake.Gmail.Message(f.email, id); !m.Unread() {
+		t.Fatal("the failed modify changed the message")
+	}
+	if err := f.p.ApplyNew(ctx, f.account, f.stored(id), ""); err != nil {
+		t.Fatal(err)
+	}
+	f.checkLabels("Dev", map[string]bool{id: true})
+	if m, _ := f.fake.Gmail.Message(f.email, id); m.Unread() {
+		t.Error("the retry did not mark the message read")
+	}
+}
