@@ -146,7 +146,8 @@ func (p *Pipeline) applyNew(ctx context.Context, accountID string, m store.Messa
 // outcome is in the mirror, not a rule's to decide), pending before the
 // Gmail call and confirmed after it.
 func (p *Pipeline) putRecords(accountID, messageID string, records map[string]store.Provenance, pending bool) error {
-	err := p.db.Update(func(tx *store.Tx) error {
+	// Puts only, safe to run twice: shared with other writers' commit.
+	err := p.db.Batch(func(tx *store.Tx) error {
 		for l, pr := range records {
 			if pending && !pr.Present {
 				continue

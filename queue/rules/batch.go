@@ -583,7 +583,8 @@ func (b *batch) stampHistory(ctx context.Context, changes []provChange) error {
 // store.Provenance): a run cut short after Gmail made them, and before
 // commit, leaves them known as the rules' changes, to be made again.
 func (b *batch) intend(changes []provChange) error {
-	return b.p.db.Update(func(tx *store.Tx) error {
+	// Puts only, safe to run twice: shared with other writers' commit.
+	return b.p.db.Batch(func(tx *store.Tx) error {
 		for _, c := range changes {
 			if !c.add && !c.remove {
 				continue
