@@ -32,14 +32,12 @@ func (f *fixture) batchTask(jobID string) *queue.Task {
 	return task
 }
 
-// A reclassify batch whose label change reached Gmail but not the store
-// (Gmail made it, then the answer was lost: as after a kill -9 between the
-// call and the commit), and whose rule is saved again before the batch
-// runs again: the newer job's batch, on a mirror that has not seen the
-// change yet, still puts back the label the rule wants.
-func TestBatchCutShortAfterGmailMadeItsChange(t *testing.T) {
-	t.Parallel()
-	f := newFixture(t, testConfig(), false)
+// newBillsFixture is a fixture (queue not started) whose mailbox holds one
+// message, "invoice 42", labelled Bills by the first job of a rule for
+// invoices; it returns the message's and the rule's ids.
+func newBillsFixture(t *testing.T) (f *fixture, id, ruleID string) {
+	t.Helper()
+	f = newFixture(t, testConfig(), false)
 	ctx := context.Background()
 	id, err := f.fake.Gmail.AddMessage(f.email, googlefake.Message{From: "shop@example.com", Subject: "invoice 42"})
 	if err != nil {
@@ -53,11 +51,23 @@ func TestBatchCutShortAfterGmailMadeItsChange(t *testing.T) {
 	if err := f.p.HandleBatch(ctx, f.batchTask(f.publish().ID)); err != nil {
 		t.Fatal(err)
 	}
+	return f, id, saved.Rule.ID
+}
+
+// A reclassify batch whose label change reached Gmail but not the store
+// (Gmail made it, then the answer was lost: as after a kill -9 between the
+// call and the commit), and whose rule is saved again before the batch
+// runs again: the newer job's batch, on a mirror that has not seen the
+// change yet, still puts back the label the rule wants.
+func TestBatchCutShortAfterGmailMadeItsChange(t *testing.T) {
+	t.Parallel()
+	f, id, ruleID := newBillsFixture(t)
+	ctx := context.Background()
 	f.checkLabels("Bills", map[string]bool{id: true})
 
 	// Version 2 no longer matches: its batch takes the label off in Gmail,
 	// and the answer is lost.
-	if _, err := f.p.Update(ctx, saved.Rule.ID, spec("Bills", cond("subject", "contains", "receipt"))); err != nil {
+	if _, err := f.p.Update(ctx, ruleID, spec("Bills", cond("subject", "contains", "receipt"))); err != nil {
 		t.Fatal(err)
 	}
 	job2 := f.publish()
@@ -74,7 +84,7 @@ func TestBatchCutShortAfterGmailMadeItsChange(t *testing.T) {
 	// Version 3 matches again, before version 2's batch runs again (it is
 	// stale now: its publish drops it from the outbox, and a copy already
 	// delivered does nothing). The mirror has not seen the removal.
-	if _, err := f.p.Update(ctx, saved.Rule.ID, spec("Bills", cond("subject", "contains", "invoice 4"))); err != nil {
+	if _, err := f.p.Update(ctx, ruleID, spec("Bills", cond("subject", "contains", "invoice 4"))); err != nil {
 		t.Fatal(err)
 	}
 	job3 := f.publish()
@@ -142,23 +152,11 @@ func TestApplyNewCutShortAfterGmailMadeItsChange(t *testing.T) {
 // the label back.
 func TestReclassifyOnAMirrorThatTakesOurChangesLate(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, testConfig(), false)
+	f, id, ruleID := newBillsFixture(t)
 	ctx := context.Background()
-	id, err := f.fake.Gmail.AddMessage(f.email, googlefake.Message{From: "shop@example.com", Subject: "invoice 42"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.mirror()
-	saved, err := f.p.Create(ctx, f.user, spec("Bills", cond("subject", "contains", "invoice")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.p.HandleBatch(ctx, f.batchTask(f.publish().ID)); err != nil {
-		t.Fatal(err)
-	}
 	added, _ := f.fake.Gmail.Message(f.email, id)
 	bills, _ := f.fake.Gmail.LabelID(f.email, "Bills")
-	if _, err := f.p.Update(ctx, saved.Rule.ID, spec("Bills", cond("subject", "contains", "receipt"))); err != nil {
+	if _, err := f.p.Update(ctx, ruleID, spec("Bills", cond("subject", "contains", "receipt"))); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.p.HandleBatch(ctx, f.batchTask(f.publish().ID)); err != nil {
@@ -176,7 +174,7 @@ func TestReclassifyOnAMirrorThatTakesOurChangesLate(t *testing.T) {
 		}
 		return tx.MessagePut(f.account, m)
 	})
-	if _, err := f.p.Update(ctx, saved.Rule.ID, spec("Bills", cond("subject", "contains", "invoice 4"))); err != nil {
+	if _, err := f.p.Update(ctx, ruleID, spec("Bills", cond("subject", "contains", "invoice 4"))); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.p.HandleBatch(ctx, f.batchTask(f.publish().ID)); err != nil {
