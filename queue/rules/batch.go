@@ -229,9 +229,9 @@ func (b *batch) run(ctx context.Context) error {
 			if err := b.stampHistory(ctx, changes); err != nil {
 				return err
 			}
-		}
-		if err := b.intend(changes); err != nil {
-			return err
+			if err := b.intend(changes); err != nil {
+				return err
+			}
 		}
 		tApply := time.Now()
 		failed, err := b.apply(ctx, adds, removes)
