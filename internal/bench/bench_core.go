@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime/metrics"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,25 +33,25 @@ func benchCore(ctx context.Context, o Options) (Result, error) {
 	if o.Quick {
 		n, burst = 2000, 10000
 	}
-	r.Notes = append(r.Notes, fmt.Sprintf("%d no-op tasks (debug:record: MAILROOM_DEBUG_TASKS=true), concurrency 10, idle queues polled every 50ms (MAILROOM_TASK_POLL_INTERVAL), the whole app built by app.New as serve builds it, %s; medians of 3 runs. CPU-s per 1,000 durable tasks: this process's user and system time (/proc) from the first record written to the last handler's return (the app, the embedded broker and the producer; not redis-server's), a figure a busy machine disturbs far less than tasks/s", n, o.GC))
+	r.Notes = append(r.Notes, fmt.Sprintf("%d no-op tasks (debug:record: MAILROOM_DEBUG_TASKS=true), concurrency 10, idle queues polled every 50ms (MAILROOM_TASK_POLL_INTERVAL), the whole app built by app.New as serve builds it, %s; medians of 3 runs. CPU-s per 1,000 durable tasks: this process's user and system time (/proc) from the first record written to the last handler's return (the app, the embedded broker and the producer; not redis-server's), a figure a busy machine disturbs far less than tasks/s; GC cycles per 1,000 durable tasks and KiB allocated per task: this process's garbage collector over the same window (runtime/metrics), figures other work on the machine does not move", n, o.GC))
 
 	targets, stop := benchTargets(ctx, o, &r)
 	defer stop()
 	for _, tg := range targets {
-		var durable, raw, cpu []float64
+		var durable, raw, cpu, gcs, alloc []float64
 		for i := range 3 {
 			o.progress("   %s run %d/3: durable", tg.name, i+1)
-			d, c, err := benchDurableCPU(ctx, tg.url, n)
+			d, err := benchDurableCPU(ctx, tg.url, n)
 			if err != nil {
 				return r, fmt.Errorf("durable on %s: %w", tg.name, err)
 			}
-			cpu = append(cpu, c)
+			cpu, gcs, alloc = append(cpu, d.cpuPer1000), append(gcs, d.gcPer1000), append(alloc, d.allocKiB)
 			o.progress("   %s run %d/3: raw asynq", tg.name, i+1)
 			rw, err := benchRawAsynq(ctx, tg.url, n)
 			if err != nil {
 				return r, fmt.Errorf("raw asynq on %s: %w", tg.name, err)
 			}
-			durable, raw = append(durable, d), append(raw, rw)
+			durable, raw = append(durable, d.rate), append(raw, rw)
 		}
 		dm, rm := median(durable), median(raw)
 		if tg.name == "embedded" {
@@ -58,6 +59,8 @@ func benchCore(ctx context.Context, o Options) (Result, error) {
 			r.add("raw asynq tasks/s, embedded broker", rm, "tasks/s")
 			r.addTarget("durable ÷ raw, embedded broker", dm/rm, "ratio", 0.8, true)
 			r.add("CPU-s per 1,000 durable tasks, embedded broker", median(cpu), "CPU-s")
+			r.add("GC cycles per 1,000 durable tasks, embedded broker", median(gcs), "cycles")
+			r.add("heap allocated per durable task, embedded broker", median(alloc), "KiB")
 		} else {
 			r.addTarget("durable tasks/s, redis-server", dm, "tasks/s", 5000, true)
 			r.add("raw asynq tasks/s, redis-server", rm, "tasks/s")
@@ -108,20 +111,55 @@ func benchQueue(ctx context.Context, redisURL string, onDone func()) (*queue.Que
 	return a.Queue(), a.DB(), stop, nil
 }
 
-// benchDurableCPU is benchDurable that also returns the CPU time of this
-// process over the same window, in CPU-seconds per 1,000 tasks.
-func benchDurableCPU(ctx context.Context, redisURL string, n int) (rate, cpuPer1000 float64, err error) {
-	var c0, c1 float64
-	rate, err = benchDurableWindow(ctx, redisURL, n, func() error {
-		var err error
-		c0, err = procCPUSeconds(os.Getpid())
+// durableFigures are one durable run's figures: the rate, and over the
+// same window this process's CPU time, garbage collections and heap
+// allocation (the app, the embedded broker and the producer; never
+// redis-server's). The last three are per task and hardly move with other
+// work on the machine, unlike the rate.
+type durableFigures struct {
+	rate       float64 // tasks/s
+	cpuPer1000 float64 // CPU-seconds per 1,000 tasks
+	gcPer1000  float64 // GC cycles per 1,000 tasks
+	allocKiB   float64 // KiB allocated on the heap per task
+}
+
+// processCost is this process's CPU time and GC work so far.
+type processCost struct {
+	cpu         float64 // CPU-seconds
+	gcs, allocs uint64  // GC cycles, heap bytes allocated
+}
+
+func readProcessCost() (processCost, error) {
+	cpu, err := procCPUSeconds(os.Getpid())
+	if err != nil {
+		return processCost{}, err
+	}
+	s := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}, {Name: "/gc/heap/allocs:bytes"}}
+	metrics.Read(s)
+	return processCost{cpu: cpu, gcs: s[0].Value.Uint64(), allocs: s[1].Value.Uint64()}, nil
+}
+
+// benchDurableCPU is benchDurable that also measures what the run cost
+// this process, per task.
+func benchDurableCPU(ctx context.Context, redisURL string, n int) (durableFigures, error) {
+	var c0, c1 processCost
+	rate, err := benchDurableWindow(ctx, redisURL, n, func() (err error) {
+		c0, err = readProcessCost()
 		return err
-	}, func() error {
-		var err error
-		c1, err = procCPUSeconds(os.Getpid())
+	}, func() (err error) {
+		c1, err = readProcessCost()
 		return err
 	})
-	return rate, (c1 - c0) * 1000 / float64(n), err
+	if err != nil {
+		return durableFigures{}, err
+	}
+	per := float64(n)
+	return durableFigures{
+		rate:       rate,
+		cpuPer1000: (c1.cpu - c0.cpu) * 1000 / per,
+		gcPer1000:  float64(c1.gcs-c0.gcs) * 1000 / per,
+		allocKiB:   float64(c1.allocs-c0.allocs) / 1024 / per,
+	}, nil
 }
 
 // benchDurable writes n records (100 per transaction, as producers do) while
