@@ -298,14 +298,18 @@ func scrapeMetrics(ta *apptest.App) map[string]float64 {
 
 // TestRulesApplyAfterFullSync: an account connected after its user made a
 // rule gets the rule's labels on the mail its full sync brings in (which
-// never passes message-added): the full sync schedules a reclassify, which
-// runs after the debounce and does not count as a save.
+// never passes message-added): the full sync schedules a reclassify, due at
+// once (no save of the user waits), which does not count as a save. The
+// emulator pushes every change as Gmail does, so the reclassify's own label
+// changes, made in Gmail right as the full sync ends, reach the mirror
+// (without pushes and with polls an hour apart, nothing would read them).
 func TestRulesApplyAfterFullSync(t *testing.T) {
 	t.Parallel()
 	fake := googlefake.StartForTest(t, googlefake.Options{PushAudience: pushAudience})
 	ta := apptest.Start(t, withGoogle(fake, func(cfg *app.Config) {
 		cfg.ReclassifyDebounce, cfg.ReclassifyMaxWait, cfg.ReclassifyTick = 100*time.Millisecond, time.Second, 50*time.Millisecond
 	}))
+	fake.SetPushURL(ta.URL + "/push/gmail")
 	userID := createUser(ta, "owner@example.com")
 	spec := rules.Spec{Label: "Dev", Match: "all", Conditions: []rules.Condition{{Field: "from", Op: "contains", Value: "@github.com"}}}
 	ta.JSON(http.MethodPost, "/api/v1/users/"+userID+"/rules", spec, http.StatusCreated, nil)

@@ -366,20 +366,27 @@ func (p *Pipeline) save(ctx context.Context, userID, ruleID string, spec *Spec, 
 }
 
 // ReclassifyAccount schedules a reclassify of every live rule of the user
-// in tx, as saving each would (merged into the user's pending reclassify,
-// fired after the debounce), but without counting toward the save limit.
-// The gmail pipeline calls it in the transaction that records a full sync
-// of accountID complete: the mail a full sync brings in never passes
-// ApplyNew. The job covers every account of the user. Calling it again
-// merges the same rules, so it only moves the fire time.
+// in tx, merged into the user's pending reclassify as saving each would,
+// but without counting toward the save limit, and due at once unless the
+// user's own saves are pending: the debounce gathers a user's edits, and a
+// finished full sync is not one (its mail would otherwise wait a debounce
+// for its labels, with the account's quota idle). The gmail pipeline calls
+// it in the transaction that records a full sync of accountID complete: the
+// mail a full sync brings in never passes ApplyNew. The job covers every
+// account of the user. Calling it again merges the same rules, so it only
+// moves the fire time.
 func (p *Pipeline) ReclassifyAccount(tx *store.Tx, userID, accountID string) error {
 	rs, err := tx.Rules(userID)
 	if err != nil {
 		return fmt.Errorf("rules: reclassify after a full sync of account %s: %w", accountID, err)
 	}
 	now := p.cfg.Now()
+	debounce := time.Duration(0)
+	if pending, err := tx.ReclassifyPendingGet(userID); err == nil && pending.FiresAt.After(now) {
+		debounce = p.cfg.Debounce // the user is editing: their debounce governs
+	}
 	for _, r := range rs {
-		if _, err := tx.ReclassifyMerge(userID, r.ID, now, p.cfg.Debounce, p.cfg.MaxWait); err != nil {
+		if _, err := tx.ReclassifyMerge(userID, r.ID, now, debounce, p.cfg.MaxWait); err != nil {
 			return fmt.Errorf("rules: reclassify after a full sync of account %s: %w", accountID, err)
 		}
 	}

@@ -291,11 +291,34 @@ func TestReclassifyAccountMergesEveryRule(t *testing.T) {
 	if st.Pending == nil || !slices.Equal(st.Pending.RuleIDs, ids) {
 		t.Fatalf("pending %+v, want rules %v", st.Pending, ids)
 	}
+	// Due at once, not after the debounce: a full sync is not an edit.
+	if now := f.p.cfg.Now(); st.Pending.FiresAt.After(now) {
+		t.Errorf("the full sync's reclassify fires at %v, %v from now; want at once", st.Pending.FiresAt, st.Pending.FiresAt.Sub(now))
+	}
 	var accepted dto.Metric
 	if err := f.p.metrics.saves.WithLabelValues("accepted").Write(&accepted); err != nil {
 		t.Fatal(err)
 	}
 	if got := accepted.GetCounter().GetValue(); got != 2 {
 		t.Errorf("%v accepted saves, want 2: the full sync's reclassify is not a save", got)
+	}
+}
+
+// A full sync that finishes while the user's own saves wait out their
+// debounce joins them and keeps the debounce: the user is still editing.
+func TestReclassifyAccountKeepsAUsersDebounce(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, testConfig(), false)
+	ctx := context.Background()
+	if _, err := f.p.Create(ctx, f.user, spec("A", cond("from", "contains", "a"))); err != nil {
+		t.Fatal(err)
+	}
+	f.update(func(tx *store.Tx) error { return f.p.ReclassifyAccount(tx, f.user, f.account) })
+	st, err := f.p.Status(f.user, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Pending == nil || !st.Pending.FiresAt.After(f.p.cfg.Now()) {
+		t.Fatalf("pending %+v: want the user's save still waiting out its debounce", st.Pending)
 	}
 }
