@@ -2,9 +2,13 @@ package rules
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"slices"
+	"sync"
 	"testing"
 
+	"mailroom/queue/google"
 	"mailroom/queue/google/googlefake"
 	"mailroom/store"
 )
@@ -114,5 +118,76 @@ func TestReclassifyAfterTheLabelWasDeletedInGmail(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// New mail and reclassify batches that want a missing label at the same
+// moment create it once per account and label, not once each.
+func TestLabelCreatedOnceUnderConcurrency(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, testConfig(), false)
+	ctx := context.Background()
+	for _, l := range []string{"Dev", "CI", "All"} {
+		if _, err := f.p.Create(ctx, f.user, spec(l, cond("from", "contains", "@github.com"))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var ids []string
+	for i := range 16 {
+		id, err := f.fake.Gmail.AddMessage(f.email, googlefake.Message{From: "CI <ci@github.com>", Subject: fmt.Sprint("build ", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	f.mirror()
+	var wg sync.WaitGroup
+	errs := make(chan error, len(ids))
+	for _, id := range ids {
+		m := f.stored(id)
+		wg.Go(func() { errs <- f.p.ApplyNew(ctx, f.account, m, "") })
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := f.fake.Gmail.QuotaUnitsByMethod(f.email)[googlefake.MethodLabelsCreate]; got != 3*google.UnitsLabelsCreate {
+		t.Errorf("labels.create spent %d units, want %d: one call per label", got, 3*google.UnitsLabelsCreate)
+	}
+	for _, l := range []string{"Dev", "CI", "All"} {
+		lid, ok := f.fake.Gmail.LabelID(f.email, l)
+		if !ok {
+			t.Fatalf("label %s not in Gmail", l)
+		}
+		for _, id := range ids {
+			if m, _ := f.fake.Gmail.Message(f.email, id); !slices.Contains(m.LabelIDs, lid) {
+				t.Errorf("message %s lacks %s: %v", id, l, m.LabelIDs)
+			}
+		}
+	}
+	if len(f.p.labelLocks.locks) != 0 {
+		t.Errorf("%d label locks left behind", len(f.p.labelLocks.locks))
+	}
+}
+
+// A caller waiting for another's label creation gives up with its context.
+func TestLabelLockHonoursContext(t *testing.T) {
+	t.Parallel()
+	var k keyedLocks
+	unlock, err := k.lock(context.Background(), "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := k.lock(ctx, "a"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("lock with a cancelled context while held: %v, want context.Canceled", err)
+	}
+	unlock()
+	if len(k.locks) != 0 {
+		t.Fatalf("%d locks left behind", len(k.locks))
 	}
 }

@@ -137,6 +137,9 @@ type Pipeline struct {
 	log     *slog.Logger
 	metrics *metrics
 	gate    *gate
+	// labelLocks give label creation of one account's label one caller
+	// at a time (labelIDs).
+	labelLocks keyedLocks
 
 	mu       sync.Mutex
 	compiled map[string]*compiledRule // by rule id, the latest version seen
