@@ -100,8 +100,9 @@ func TestGoogleRefusalsBecomeWaits(t *testing.T) {
 // status line of the Accounts page and the API).
 func TestQuotaStatusWhileWaiting(t *testing.T) {
 	t.Parallel()
-	// Bulk work may spend 80 of the 100 (20 are kept for live work).
-	e := newEnv(t, envOptions{budget: google.BudgetConfig{UserUnits: 100}})
+	// Bulk work may spend 80 of the 100 (20 are kept for live work), all
+	// at once (no pacing: the test looks at a window bulk work filled).
+	e := newEnv(t, envOptions{budget: google.BudgetConfig{UserUnits: 100, Pace: -1}})
 	acc := e.connect(ann, 60) // 300 units of gets: three minutes at 100
 	var q *gmail.QuotaView
 	testkit.Eventually(t, 10*time.Second, "the full sync to wait for quota", func() bool {

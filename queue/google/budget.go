@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
+	"strconv"
 	"sync"
 	"time"
 
@@ -98,9 +100,18 @@ type BudgetConfig struct {
 	ProjectUnits int
 	// Window is Google's minute (tests compress it). Default one minute.
 	Window time.Duration
-	// Margin is added to Window: Google counts a call when it arrives, a
-	// moment after the budget granted it, so a unit leaves the budget's
-	// window a little after it leaves Google's. Default min(1s, Window/20).
+	// Pace is how far ahead of the account's rate (its limit a Window)
+	// work below live priority (reclassify, full syncs) may spend: the
+	// window fills evenly instead of at once, so units leave it evenly too
+	// and live work finds some within a moment (a window spent at once
+	// leaves live work nothing until it has passed). The rate over a
+	// window is the same. Default Window/10; negative: off.
+	Pace time.Duration
+	// Margin is added to Window. Google counts a call when it arrives, a
+	// moment after the budget granted it; the budget stamps a call's units
+	// again when Google has answered (Settle), so they never leave the
+	// budget's window before Google's, and no margin is needed for that.
+	// Default none.
 	Margin time.Duration
 	// MaxWait is the longest a call waits in its task for budget; a longer
 	// wait hands the task back (rate limited: no failure, no attempt).
@@ -144,8 +155,11 @@ func (c *BudgetConfig) defaults() {
 	if c.Window <= 0 {
 		c.Window = time.Minute
 	}
-	if c.Margin <= 0 {
-		c.Margin = min(time.Second, c.Window/20)
+	if c.Margin < 0 {
+		c.Margin = 0
+	}
+	if c.Pace == 0 {
+		c.Pace = c.Window / 10
 	}
 	if c.MaxWait <= 0 {
 		c.MaxWait = 20 * time.Second
@@ -178,10 +192,12 @@ func (c *BudgetConfig) defaults() {
 // the budget never lets more through in any window than the limit.
 type Budget struct {
 	cfg   BudgetConfig
-	rdb   redis.Scripter
+	rdb   BudgetStore
 	log   *slog.Logger
 	units prometheus.Counter
 	waits prometheus.Counter
+
+	pace int64 // Pace in ms; 0 off
 
 	mu       sync.Mutex
 	inFlight map[string]chan struct{}
@@ -190,8 +206,15 @@ type Budget struct {
 // Buckets of the sliding window.
 const budgetBuckets = 60
 
+// BudgetStore is the broker's client as the budget uses it (the broker's
+// redis.UniversalClient is one).
+type BudgetStore interface {
+	redis.Scripter
+	Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
+}
+
 // NewBudget returns the budget kept in the broker rdb.
-func NewBudget(cfg BudgetConfig, rdb redis.Scripter) (*Budget, error) {
+func NewBudget(cfg BudgetConfig, rdb BudgetStore) (*Budget, error) {
 	cfg.defaults()
 	b := &Budget{
 		cfg: cfg, rdb: rdb, log: cfg.Logger.With("component", "gmail-quota"),
@@ -204,6 +227,9 @@ func NewBudget(cfg BudgetConfig, rdb redis.Scripter) (*Budget, error) {
 			Help: "Gmail calls that waited for the account's or the project's quota.",
 		}),
 		inFlight: map[string]chan struct{}{},
+	}
+	if cfg.Pace > 0 {
+		b.pace = max(1, cfg.Pace.Milliseconds())
 	}
 	for _, c := range []prometheus.Collector{b.units, b.waits} {
 		if err := cfg.Registerer.Register(c); err != nil {
@@ -243,7 +269,7 @@ local function load(key)
   local raw = redis.call('HGETALL', key)
   local list, stale, used = {}, {}, 0
   for i = 1, #raw, 2 do
-    local idx, u = tonumber(raw[i]), tonumber(raw[i + 1])
+    local idx, u = tonumber(raw[i]), math.max(tonumber(raw[i + 1]), 0)
     if idx < oldest then
       stale[#stale + 1] = raw[i]
     else
@@ -282,18 +308,23 @@ end
 `
 
 // spendScript: KEYS as budgetKeys; ARGV now_ms, window_ms, buckets,
-// recover_ms, user limit, project limit, cost, priority, account.
-// Returns {granted, wait_ms, user units in window, user limit, why}; why:
-// 0 granted, 1 blocked by Google, 2 higher priority waiting, 3 user
-// window, 4 project window, 5 fair share.
+// recover_ms, user limit, project limit, cost, priority, account, pace_ms
+// (0 off), reserved (1: the caller's units are in the pace already),
+// within_ms (a pace wait longer than this reserves nothing; 0 no limit).
+// Returns {granted, wait_ms, user units in window, user limit, why,
+// reserved (1: the caller has reserved its turn in the pace)}; why: 0 granted, 1 blocked by Google, 2 higher priority
+// waiting, 3 user window, 4 project window, 5 fair share, 6 the
+// account's pace.
 var spendScript = redis.NewScript(budgetLib + `
 local ulim = tonumber(ARGV[5])
 local plim = tonumber(ARGV[6])
 local cost = tonumber(ARGV[7])
 local prio = tonumber(ARGV[8])
 local acct = ARGV[9]
+local pace = tonumber(ARGV[10])
+local reserved = tonumber(ARGV[11])
+local within = tonumber(ARGV[12])
 local ttl = math.ceil(window * 20)
-
 redis.call('ZADD', KEYS[5], now, acct)
 redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now - window)
 redis.call('PEXPIRE', KEYS[5], ttl)
@@ -303,14 +334,14 @@ local ueff, ublocked = limit(KEYS[2], ulim)
 local pused, plist = load(KEYS[3])
 local peff, pblocked = limit(KEYS[4], plim)
 
-local function refuse(wait, why)
+local function refuse(wait, why, reserve)
   if wait < 1 then wait = 1 end
   local d = 'd' .. prio
   local until_ = now + wait + 2 * bm
   local old = tonumber(redis.call('HGET', KEYS[2], d) or '0')
   if until_ > old then redis.call('HSET', KEYS[2], d, until_) end
   redis.call('PEXPIRE', KEYS[2], ttl)
-  return {0, wait, uused, ueff, why}
+  return {0, wait, uused, ueff, why, reserve or reserved}
 end
 
 if ublocked > now or pblocked > now then
@@ -334,6 +365,31 @@ local pc = math.min(cost, peff)
 if pused + pc > peff then
   return refuse(waitFor(plist, pused, peff - pc), 4)
 end
+-- Pacing: the account's units are spread over its window at its rate (a
+-- cell rate: tat is when the units spent so far would have been paid at
+-- that rate), and its work below live may run at most pace ahead of it.
+-- So the window fills evenly instead of at once and units leave it evenly
+-- too: live work (not paced, though its units count) finds some within a
+-- moment instead of waiting for a window spent at once to pass. The rate
+-- over a window is the same (a pause of up to pace, between two tasks
+-- say, is made up). A caller the pace refuses reserves its turn: its units
+-- join the pace now and it comes back (reserved) when they are due, so
+-- waiting callers go one after another instead of all asking again at
+-- once.
+local utat = math.max(tonumber(redis.call('HGET', KEYS[2], 'tat') or '0'), now - pace)
+local ucap = math.max(ueff - math.max(math.floor(ueff / 50), 20), 1)
+local function reserve()
+  redis.call('HSET', KEYS[2], 'tat', math.ceil(utat + cost * window / ucap))
+  redis.call('PEXPIRE', KEYS[2], ttl)
+end
+if prio > 0 and pace > 0 and reserved == 0 and utat - now > pace then
+  local w = math.ceil(utat - now - pace)
+  -- A caller that will not wait that long (it hands its task back) does
+  -- not reserve: a turn nobody takes would hold the pace back.
+  if within > 0 and w > within then return refuse(w, 6, 0) end
+  reserve()
+  return refuse(w, 6, 1)
+end
 -- Fairness: past 90% of the project's window an account may spend only up
 -- to its share among the accounts active in the window.
 local n = redis.call('ZCARD', KEYS[5])
@@ -342,6 +398,7 @@ if pused + pc > peff * 0.9 and uused + c > share then
   return refuse(waitFor(ulist, uused, math.max(share - c, 0)), 5)
 end
 
+if pace > 0 and reserved == 0 then reserve() end
 local cur = tostring(math.floor(now / bm))
 redis.call('HINCRBY', KEYS[1], cur, cost)
 redis.call('PEXPIRE', KEYS[1], math.ceil(window * 2))
@@ -350,7 +407,7 @@ redis.call('PEXPIRE', KEYS[3], math.ceil(window * 2))
 redis.call('INCRBY', KEYS[6], cost)
 redis.call('EXPIRE', KEYS[6], 172800)
 redis.call('HDEL', KEYS[2], 'd' .. prio)
-return {1, 0, uused + cost, ueff, 0}
+return {1, 0, uused + cost, ueff, 0, 0}
 `)
 
 // refusedScript: KEYS as budgetKeys; ARGV now_ms, window_ms, buckets,
@@ -409,13 +466,26 @@ type Grant struct {
 	Used, Limit int
 	// Reason names a refusal.
 	Reason string
+	// At is when the units were stamped, when granted (see Settle).
+	At time.Time
+	// Reserved: refused by the pace, the caller's turn is reserved; it
+	// asks again after Wait with TrySpendReserved.
+	Reserved bool
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // reasonProject is the spend script's refusal for the project's window.
 const reasonProject = 4
 
 var refusalReasons = []string{"", "blocked after Google refused", "more urgent work of the account waits",
-	"the account's quota", "the project's quota", "the account's fair share of the project's quota"}
+	"the account's quota", "the project's quota", "the account's fair share of the project's quota",
+	"pacing: the account's work below live spends its window evenly"}
 
 // reasonLost names a refusal because the broker lost the window.
 const reasonLost = "the broker lost the quota window (a restart?): it counts as fully spent"
@@ -434,55 +504,111 @@ func (b *Budget) lostUntil(now time.Time) time.Time {
 }
 
 // TrySpend takes units of the account's budget at priority p, or tells how
-// long to wait.
+// long to wait. A caller refused by the pace has reserved its turn
+// (Grant.Reserved) and asks again after Wait with TrySpendReserved.
 func (b *Budget) TrySpend(ctx context.Context, account string, units int, p Priority) (Grant, error) {
+	return b.TrySpendReserved(ctx, account, units, p, false)
+}
+
+// TrySpendReserved is TrySpend for a caller that has reserved its turn in
+// the pace (reserved) or not.
+func (b *Budget) TrySpendReserved(ctx context.Context, account string, units int, p Priority, reserved bool) (Grant, error) {
+	return b.trySpend(ctx, account, units, p, reserved, 0)
+}
+
+// trySpend is TrySpendReserved for a caller that waits at most within for
+// a pace turn (longer: it reserves none); 0 no limit.
+func (b *Budget) trySpend(ctx context.Context, account string, units int, p Priority, reserved bool, within time.Duration) (Grant, error) {
 	now := b.cfg.Now()
 	if until := b.lostUntil(now); !until.IsZero() {
 		return Grant{Wait: until.Sub(now), Reason: reasonLost}, nil
 	}
 	res, err := spendScript.Run(ctx, b.rdb, b.keys(account, now),
-		append(b.args(now), units, int(p), account)...).Int64Slice()
+		append(b.args(now), units, int(p), account, b.pace, boolInt(reserved), within.Milliseconds())...).Int64Slice()
 	if err != nil {
 		return Grant{}, fmt.Errorf("google: gmail quota of account %s: %w", account, err)
 	}
-	if len(res) != 5 {
+	if len(res) != 6 {
 		return Grant{}, fmt.Errorf("google: gmail quota of account %s: script answered %v", account, res)
 	}
-	g := Grant{OK: res[0] == 1, Wait: time.Duration(res[1]) * time.Millisecond, Used: int(res[2]), Limit: int(res[3])}
+	g := Grant{OK: res[0] == 1, Wait: time.Duration(res[1]) * time.Millisecond, Used: int(res[2]), Limit: int(res[3]),
+		Reserved: res[5] == 1}
 	if int(res[4]) < len(refusalReasons) {
 		g.Reason = refusalReasons[res[4]]
 	}
 	if g.OK {
+		g.At = now
 		b.units.Add(float64(units))
 	}
 	return g, nil
+}
+
+// bucket returns the index of the window's bucket that holds t, as the
+// scripts compute it.
+func (b *Budget) bucket(t time.Time) int64 {
+	bm := float64((b.cfg.Window + b.cfg.Margin).Milliseconds()) / budgetBuckets
+	return int64(math.Floor(float64(t.UnixMilli()) / bm))
+}
+
+// Settle stamps the units of a call granted at (Grant.At) again, now that
+// Google has answered it: they move to the bucket of now, for the account
+// and the project. Google counted the call when it arrived, between the
+// grant and its answer, so from now on the budget holds its units at least
+// as long as Google does, however long the call waited for an in-flight
+// slot or on the network. Nothing is written when the call ended in the
+// bucket it began in (most calls), nor for a call longer than the window.
+func (b *Budget) Settle(ctx context.Context, account string, units int, at time.Time) error {
+	now := b.cfg.Now()
+	from, to := b.bucket(at), b.bucket(now)
+	if to <= from || to-from >= budgetBuckets || units <= 0 {
+		return nil
+	}
+	k := b.keys(account, now)
+	_, err := b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, key := range []string{k[0], k[2]} {
+			p.HIncrBy(ctx, key, strconv.FormatInt(from, 10), -int64(units))
+			p.HIncrBy(ctx, key, strconv.FormatInt(to, 10), int64(units))
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("google: gmail quota of account %s: settle: %w", account, err)
+	}
+	return nil
 }
 
 // Spend takes units of the account's budget at ctx's priority, waiting in
 // the task while the wait is short, and returns a rate-limited error
 // (ErrQuotaWait) naming the wait once waiting would pass MaxWait.
 func (b *Budget) Spend(ctx context.Context, account string, units int) error {
+	_, err := b.spend(ctx, account, units)
+	return err
+}
+
+// spend is Spend, returning when the units were stamped.
+func (b *Budget) spend(ctx context.Context, account string, units int) (time.Time, error) {
 	p := PriorityOf(ctx)
-	waited := time.Duration(0)
+	waited, reserved := time.Duration(0), false
 	for {
-		g, err := b.TrySpend(ctx, account, units, p)
+		g, err := b.trySpend(ctx, account, units, p, reserved, max(b.cfg.MaxWait-waited, time.Millisecond))
 		if err != nil {
-			return err
+			return time.Time{}, err
 		}
 		if g.OK {
-			return nil
+			return g.At, nil
 		}
+		reserved = g.Reserved
 		b.waits.Inc()
 		if waited+g.Wait > b.cfg.MaxWait {
 			cause := ErrQuotaWait
 			if g.Reason == refusalReasons[reasonProject] {
 				cause = ErrProjectQuotaWait
 			}
-			return queue.RateLimited(fmt.Errorf("google: account %s, %s call of %d units: %s: %w",
+			return time.Time{}, queue.RateLimited(fmt.Errorf("google: account %s, %s call of %d units: %s: %w",
 				account, p, units, g.Reason, cause), g.Wait)
 		}
 		if err := queue.Wait(ctx, g.Wait); err != nil {
-			return err
+			return time.Time{}, err
 		}
 		waited += g.Wait
 	}

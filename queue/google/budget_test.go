@@ -102,7 +102,7 @@ func TestBudgetSlidingWindow(t *testing.T) {
 // goes before bulk.
 func TestBudgetPriorities(t *testing.T) {
 	brokertest.Each(t, func(t *testing.T, b *broker.Broker) {
-		bud, clk := newBudget(t, b, BudgetConfig{UserUnits: 1000})
+		bud, clk := newBudget(t, b, BudgetConfig{UserUnits: 1000, Pace: -1})
 		// Bulk fills what it may: 1000 minus the 20 kept for live work.
 		if g := spend(t, bud, "a", 980, PriorityBulk); !g.OK {
 			t.Fatalf("bulk 980: %+v", g)
@@ -134,6 +134,115 @@ func TestBudgetPriorities(t *testing.T) {
 		}
 		if g := spend(t, bud, "a", 1, PriorityBulk); g.OK || g.Reason != refusalReasons[2] {
 			t.Fatalf("bulk went before waiting reclassify work: %+v", g)
+		}
+	})
+}
+
+// pacedCaller asks for units as Spend does: once the pace refused it, it
+// asks again with its turn reserved.
+type pacedCaller struct {
+	t        *testing.T
+	b        *Budget
+	account  string
+	reserved bool
+}
+
+func (c *pacedCaller) spend(units int, p Priority) Grant {
+	c.t.Helper()
+	g, err := c.b.TrySpendReserved(context.Background(), c.account, units, p, c.reserved)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.reserved = !g.OK && g.Reserved
+	return g
+}
+
+// Work below live spends the window evenly: at most a pace (a tenth of
+// the window by default) ahead of the account's rate, a refused caller
+// reserving its turn; live work is not paced, so it finds
+// units within a moment while bulk work keeps the window full; over a
+// whole window bulk spends its whole cap.
+func TestBudgetPacing(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, b *broker.Broker) {
+		bud, clk := newBudget(t, b, BudgetConfig{UserUnits: 1000, ProjectUnits: 100_000})
+		// From idle, bulk may take two paces' worth at once (a pause of up
+		// to a pace is made up, and it may run a pace ahead): a fifth of
+		// 980 (the cap below live), not the whole window.
+		c := &pacedCaller{t: t, b: bud, account: "a"}
+		granted := 0
+		for c.spend(10, PriorityBulk).OK {
+			granted += 10
+		}
+		if granted < 180 || granted > 220 || !c.reserved {
+			t.Fatalf("bulk took %d units at once (then reserved: %v), want about a fifth of 980, then a reserved turn", granted, c.reserved)
+		}
+		// A caller that will not wait for its turn (it hands its task back)
+		// reserves none: two of them are told the same wait.
+		ctx := context.Background()
+		n1, err1 := bud.trySpend(ctx, "a", 10, PriorityBulk, false, time.Millisecond)
+		n2, err2 := bud.trySpend(ctx, "a", 10, PriorityBulk, false, time.Millisecond)
+		if err1 != nil || err2 != nil || n1.OK || n1.Reserved || n2.Reserved || n1.Wait != n2.Wait {
+			t.Fatalf("callers that will not wait: %+v, %+v (%v, %v); want the same wait and no reservation", n1, n2, err1, err2)
+		}
+		r := &pacedCaller{t: t, b: bud, account: "a"}
+		g := r.spend(10, PriorityReclassify)
+		if g.OK || g.Reason != refusalReasons[6] || !g.Reserved || g.Wait <= 0 || g.Wait > 7*time.Second {
+			t.Fatalf("reclassify past the pace: %+v, want a pacing wait of at most the pace, its turn reserved", g)
+		}
+		if g := spend(t, bud, "a", 200, PriorityLive); !g.OK {
+			t.Fatalf("live work is not paced: %+v", g)
+		}
+		// Over a whole window (once the live units and the first burst have
+		// left it) bulk spends its cap, no more.
+		for range 130 {
+			clk.Advance(time.Second)
+			for c.spend(10, PriorityBulk).OK {
+			}
+		}
+		if u, err := bud.Usage(context.Background(), "a"); err != nil || u.Used > 1000 || u.Used < 940 {
+			t.Fatalf("after a window of paced bulk work the window holds %+v (%v), want its cap", u, err)
+		}
+		// A larger call than the pace's share goes once the pace is empty.
+		clk.Advance(10 * time.Second)
+		if g := spend(t, bud, "b", 300, PriorityBulk); !g.OK {
+			t.Fatalf("a call larger than the pace's share: %+v", g)
+		}
+	})
+}
+
+// A call's units are stamped again when Google has answered (Settle):
+// Google counted the call between the grant and the answer, so the units
+// leave the budget's window no earlier than Google's, with no margin, even
+// when the call waited long for an in-flight slot.
+func TestBudgetSettleRestampsUnits(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, b *broker.Broker) {
+		bud, clk := newBudget(t, b, BudgetConfig{UserUnits: 100, ProjectUnits: 1000, Pace: -1})
+		g := spend(t, bud, "a", 100, PriorityLive)
+		if !g.OK {
+			t.Fatal(g)
+		}
+		clk.Advance(5500 * time.Millisecond) // the answer came 5.5 s later
+		if err := bud.Settle(context.Background(), "a", 100, g.At); err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(56 * time.Second) // 61.5 s after the grant, 56 after the answer
+		if g := spend(t, bud, "a", 1, PriorityLive); g.OK {
+			t.Fatal("the units left the window a minute after the grant, before Google's count of them (at the answer) had")
+		}
+		u, err := bud.Usage(context.Background(), "a")
+		if err != nil || u.Used != 100 || u.ProjectUsed != 100 {
+			t.Fatalf("usage %+v (%v): want the 100 units in the account's and the project's window", u, err)
+		}
+		clk.Advance(5 * time.Second) // a minute and a bucket after the answer
+		if g := spend(t, bud, "a", 100, PriorityLive); !g.OK {
+			t.Fatalf("a minute after the answer: %+v", g)
+		}
+		// A call answered in the bucket it was granted in writes nothing.
+		if err := bud.Settle(context.Background(), "a", 100, clk.Now()); err != nil {
+			t.Fatal(err)
+		}
+		if u, _ := bud.Usage(context.Background(), "a"); u.Used != 100 {
+			t.Fatalf("usage %+v after a settle in the same bucket, want 100", u)
 		}
 	})
 }
@@ -234,18 +343,18 @@ func TestBudgetLostWindowCountsAsSpent(t *testing.T) {
 		}
 		for _, p := range []Priority{PriorityLive, PriorityReclassify, PriorityBulk} {
 			g := spend(t, bud, "a", 1, p)
-			want := 51 * time.Second // the loss plus Google's minute and the 1 s margin
+			want := 50 * time.Second // the loss plus Google's minute (no margin: see Settle)
 			if g.OK || g.Wait != want || g.Reason != reasonLost {
 				t.Fatalf("%s call right after the loss: %+v, want refused for %s (%s)", p, g, want, reasonLost)
 			}
 		}
-		if asked != time.Minute+time.Second {
-			t.Errorf("asked for a window of %s, want the budget's (Google's minute plus the margin)", asked)
+		if asked != time.Minute {
+			t.Errorf("asked for a window of %s, want the budget's (Google's minute)", asked)
 		}
 		if u, _ := bud.Usage(ctx, "a"); u.LostUntil.IsZero() {
 			t.Errorf("Usage does not say the window counts as spent: %+v", u)
 		}
-		clk.Advance(51 * time.Second)
+		clk.Advance(50 * time.Second)
 		if g := spend(t, bud, "a", 980, PriorityLive); !g.OK || g.Limit != 1000 {
 			t.Fatalf("after the lost window: %+v, want the full setting", g)
 		}
@@ -259,7 +368,7 @@ func TestBudgetLostWindowCountsAsSpent(t *testing.T) {
 // share among the active accounts.
 func TestBudgetProjectFairShare(t *testing.T) {
 	brokertest.Each(t, func(t *testing.T, b *broker.Broker) {
-		bud, _ := newBudget(t, b, BudgetConfig{UserUnits: 10_000, ProjectUnits: 1000})
+		bud, _ := newBudget(t, b, BudgetConfig{UserUnits: 10_000, ProjectUnits: 1000, Pace: -1})
 		if g := spend(t, bud, "b", 1, PriorityLive); !g.OK { // b is active
 			t.Fatal(g)
 		}
@@ -444,7 +553,7 @@ func TestGmailRefusedCallIsMadeAgain(t *testing.T) {
 // budget (ErrQuotaWait alone).
 func TestBudgetProjectWaitIsNamed(t *testing.T) {
 	brokertest.Each(t, func(t *testing.T, b *broker.Broker) {
-		bud, _ := newBudget(t, b, BudgetConfig{UserUnits: 100, ProjectUnits: 150, MaxWait: time.Millisecond})
+		bud, _ := newBudget(t, b, BudgetConfig{UserUnits: 100, ProjectUnits: 150, MaxWait: time.Millisecond, Pace: -1})
 		ctx := WithPriority(context.Background(), PriorityBulk)
 		if err := bud.Spend(ctx, "a", 60); err != nil {
 			t.Fatal(err)

@@ -108,7 +108,8 @@ func (g *Gmail) call(ctx context.Context, read bool, units int, fn func() error)
 		return Classify(call(ctx, g.c, g.ts, apiGmail, read, fn))
 	}
 	attempt := func() error {
-		if err := b.Spend(ctx, g.account, units); err != nil {
+		at, err := b.spend(ctx, g.account, units)
+		if err != nil {
 			return err
 		}
 		release, err := b.acquire(ctx, g.account)
@@ -116,7 +117,11 @@ func (g *Gmail) call(ctx context.Context, read bool, units int, fn func() error)
 			return err
 		}
 		defer release()
-		return fn()
+		err = fn()
+		if serr := b.Settle(context.WithoutCancel(ctx), g.account, units, at); serr != nil {
+			g.c.cfg.Budget.log.Warn("settle a Gmail call's quota units", "account_id", g.account, "err", serr)
+		}
+		return err
 	}
 	// A call Google refused for quota did nothing there, so it is made again
 	// (a few times) once the shrunk budget lets it: the refusal becomes a
