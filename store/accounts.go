@@ -353,10 +353,16 @@ type FullSyncStart struct {
 	// difference is the work left (the account's quota status).
 	Messages int `json:"messages,omitempty"`
 	Fetched  int `json:"fetched,omitempty"`
-	// PageToken is messages.list's token of the first page not yet done
-	// (every message before it stored or gone): the full sync runs in
-	// slices, each from here. Empty: from the first page.
+	// PageToken is messages.list's token of the page after Listed (the
+	// next to list once Listed is done): the full sync runs in slices,
+	// each from here. Empty: from the first page, unless ListedAll.
 	PageToken string `json:"pageToken,omitempty"`
+	// Listed are the ids of the last page listed (of up to 500) that the
+	// runs have not taken yet: a run fetches a slice of them, so slices
+	// smaller than a page cost no extra messages.list. ListedAll: that
+	// page was the last one.
+	Listed    []string `json:"listed,omitempty"`
+	ListedAll bool     `json:"listedAll,omitempty"`
 	// Resumed counts the listed messages a run found stored by an earlier,
 	// interrupted run (not fetched again).
 	Resumed int `json:"resumed,omitempty"`

@@ -163,73 +163,116 @@ func (p *Pipeline) startFullSync(ctx context.Context, gm *google.Gmail, acc stor
 	return p.beginFullSync(acc.ID, requested, prof)
 }
 
-// fullSyncSlice does one run's share of the full sync start: it lists
-// pages of FullSyncSlice ids (at most 500) from the page the last run
-// ended at, and fetches and stores each page's messages no run stored yet,
-// until it has fetched FullSyncSlice messages or listed the last page
-// (last). Each page done moves the start's page token, in its own
-// transaction, after the page's messages are stored.
+// fullSyncSlice does one run's share of the full sync start: it fetches
+// and stores up to FullSyncSlice messages no run stored yet, taking them
+// from the page listed last (FullSyncStart.Listed) and listing the next
+// page (of 500 ids, one messages.list) when that is done, until the slice
+// is fetched or the last page is done (last). Each chunk done is recorded
+// in its own transaction after its messages are stored.
 func (p *Pipeline) fullSyncSlice(ctx context.Context, gm *google.Gmail, accountID string, start store.FullSyncStart) (last bool, err error) {
-	size := min(listPageSize, p.cfg.FullSyncSlice)
-	token, fetched := start.PageToken, 0
+	st, fetched := start, 0
 	for fetched < p.cfg.FullSyncSlice {
-		var refs []google.MessageRef
-		var next string
-		err := bulkCall(ctx, func() (err error) { refs, next, err = gm.ListMessages(ctx, token, size); return err })
-		if err != nil && token != "" && queue.IsPermanent(err) && !errors.Is(err, google.ErrRevoked) {
-			// Gmail no longer takes the token (it expired meanwhile):
-			// list again from the first page; stored messages are skipped.
-			p.log.Warn("full sync: Gmail refused the saved page token; listing from the first page",
-				"account_id", accountID, "err", err)
-			token = ""
-			refs, next, err = gm.ListMessages(ctx, token, size)
+		if len(st.Listed) == 0 {
+			if st.ListedAll {
+				return true, nil
+			}
+			var ok bool
+			if st, ok, err = p.listPage(ctx, gm, accountID, st); err != nil || !ok {
+				return false, err // !ok: a newer full sync began; the next run starts it
+			}
+			continue
 		}
-		if err != nil {
-			return false, err
-		}
-		todo, err := p.notFetchedYet(accountID, refs)
+		chunk := st.Listed[:min(len(st.Listed), p.cfg.FullSyncSlice-fetched)]
+		todo, err := p.notFetchedYet(accountID, refsOf(chunk))
 		if err != nil {
 			return false, err
 		}
 		if err := p.fetchAndStore(ctx, gm, accountID, todo); err != nil {
 			return false, err
 		}
-		if err := p.pageDone(accountID, start.Requested, next, len(refs)-len(todo)); err != nil {
+		var ok bool
+		if st, ok, err = p.chunkDone(accountID, st.Requested, len(chunk), len(chunk)-len(todo)); err != nil || !ok {
 			return false, err
 		}
 		fetched += len(todo)
-		if next == "" {
-			return true, nil
-		}
-		token = next
 	}
-	return false, nil
+	return st.ListedAll && len(st.Listed) == 0, nil
 }
 
-// pageDone records a list page of the full sync serving request requested
-// done: next is the page after it, resumed how many of its messages an
-// earlier run had stored.
-func (p *Pipeline) pageDone(accountID string, requested uint64, next string, resumed int) error {
-	err := p.db.Update(func(tx *store.Tx) error {
+func refsOf(ids []string) []google.MessageRef {
+	refs := make([]google.MessageRef, len(ids))
+	for i, id := range ids {
+		refs[i] = google.MessageRef{ID: id}
+	}
+	return refs
+}
+
+// listPage lists the page at st.PageToken and records, in one
+// transaction, its ids that no run stored yet as the page to fetch from,
+// the next page's token, and how many were stored before (Resumed). ok is
+// false when a newer full sync began meanwhile.
+func (p *Pipeline) listPage(ctx context.Context, gm *google.Gmail, accountID string, st store.FullSyncStart) (store.FullSyncStart, bool, error) {
+	token := st.PageToken
+	var refs []google.MessageRef
+	var next string
+	err := bulkCall(ctx, func() (err error) { refs, next, err = gm.ListMessages(ctx, token, listPageSize); return err })
+	if err != nil && token != "" && queue.IsPermanent(err) && !errors.Is(err, google.ErrRevoked) {
+		// Gmail no longer takes the token (it expired meanwhile): list
+		// again from the first page; stored messages are skipped.
+		p.log.Warn("full sync: Gmail refused the saved page token; listing from the first page",
+			"account_id", accountID, "err", err)
+		refs, next, err = gm.ListMessages(ctx, "", listPageSize)
+	}
+	if err != nil {
+		return st, false, err
+	}
+	todo, err := p.notFetchedYet(accountID, refs)
+	if err != nil {
+		return st, false, err
+	}
+	ids := make([]string, len(todo))
+	for i, r := range todo {
+		ids[i] = r.ID
+	}
+	return p.updateStart(accountID, st.Requested, func(s *store.FullSyncStart) {
+		s.Listed, s.PageToken, s.ListedAll = ids, next, next == ""
+		s.Resumed += len(refs) - len(todo)
+	})
+}
+
+// chunkDone records the first n ids of the listed page done, resumed of
+// them found stored by an earlier run.
+func (p *Pipeline) chunkDone(accountID string, requested uint64, n, resumed int) (store.FullSyncStart, bool, error) {
+	return p.updateStart(accountID, requested, func(s *store.FullSyncStart) {
+		s.Listed = s.Listed[min(n, len(s.Listed)):]
+		s.Resumed += resumed
+	})
+}
+
+// updateStart changes the start of the full sync serving request
+// requested in one transaction and returns it; ok is false when a newer
+// full sync began meanwhile (nothing is changed).
+func (p *Pipeline) updateStart(accountID string, requested uint64, change func(*store.FullSyncStart)) (st store.FullSyncStart, ok bool, err error) {
+	err = p.db.Update(func(tx *store.Tx) error {
 		a, err := tx.AccountGet(accountID)
 		if err != nil {
 			return err
 		}
 		s := a.FullSyncStart
-		if s == nil || s.Requested != requested {
-			return nil // a newer full sync began meanwhile
+		if ok = s != nil && s.Requested == requested; !ok {
+			return nil
 		}
-		s.PageToken = next
-		s.Resumed += resumed
+		change(s)
+		st = *s
 		return tx.AccountPut(a)
 	})
 	if errors.Is(err, store.ErrNotFound) {
-		return queue.Permanent(fmt.Errorf("%w: %s", ErrAccountGone, accountID))
+		return st, false, queue.Permanent(fmt.Errorf("%w: %s", ErrAccountGone, accountID))
 	}
 	if err != nil {
-		return fmt.Errorf("gmail: full sync of account %s: record a page done: %w", accountID, err)
+		return st, false, fmt.Errorf("gmail: full sync of account %s: record its progress: %w", accountID, err)
 	}
-	return nil
+	return st, ok, nil
 }
 
 // finishFullSync records the full sync in progress complete, in one

@@ -179,3 +179,42 @@ func TestFullSyncWaitsInTaskForTheProjectWindow(t *testing.T) {
 		t.Fatalf("after the slice: full sync tasks %+v, want the account's next run", next)
 	}
 }
+
+// TestFullSyncSlicesShareListPages: runs of 25 messages take their ids
+// from messages.list pages of 500 kept between runs, so a mailbox of 620
+// costs two list calls (not one per run), each message is fetched once,
+// and every run but the last hands on to the next.
+func TestFullSyncSlicesShareListPages(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{noStart: true, cfg: gmail.Config{FullSyncSlice: 25},
+		fake: googlefake.Options{GmailQuotaWindow: time.Second}, budget: google.BudgetConfig{Window: time.Second}})
+	acc := e.connect(ann, 620)
+	runs := 0
+	for ; runs < 100; runs++ {
+		recs := e.records(queue.TypeGmailFullSync)
+		if len(recs) == 0 {
+			break
+		}
+		if len(recs) != 1 {
+			t.Fatalf("%d full sync tasks, want 1", len(recs))
+		}
+		if err := e.run(recs[0], recs[0].Payload); err != nil {
+			t.Fatalf("run %d: %v", runs+1, err)
+		}
+		if a := e.account(acc.ID); a.FullSyncStart != nil && len(a.FullSyncStart.Listed) > 500 {
+			t.Fatalf("run %d: %d ids kept, more than a page", runs+1, len(a.FullSyncStart.Listed))
+		}
+	}
+	if want := (620 + 24) / 25; runs != want {
+		t.Errorf("%d runs, want %d of 25 messages", runs, want)
+	}
+	if got := e.fake.Gmail.QuotaUnitsByMethod(ann)[googlefake.MethodMessagesList] / google.UnitsMessagesList; got != 2 {
+		t.Errorf("%d messages.list calls, want 2 (pages of 500)", got)
+	}
+	if got := answeredGets(e, ann); got != 620 {
+		t.Errorf("Gmail answered %d messages.get for 620 messages", got)
+	}
+	if a := e.account(acc.ID); a.FullSyncStart != nil || a.FullSyncCompleted != a.FullSyncRequested {
+		t.Fatalf("after the runs: start %+v, completed %d of %d", a.FullSyncStart, a.FullSyncCompleted, a.FullSyncRequested)
+	}
+}
