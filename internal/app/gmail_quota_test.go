@@ -61,9 +61,12 @@ func TestGmailQuotaSettings(t *testing.T) {
 			Status                          string
 		}
 	}
-	testkit.Eventually(t, 10*time.Second, "the account to wait for quota", func() bool {
+	// The watch (100 units, live) comes first; the full sync's work is paced
+	// at the account's rate behind it (about 40 s at 150 units a minute), so
+	// the full sync begins, and its downloads are known, a little later.
+	testkit.Eventually(t, 90*time.Second, "the account to wait for quota with its full sync begun", func() bool {
 		ta.JSON("GET", "/api/v1/accounts/"+acc.ID, nil, 200, &v)
-		return len(v.GmailQuota.Waiting) > 0
+		return len(v.GmailQuota.Waiting) > 0 && v.GmailQuota.QueuedUnits > 0
 	})
 	if q := v.GmailQuota; q.Setting != 150 || q.UnitsLastMinute > 150 || q.Status == "" {
 		t.Errorf("gmailQuota = %+v, want the 150 setting, at most 150 units and a status", q)
@@ -74,8 +77,8 @@ func TestGmailQuotaSettings(t *testing.T) {
 		!strings.Contains(q.Status, fmt.Sprintf("waiting for Gmail quota: about %d minutes of work queued", q.QueuedMinutes)) {
 		t.Errorf("gmailQuota = %+v, want the full sync's downloads left in minutes of the budget", q)
 	}
-	if u := fake.Gmail.QuotaUnits(gmailAddr); u > 150 {
-		t.Errorf("Google counted %d units in the first minute; the setting is 150", u)
+	if u := fake.Gmail.PeakProjectUnits(); u > 150 {
+		t.Errorf("Google counted %d units in a minute; the setting is 150", u)
 	}
 	_, body := getPage(t, adminClient(ta), ta.URL+"/admin/accounts")
 	if !strings.Contains(body, "waiting for Gmail quota: about ") || !strings.Contains(body, " of work queued (bulk waiting") {
@@ -209,17 +212,18 @@ func TestNewMailIsLabelledDuringAFullSync(t *testing.T) {
 		return true
 	})
 	waitMirror(ta, fake, accID, gmailAddr, 60*time.Second)
-	// The budget keeps a margin of a twentieth of the window (150 ms of
-	// this compressed one) for the time from its grant to Google's count; a
-	// loaded machine can exceed it now and then, so the bound is issue 12's
-	// (at most 1% of calls refused), and a refusal is a wait, never a
-	// failure (the mirror above is complete).
+	// The budget stamps each call's units again when Google has answered
+	// (Settle), so its window never lets a unit go before Google's does,
+	// however long the time from its grant to Google's count on a loaded
+	// machine: Google refuses nothing (issue 12 allows 1% of calls, and a
+	// refusal would be a wait, never a failure: the mirror above is
+	// complete).
 	calls := 0
 	for _, n := range fake.CallCounts() {
 		calls += n
 	}
-	if r := fake.Gmail.TotalQuotaRefusals(); r*100 > calls {
-		t.Errorf("Google refused %d of %d calls: over 1%%", r, calls)
+	if r := fake.Gmail.TotalQuotaRefusals(); r != 0 {
+		t.Errorf("Google refused %d of %d calls under the budget", r, calls)
 	}
 }
 
