@@ -193,7 +193,7 @@ func (a *Alerter) Start(ctx context.Context) error {
 }
 
 // Stop ends the loop and waits until what was pending is posted (bounded
-// by the final flush's 5 s).
+// by the final flush's 5 s, and a post under way by the client's timeout).
 func (a *Alerter) Stop() {
 	a.loopMu.Lock()
 	cancel, done := a.cancel, a.done
@@ -399,7 +399,10 @@ func (a *Alerter) deliver(ctx context.Context, body []byte) error {
 			delay *= 2
 		}
 		var req *http.Request
-		req, err = http.NewRequestWithContext(ctx, http.MethodPost, a.cfg.WebhookURL, bytes.NewReader(body))
+		// A request under way is not cut when the loop stops (the client's
+		// timeout bounds it): the webhook may have taken the alert already,
+		// and cut, it would count as failed and a notice would be lost.
+		req, err = http.NewRequestWithContext(context.WithoutCancel(ctx), http.MethodPost, a.cfg.WebhookURL, bytes.NewReader(body))
 		if err != nil {
 			return err
 		}

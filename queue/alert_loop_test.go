@@ -14,13 +14,15 @@ import (
 
 // The alerter is a loop: Stop returns only once what was pending is
 // posted, so the dead letters of a shutdown are announced before the
-// process ends.
+// process ends, and a post under way when it stops is not cut.
 func TestAlerterLoopPostsPendingBeforeStopReturns(t *testing.T) {
 	t.Parallel()
 	var posts atomic.Int32
 	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		time.Sleep(50 * time.Millisecond) // a slow webhook: Stop must wait for it
+		// A slow webhook that has the alert before it answers: Stop must
+		// neither return before the answer nor cut a post under way.
 		posts.Add(1)
+		time.Sleep(100 * time.Millisecond)
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	defer hook.Close()
