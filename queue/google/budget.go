@@ -210,7 +210,7 @@ const budgetBuckets = 60
 // redis.UniversalClient is one).
 type BudgetStore interface {
 	redis.Scripter
-	Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
+	TxPipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
 }
 
 // NewBudget returns the budget kept in the broker rdb.
@@ -564,7 +564,9 @@ func (b *Budget) Settle(ctx context.Context, account string, units int, at time.
 		return nil
 	}
 	k := b.keys(account, now)
-	_, err := b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	// In one MULTI: a spend between the two moves would see the call's
+	// units in neither bucket and let that many too many through.
+	_, err := b.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		for _, key := range []string{k[0], k[2]} {
 			p.HIncrBy(ctx, key, strconv.FormatInt(from, 10), -int64(units))
 			p.HIncrBy(ctx, key, strconv.FormatInt(to, 10), int64(units))
