@@ -2,6 +2,7 @@ package web
 
 import (
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -56,13 +57,24 @@ func seedRulesPage(t *testing.T, db *store.DB, uid string) {
 // preview counts matches, a broken regular expression is flagged next to
 // its row before saving, and a save shows the pending reclassify with its
 // countdown.
+//
+// The save's answer is held for longer than the page's status poll
+// (2 s): the poll then sees the save's pending reclassify while the answer
+// is on its way, and must not reload the page over it (that lost the
+// answer and its flash, and CI once waited out its deadline on it).
 func TestBrowserRulesEditor(t *testing.T) {
 	if testing.Short() {
 		t.Skip("browser test skipped in -short mode")
 	}
 	e, _, uid := rulesEnv(t, rules.Config{})
 	seedRulesPage(t, e.db, uid)
-	srv := httptest.NewServer(e.h)
+	savePath := "/admin/rules/" + uid + "/save"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		e.h.ServeHTTP(w, r) // the answer is buffered until this handler returns
+		if r.Method == http.MethodPost && r.URL.Path == savePath {
+			time.Sleep(3 * time.Second)
+		}
+	}))
 	t.Cleanup(srv.Close)
 
 	br := webtest.Start(t, 1360, 1100, 60*time.Second)

@@ -23,6 +23,13 @@
 
   var form = document.querySelector("form[data-preview]");
   var dirty = false;
+  // leaving is set once any form on the page is submitted (a save, a
+  // delete): the browser is on its way to the answer, and a reload now
+  // would abort it, so the change may be made while its answer and flash
+  // are lost.
+  var leaving = false;
+  document.addEventListener("submit", function () { leaving = true; });
+  window.addEventListener("pageshow", function () { leaving = false; }); // back from the cache
   if (form) {
     var csrf = form.querySelector('input[name="csrf"]').value;
     var box = form.querySelector("[data-preview-box]");
@@ -163,7 +170,7 @@
             if (el.textContent !== v) el.textContent = v;
           });
         });
-        if (reload && !dirty) window.location.reload();
+        if (reload && !dirty && !leaving) window.location.reload();
       })
       .catch(function () {});
   }, 2000);
