@@ -100,12 +100,14 @@ type BudgetConfig struct {
 	ProjectUnits int
 	// Window is Google's minute (tests compress it). Default one minute.
 	Window time.Duration
-	// Pace is how far ahead of the account's rate (its limit a Window)
-	// work below live priority (reclassify, full syncs) may spend: the
-	// window fills evenly instead of at once, so units leave it evenly too
-	// and live work finds some within a moment (a window spent at once
-	// leaves live work nothing until it has passed). The rate over a
-	// window is the same. Default Window/10; negative: off.
+	// Pace is how far ahead of the account's rate (its limit a Window),
+	// and of the project's, work below live priority (reclassify, full
+	// syncs) may spend: a window fills evenly instead of at once, so units
+	// leave it evenly too and live work finds some within a moment (a
+	// window spent at once leaves live work nothing until it has passed),
+	// and accounts that share a binding project budget progress together
+	// rather than those first in a window taking all of it. The rate over
+	// a window is the same. Default Window/10; negative: off.
 	Pace time.Duration
 	// Margin is added to Window. Google counts a call when it arrives, a
 	// moment after the budget granted it; the budget stamps a call's units
@@ -245,12 +247,12 @@ func (b *Budget) Config() BudgetConfig { return b.cfg }
 const budgetPrefix = "mailroom:{gmailquota}:"
 
 // budgetKeys: user buckets, user state, project buckets, project state,
-// active accounts, today's units. The hash tag keeps them in one Redis
+// today's units. The hash tag keeps them in one Redis
 // Cluster slot.
 func (b *Budget) keys(account string, now time.Time) []string {
 	return []string{
 		budgetPrefix + "u:" + account + ":b", budgetPrefix + "u:" + account + ":s",
-		budgetPrefix + "p:b", budgetPrefix + "p:s", budgetPrefix + "active",
+		budgetPrefix + "p:b", budgetPrefix + "p:s",
 		budgetPrefix + "day:" + now.UTC().Format("20060102"),
 	}
 }
@@ -308,26 +310,22 @@ end
 `
 
 // spendScript: KEYS as budgetKeys; ARGV now_ms, window_ms, buckets,
-// recover_ms, user limit, project limit, cost, priority, account, pace_ms
+// recover_ms, user limit, project limit, cost, priority, pace_ms
 // (0 off), reserved (1: the caller's units are in the pace already),
 // within_ms (a pace wait longer than this reserves nothing; 0 no limit).
 // Returns {granted, wait_ms, user units in window, user limit, why,
-// reserved (1: the caller has reserved its turn in the pace)}; why: 0 granted, 1 blocked by Google, 2 higher priority
-// waiting, 3 user window, 4 project window, 5 fair share, 6 the
-// account's pace.
+// reserved (1: the caller has reserved its turn in the pace)}; why: 0
+// granted, 1 blocked by Google, 2 higher priority waiting, 3 user window,
+// 4 project window, 5 the account's pace, 6 the project's pace.
 var spendScript = redis.NewScript(budgetLib + `
 local ulim = tonumber(ARGV[5])
 local plim = tonumber(ARGV[6])
 local cost = tonumber(ARGV[7])
 local prio = tonumber(ARGV[8])
-local acct = ARGV[9]
-local pace = tonumber(ARGV[10])
-local reserved = tonumber(ARGV[11])
-local within = tonumber(ARGV[12])
+local pace = tonumber(ARGV[9])
+local reserved = tonumber(ARGV[10])
+local within = tonumber(ARGV[11])
 local ttl = math.ceil(window * 20)
-redis.call('ZADD', KEYS[5], now, acct)
-redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now - window)
-redis.call('PEXPIRE', KEYS[5], ttl)
 
 local uused, ulist = load(KEYS[1])
 local ueff, ublocked = limit(KEYS[2], ulim)
@@ -353,59 +351,78 @@ for q = 0, prio - 1 do
   local d = tonumber(redis.call('HGET', KEYS[2], 'd' .. q) or '0')
   if d > now then return refuse(math.ceil(bm), 2) end
 end
--- A share of the budget is kept for live work.
-local cap = ueff
-if prio > 0 then cap = ueff - math.max(math.floor(ueff / 50), 20) end
-if cap < 1 then cap = 1 end
+-- A share of the budget, the account's and the project's, is kept for
+-- live work.
+local function below(lim)
+  return math.max(lim - math.max(math.floor(lim / 50), 20), 1)
+end
+local ucap, pcap = below(ueff), below(peff)
+local cap, pcapw = ueff, peff
+if prio > 0 then cap, pcapw = ucap, pcap end
+-- Pacing: the account's units are spread over its window at its rate (a
+-- cell rate: tat is when the units spent so far would have been paid at
+-- that rate), and so are the project's at the project's rate; work below
+-- live may run at most pace ahead of the account's rate and a tenth of
+-- that ahead of the project's. So a window fills evenly instead of at
+-- once and units leave it evenly too: live work (not paced, though its
+-- units count) finds some within a moment instead of waiting for a window
+-- spent at once to pass, and accounts that share a binding project budget
+-- progress together, a turn each, instead of those first in a window
+-- taking it all (the project's lead is short so that no burst fills its
+-- window early and the units leaving it a window later go to whoever asks
+-- first). The rate over a window is the same (a pause of up to the lead,
+-- between two tasks say, is made up). A caller the pace refuses reserves
+-- its turn: its units join both paces now and it comes back (reserved)
+-- when they are due, so waiting callers go one after another instead of
+-- all asking again at once.
+local ppace = math.max(math.floor(pace / 10), 1)
+local utat = math.max(tonumber(redis.call('HGET', KEYS[2], 'tat') or '0'), now - pace)
+local ptat = math.max(tonumber(redis.call('HGET', KEYS[4], 'tat') or '0'), now - ppace)
+local function reserve()
+  -- Kept to the microsecond: rounded up to the millisecond, a 5-unit call
+  -- at 6,000 units a minute (51.02 ms) would cost 52 ms, 2% of the rate.
+  redis.call('HSET', KEYS[2], 'tat', string.format('%.3f', utat + cost * window / ucap))
+  redis.call('PEXPIRE', KEYS[2], ttl)
+  redis.call('HSET', KEYS[4], 'tat', string.format('%.3f', ptat + cost * window / pcap))
+  redis.call('PEXPIRE', KEYS[4], ttl)
+end
+local paced = prio > 0 and pace > 0 and reserved == 0
+-- turn refuses a paced caller that must wait w: it reserves its turn,
+-- unless it will not wait that long (it hands its task back: a turn
+-- nobody takes would hold the pace back).
+local function turn(w, why)
+  if within > 0 and w > within then return refuse(w, why, 0) end
+  reserve()
+  return refuse(w, why, 1)
+end
+-- uwait and pwait: how long the paces hold a caller back.
+local uwait, pwait = utat - now - pace, ptat - now - ppace
 local c = math.min(cost, cap)
 if uused + c > cap then
   return refuse(waitFor(ulist, uused, cap - c), 3)
 end
-local pc = math.min(cost, peff)
-if pused + pc > peff then
-  return refuse(waitFor(plist, pused, peff - pc), 4)
+local pc = math.min(cost, pcapw)
+if pused + pc > pcapw then
+  local w = waitFor(plist, pused, pcapw - pc)
+  -- Full project window: a paced caller takes its turn in the project's
+  -- pace all the same (the later of the two waits), so the pace does not
+  -- lapse while the window is full and hand the units that leave it to
+  -- whoever asks first.
+  if paced then return turn(math.ceil(math.max(w, uwait, pwait)), 4) end
+  return refuse(w, 4)
 end
--- Pacing: the account's units are spread over its window at its rate (a
--- cell rate: tat is when the units spent so far would have been paid at
--- that rate), and its work below live may run at most pace ahead of it.
--- So the window fills evenly instead of at once and units leave it evenly
--- too: live work (not paced, though its units count) finds some within a
--- moment instead of waiting for a window spent at once to pass. The rate
--- over a window is the same (a pause of up to pace, between two tasks
--- say, is made up). A caller the pace refuses reserves its turn: its units
--- join the pace now and it comes back (reserved) when they are due, so
--- waiting callers go one after another instead of all asking again at
--- once.
-local utat = math.max(tonumber(redis.call('HGET', KEYS[2], 'tat') or '0'), now - pace)
-local ucap = math.max(ueff - math.max(math.floor(ueff / 50), 20), 1)
-local function reserve()
-  redis.call('HSET', KEYS[2], 'tat', math.ceil(utat + cost * window / ucap))
-  redis.call('PEXPIRE', KEYS[2], ttl)
+if paced and math.max(uwait, pwait) > 0 then
+  if pwait > uwait then return turn(math.ceil(pwait), 6) end
+  return turn(math.ceil(uwait), 5)
 end
-if prio > 0 and pace > 0 and reserved == 0 and utat - now > pace then
-  local w = math.ceil(utat - now - pace)
-  -- A caller that will not wait that long (it hands its task back) does
-  -- not reserve: a turn nobody takes would hold the pace back.
-  if within > 0 and w > within then return refuse(w, 6, 0) end
-  reserve()
-  return refuse(w, 6, 1)
-end
--- Fairness: past 90% of the project's window an account may spend only up
--- to its share among the accounts active in the window.
-local n = redis.call('ZCARD', KEYS[5])
-local share = math.floor(peff / n)
-if pused + pc > peff * 0.9 and uused + c > share then
-  return refuse(waitFor(ulist, uused, math.max(share - c, 0)), 5)
-end
-
 if pace > 0 and reserved == 0 then reserve() end
 local cur = tostring(math.floor(now / bm))
 redis.call('HINCRBY', KEYS[1], cur, cost)
 redis.call('PEXPIRE', KEYS[1], math.ceil(window * 2))
 redis.call('HINCRBY', KEYS[3], cur, cost)
 redis.call('PEXPIRE', KEYS[3], math.ceil(window * 2))
-redis.call('INCRBY', KEYS[6], cost)
-redis.call('EXPIRE', KEYS[6], 172800)
+redis.call('INCRBY', KEYS[5], cost)
+redis.call('EXPIRE', KEYS[5], 172800)
 redis.call('HDEL', KEYS[2], 'd' .. prio)
 return {1, 0, uused + cost, ueff, 0, 0}
 `)
@@ -480,12 +497,17 @@ func boolInt(b bool) int {
 	return 0
 }
 
-// reasonProject is the spend script's refusal for the project's window.
-const reasonProject = 4
+// The spend script's refusals for the project's window and the project's
+// pace: no account's call of that priority could run meanwhile.
+const (
+	reasonProject     = 4
+	reasonProjectPace = 6
+)
 
 var refusalReasons = []string{"", "blocked after Google refused", "more urgent work of the account waits",
-	"the account's quota", "the project's quota", "the account's fair share of the project's quota",
-	"pacing: the account's work below live spends its window evenly"}
+	"the account's quota", "the project's quota",
+	"pacing: the account's work below live spends its window evenly",
+	"pacing: work below live spends the project's window evenly"}
 
 // reasonLost names a refusal because the broker lost the window.
 const reasonLost = "the broker lost the quota window (a restart?): it counts as fully spent"
@@ -524,7 +546,7 @@ func (b *Budget) trySpend(ctx context.Context, account string, units int, p Prio
 		return Grant{Wait: until.Sub(now), Reason: reasonLost}, nil
 	}
 	res, err := spendScript.Run(ctx, b.rdb, b.keys(account, now),
-		append(b.args(now), units, int(p), account, b.pace, boolInt(reserved), within.Milliseconds())...).Int64Slice()
+		append(b.args(now), units, int(p), b.pace, boolInt(reserved), within.Milliseconds())...).Int64Slice()
 	if err != nil {
 		return Grant{}, fmt.Errorf("google: gmail quota of account %s: %w", account, err)
 	}
@@ -603,7 +625,7 @@ func (b *Budget) spend(ctx context.Context, account string, units int) (time.Tim
 		b.waits.Inc()
 		if waited+g.Wait > b.cfg.MaxWait {
 			cause := ErrQuotaWait
-			if g.Reason == refusalReasons[reasonProject] {
+			if g.Reason == refusalReasons[reasonProject] || g.Reason == refusalReasons[reasonProjectPace] {
 				cause = ErrProjectQuotaWait
 			}
 			return time.Time{}, queue.RateLimited(fmt.Errorf("google: account %s, %s call of %d units: %s: %w",
@@ -703,7 +725,7 @@ local uused = load(KEYS[1])
 local ueff, ublocked = limit(KEYS[2], ulim)
 local pused = load(KEYS[3])
 local peff, pblocked = limit(KEYS[4], plim)
-local today = tonumber(redis.call('GET', KEYS[6]) or '0')
+local today = tonumber(redis.call('GET', KEYS[5]) or '0')
 local w = {}
 for q = 0, 2 do
   local d = tonumber(redis.call('HGET', KEYS[2], 'd' .. q) or '0')

@@ -3,6 +3,9 @@ package google
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -145,6 +148,7 @@ type pacedCaller struct {
 	b        *Budget
 	account  string
 	reserved bool
+	due      time.Time // when a refused caller asks again
 }
 
 func (c *pacedCaller) spend(units int, p Priority) Grant {
@@ -154,6 +158,9 @@ func (c *pacedCaller) spend(units int, p Priority) Grant {
 		c.t.Fatal(err)
 	}
 	c.reserved = !g.OK && g.Reserved
+	if !g.OK {
+		c.due = c.b.cfg.Now().Add(g.Wait)
+	}
 	return g
 }
 
@@ -186,7 +193,7 @@ func TestBudgetPacing(t *testing.T) {
 		}
 		r := &pacedCaller{t: t, b: bud, account: "a"}
 		g := r.spend(10, PriorityReclassify)
-		if g.OK || g.Reason != refusalReasons[6] || !g.Reserved || g.Wait <= 0 || g.Wait > 7*time.Second {
+		if g.OK || g.Reason != refusalReasons[5] || !g.Reserved || g.Wait <= 0 || g.Wait > 7*time.Second {
 			t.Fatalf("reclassify past the pace: %+v, want a pacing wait of at most the pace, its turn reserved", g)
 		}
 		if g := spend(t, bud, "a", 200, PriorityLive); !g.OK {
@@ -206,6 +213,72 @@ func TestBudgetPacing(t *testing.T) {
 		clk.Advance(10 * time.Second)
 		if g := spend(t, bud, "b", 300, PriorityBulk); !g.OK {
 			t.Fatalf("a call larger than the pace's share: %+v", g)
+		}
+	})
+}
+
+// Accounts that share a binding project budget spend it evenly too: at
+// most a pace ahead of the project's rate, so no account takes the
+// project's window at once, the accounts progress together, and live work
+// finds units while bulk work keeps the project's window full.
+func TestBudgetProjectPacing(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, b *broker.Broker) {
+		bud, clk := newBudget(t, b, BudgetConfig{UserUnits: 6000, ProjectUnits: 1000})
+		callers := make([]*pacedCaller, 10)
+		for i := range callers {
+			callers[i] = &pacedCaller{t: t, b: bud, account: fmt.Sprintf("acct%d", i)}
+		}
+		// round lets every account whose turn is due ask, in a random order
+		// (callers race), until the budget says wait; it returns the units
+		// granted to each.
+		rnd := rand.New(rand.NewPCG(1, 2))
+		round := func() []int {
+			got := make([]int, len(callers))
+			for _, i := range rnd.Perm(len(callers)) {
+				c := callers[i]
+				if clk.Now().Before(c.due) {
+					continue
+				}
+				for c.spend(10, PriorityBulk).OK {
+					got[i] += 10
+				}
+			}
+			return got
+		}
+		first := round()
+		// From idle, work below live may take two leads' worth at once (a
+		// pause of up to a lead is made up, and it may run a lead ahead): a
+		// lead is a tenth of the pace, so about 20 of the project's 980.
+		if slices.Max(first) > 40 || slices.Max(first) == 0 {
+			t.Fatalf("from idle the accounts took %v units at once; want about a fiftieth of the project's 980 in all", first)
+		}
+		g, err := bud.trySpend(context.Background(), "acct0", 10, PriorityBulk, false, time.Millisecond)
+		if err != nil || g.OK || g.Reason != refusalReasons[reasonProjectPace] || g.Wait > 7*time.Second {
+			t.Fatalf("bulk past the project's pace: %+v, want a project pacing wait of at most the pace", g)
+		}
+		if g := spend(t, bud, "acct9", 20, PriorityLive); !g.OK {
+			t.Fatalf("live work is not paced by the project: %+v", g)
+		}
+		total := make([]int, len(callers)) // after the first round
+		for range 1500 {
+			clk.Advance(100 * time.Millisecond)
+			for i, n := range round() {
+				total[i] += n
+			}
+			if u, err := bud.Usage(context.Background(), "acct0"); err != nil || u.ProjectUsed > 1000 {
+				t.Fatalf("the project's window holds %+v (%v), over its 1000", u, err)
+			}
+		}
+		// 2.5 windows of paced work: about 2,450 units, shared out.
+		lo, hi, sum := slices.Min(total), slices.Max(total), 0
+		for _, n := range total {
+			sum += n
+		}
+		if sum < 2200 || sum > 2800 {
+			t.Fatalf("the accounts spent %d units in 2.5 windows of a 1000-unit project (each: %v), want about 2,450", sum, total)
+		}
+		if hi-lo > 40 {
+			t.Fatalf("the accounts did not progress together: %v (spread %d units)", total, hi-lo)
 		}
 	})
 }
@@ -364,24 +437,22 @@ func TestBudgetLostWindowCountsAsSpent(t *testing.T) {
 	})
 }
 
-// Past 90% of the project's window an account spends only up to its fair
-// share among the active accounts.
-func TestBudgetProjectFairShare(t *testing.T) {
+// The last 2% of the project's window (at least 20 units) is kept for
+// live work, as the account's is: a project whose window work below live
+// filled still serves a new message at once.
+func TestBudgetProjectKeepsAShareForLive(t *testing.T) {
 	brokertest.Each(t, func(t *testing.T, b *broker.Broker) {
 		bud, _ := newBudget(t, b, BudgetConfig{UserUnits: 10_000, ProjectUnits: 1000, Pace: -1})
-		if g := spend(t, bud, "b", 1, PriorityLive); !g.OK { // b is active
-			t.Fatal(g)
+		if g := spend(t, bud, "a", 960, PriorityBulk); !g.OK {
+			t.Fatalf("bulk under the project's cap: %+v", g)
 		}
-		if g := spend(t, bud, "a", 890, PriorityBulk); !g.OK {
-			t.Fatalf("a alone under 90%%: %+v", g)
+		if g := spend(t, bud, "b", 30, PriorityReclassify); g.OK || g.Reason != refusalReasons[reasonProject] {
+			t.Fatalf("work below live into the project's share kept for live work: %+v", g)
 		}
-		if g := spend(t, bud, "a", 50, PriorityBulk); g.OK || g.Reason != refusalReasons[5] {
-			t.Fatalf("a past its share at 94%%: %+v", g)
+		if g := spend(t, bud, "b", 40, PriorityLive); !g.OK {
+			t.Fatalf("live work in the project's share kept for it: %+v", g)
 		}
-		if g := spend(t, bud, "b", 100, PriorityBulk); !g.OK {
-			t.Fatalf("b within its share: %+v", g)
-		}
-		if g := spend(t, bud, "b", 10, PriorityBulk); g.OK || g.Reason != refusalReasons[4] {
+		if g := spend(t, bud, "c", 1, PriorityLive); g.OK || g.Reason != refusalReasons[reasonProject] {
 			t.Fatalf("over the project's limit: %+v", g)
 		}
 	})
