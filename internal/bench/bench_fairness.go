@@ -312,6 +312,12 @@ func (f *gmailFleet) report(r *Result, times []time.Duration, ok []bool, elapsed
 	r.add("project units spent ÷ the least the work needs", float64(units)/float64(f.leastUnits()), "ratio")
 	r.add("least time the project budget allows (least units ÷ budget, less the first window)", floor.Seconds(), "s")
 	r.add("time until the last account converged ÷ that least time", slowest.Seconds()/floor.Seconds(), "ratio")
+	// Work below live is paced at the project's rate, so its first window
+	// is not spent at once: at that rate the least time is a window per
+	// budget's worth of units.
+	paced := time.Duration(float64(sz.window) * float64(f.leastUnits()) / float64(sz.project))
+	r.add("least time at the budget's rate (least units ÷ budget a window; work below live is paced, no window spent at once)", paced.Seconds(), "s")
+	r.add("time until the last account converged ÷ that paced least time", slowest.Seconds()/paced.Seconds(), "ratio")
 	r.add("Google quota refusals", float64(f.fake.Gmail.TotalQuotaRefusals()), "calls")
 	r.add("Gmail calls", float64(calls), "calls")
 	r.Notes = append(r.Notes,
