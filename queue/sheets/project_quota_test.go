@@ -149,7 +149,7 @@ func projectTenAccounts(t *testing.T, perAccount, perProject, threshold, rowsPer
 		p99[a] = lat[len(lat)*99/100]
 	}
 	slowest, fastest := slices.Max(p99), slices.Min(p99)
-	t.Logf("p99 latency per account: fastest %s, slowest %s", fastest, slowest)
+	t.Logf("p99 latency per account: fastest %s, slowest %s (%v)", fastest, slowest, p99)
 	if slowest > 2*fastest {
 		t.Errorf("unfair: slowest account's p99 %s is over 2x the fastest's %s (%v)", slowest, fastest, p99)
 	}

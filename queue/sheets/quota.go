@@ -72,6 +72,7 @@ type Quota struct {
 	projectLimit int
 	window       time.Duration
 	grace        time.Duration
+	lead         time.Duration
 	now          func() time.Time
 	spentUntil   func(window time.Duration) time.Time
 }
@@ -96,6 +97,12 @@ type QuotaConfig struct {
 	// Grace is how long past its turn a waiter keeps its place.
 	// Default max(2s, Window/4).
 	Grace time.Duration
+	// Lead is how far ahead of the project's rate (ProjectLimit a Window)
+	// its calls may run: a burst from idle of Lead's worth of calls, and
+	// then one call a Window/ProjectLimit, so the project's calls and its
+	// slots are spread over the window and waiting accounts are served
+	// in turn. Default Window/10.
+	Lead time.Duration
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
 	// SpentUntil, when set, says until when a window of the given length
@@ -125,11 +132,14 @@ func NewQuota(cfg QuotaConfig, rdb scripter) *Quota {
 	if cfg.Grace <= 0 {
 		cfg.Grace = max(2*time.Second, cfg.Window/4)
 	}
+	if cfg.Lead <= 0 {
+		cfg.Lead = cfg.Window / 10
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
 	return &Quota{rdb: rdb, kind: cfg.Kind, limit: cfg.Limit, projectLimit: cfg.ProjectLimit,
-		window: cfg.Window + cfg.Margin, grace: cfg.Grace, now: cfg.Now, spentUntil: cfg.SpentUntil}
+		window: cfg.Window + cfg.Margin, grace: cfg.Grace, lead: cfg.Lead, now: cfg.Now, spentUntil: cfg.SpentUntil}
 }
 
 // lostUntil returns until when the whole window counts as spent because
@@ -155,9 +165,9 @@ type Grant struct {
 }
 
 // acquireScript: KEYS account log, account waiters, account due, project
-// log, project waiters, project due; ARGV now_ms, window_ms, account
-// limit, waiter (form), grace_ms, member, project limit, project waiter
-// (account). Returns {granted, wait_ms, used}.
+// log, project waiters, project due, project pace; ARGV now_ms, window_ms,
+// account limit, waiter (form), grace_ms, member, project limit, project
+// waiter (account), lead_ms. Returns {granted, wait_ms, used}.
 var acquireScript = redis.NewScript(`
 local now = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
@@ -199,7 +209,18 @@ end
 local acct = level(KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[3]), ARGV[4])
 local proj = level(KEYS[4], KEYS[5], KEYS[6], tonumber(ARGV[7]), ARGV[8])
 
-if acct.free > acct.ahead and proj.free > proj.ahead then
+-- The project's pace: its calls are spread over its window at its rate,
+-- at most lead ahead of it (tat: when the calls granted so far would have
+-- been paid at that rate). Without it a window's calls were all made at
+-- its start, the slots freed all at once a window later, and whoever came
+-- back first took them, up to its account's limit, ahead of its turn.
+local lead = tonumber(ARGV[9])
+local interval = window / proj.limit
+local tat = math.max(tonumber(redis.call('GET', KEYS[7]) or '0'), now)
+local paced = math.max(math.floor((now + lead - tat) / interval) + 1, 0)
+
+if acct.free > acct.ahead and proj.free > proj.ahead and paced > proj.ahead then
+  redis.call('SET', KEYS[7], tostring(tat + interval), 'PX', math.ceil(window * 2))
   for _, l in ipairs({acct, proj}) do
     redis.call('ZADD', l.log, now, member)
     redis.call('PEXPIRE', l.log, window + 1000)
@@ -216,6 +237,10 @@ for _, l in ipairs({acct, proj}) do
   if not (l.free > l.ahead) then
     wait = math.max(wait, waitOf(l))
   end
+end
+-- The pace serves the caller once it allows ahead + 1 calls.
+if not (paced > proj.ahead) then
+  wait = math.max(wait, math.ceil(tat + proj.ahead * interval - lead - now))
 end
 for _, l in ipairs({acct, proj}) do
   if not l.rank then
@@ -257,9 +282,11 @@ func (q *Quota) Acquire(ctx context.Context, account, waiter string) (Grant, err
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])
 	member := fmt.Sprintf("%d:%s:%s:%s", now, account, waiter, hex.EncodeToString(rnd[:]))
-	keys := append(q.quotaKeys(account), q.quotaKeys("")...)
+	project := q.quotaKeys("")
+	keys := append(append(q.quotaKeys(account), project...), project[0]+":pace")
 	res, err := acquireScript.Run(ctx, q.rdb, keys,
-		now, q.window.Milliseconds(), q.limit, waiter, q.grace.Milliseconds(), member, q.projectLimit, account).Int64Slice()
+		now, q.window.Milliseconds(), q.limit, waiter, q.grace.Milliseconds(), member, q.projectLimit, account,
+		q.lead.Milliseconds()).Int64Slice()
 	if err != nil {
 		return Grant{}, fmt.Errorf("sheets: %s quota of account %s: %w", q.kind, account, err)
 	}

@@ -150,7 +150,10 @@ func TestQuotaProjectLevel(t *testing.T) {
 	brokertest.Each(t, func(t *testing.T, b *broker.Broker) {
 		ctx := context.Background()
 		clock := &fakeClock{t: time.UnixMilli(1_900_000_000_000)}
-		cfg := QuotaConfig{Limit: 2, ProjectLimit: 3, Window: time.Second, Margin: time.Millisecond, Grace: 500 * time.Millisecond, Now: clock.Now}
+		// A lead of a whole window: the project's pace never binds here
+		// (TestQuotaProjectPace tests it).
+		cfg := QuotaConfig{Limit: 2, ProjectLimit: 3, Window: time.Second, Margin: time.Millisecond, Grace: 500 * time.Millisecond,
+			Lead: time.Second, Now: clock.Now}
 		writes := NewQuota(cfg, b.Client())
 		cfg.Kind = "reads"
 		reads := NewQuota(cfg, b.Client())
@@ -197,6 +200,66 @@ func TestQuotaProjectLevel(t *testing.T) {
 		}
 		if g := acquire(writes, "a", "fa"); g.OK {
 			t.Fatal("a served over the project's budget")
+		}
+	})
+}
+
+// TestQuotaProjectPace: the project's calls are spread over its window
+// at its rate, at most Lead ahead of it, so its slots free one at a time
+// and waiting accounts are served in turn, the one that waited first
+// first: no burst of freed slots goes to whoever comes back first.
+func TestQuotaProjectPace(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, b *broker.Broker) {
+		ctx := context.Background()
+		clock := &fakeClock{t: time.UnixMilli(1_900_000_000_000)}
+		// 10 calls a second (the window and its margin) for the project:
+		// one each 100 ms, 100 ms ahead.
+		q := NewQuota(QuotaConfig{Limit: 10, ProjectLimit: 10, Window: 999 * time.Millisecond, Margin: time.Millisecond, Grace: 500 * time.Millisecond,
+			Lead: 100 * time.Millisecond, Now: clock.Now}, b.Client())
+		acquire := func(account string) Grant {
+			t.Helper()
+			g, err := q.Acquire(ctx, account, "f"+account)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return g
+		}
+		// From idle: the call due now and the one a lead ahead.
+		if !acquire("a").OK || !acquire("a").OK {
+			t.Fatal("the first two calls were refused")
+		}
+		ga := acquire("a")
+		gb := acquire("b")
+		if ga.OK || gb.OK || ga.Wait != 100*time.Millisecond || gb.Wait != 200*time.Millisecond {
+			t.Fatalf("past the pace: a %+v, b %+v; want waits of 100ms and 200ms, their turns in line", ga, gb)
+		}
+		clock.Add(100 * time.Millisecond)
+		if g := acquire("c"); g.OK {
+			t.Fatal("c, new, jumped the line at a's turn")
+		}
+		if !acquire("a").OK {
+			t.Fatal("a not served at its turn")
+		}
+		if g := acquire("a"); g.OK {
+			t.Fatal("a served again before b's turn")
+		}
+		clock.Add(100 * time.Millisecond)
+		if !acquire("b").OK {
+			t.Fatal("b not served at its turn")
+		}
+		// Never more than the project's rate: over two seconds of every
+		// account asking every 10 ms, about 10 calls a second.
+		granted := 0
+		for range 200 {
+			clock.Add(10 * time.Millisecond)
+			for _, acct := range []string{"a", "b", "c"} {
+				if acquire(acct).OK {
+					granted++
+				}
+			}
+		}
+		if granted < 18 || granted > 22 {
+			t.Fatalf("%d calls granted in 2s at 10 a second", granted)
 		}
 	})
 }
