@@ -233,19 +233,21 @@ func TestQuotaProjectPace(t *testing.T) {
 		if ga.OK || gb.OK || ga.Wait != 100*time.Millisecond || gb.Wait != 200*time.Millisecond {
 			t.Fatalf("past the pace: a %+v, b %+v; want waits of 100ms and 200ms, their turns in line", ga, gb)
 		}
-		clock.Add(100 * time.Millisecond)
-		if g := acquire("c"); g.OK {
-			t.Fatal("c, new, jumped the line at a's turn")
-		}
-		if !acquire("a").OK {
-			t.Fatal("a not served at its turn")
-		}
-		if g := acquire("a"); g.OK {
-			t.Fatal("a served again before b's turn")
-		}
-		clock.Add(100 * time.Millisecond)
-		if !acquire("b").OK {
-			t.Fatal("b not served at its turn")
+		for _, step := range []struct {
+			after   time.Duration
+			account string
+			ok      bool
+			fail    string
+		}{
+			{100 * time.Millisecond, "c", false, "c, new, jumped the line at a's turn"},
+			{0, "a", true, "a not served at its turn"},
+			{0, "a", false, "a served again before b's turn"},
+			{100 * time.Millisecond, "b", true, "b not served at its turn"},
+		} {
+			clock.Add(step.after)
+			if acquire(step.account).OK != step.ok {
+				t.Fatal(step.fail)
+			}
 		}
 		// Never more than the project's rate: over two seconds of every
 		// account asking every 10 ms, about 10 calls a second.
