@@ -220,7 +220,7 @@ local tat = math.max(tonumber(redis.call('GET', KEYS[7]) or '0'), now)
 local paced = math.max(math.floor((now + lead - tat) / interval) + 1, 0)
 
 if acct.free > acct.ahead and proj.free > proj.ahead and paced > proj.ahead then
-  redis.call('SET', KEYS[7], tostring(tat + interval), 'PX', math.ceil(window * 2))
+  redis.call('SET', KEYS[7], string.format('%.3f', tat + interval), 'PX', math.ceil(window * 2))
   for _, l in ipairs({acct, proj}) do
     redis.call('ZADD', l.log, now, member)
     redis.call('PEXPIRE', l.log, window + 1000)
