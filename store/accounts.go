@@ -31,6 +31,10 @@ var (
 	// dropped when the full sync completes).
 	subFullSync = []byte("full_sync") // message id -> nil
 	keyCounts   = []byte("counts")    // MessageCounts
+	// keyFullSyncListed holds the full sync's last listed page (see
+	// FullSyncListed), apart from the account record, which every task
+	// reads: 500 ids there made each read of it about 35 times dearer.
+	keyFullSyncListed = []byte("full_sync_listed") // fullSyncListed
 )
 
 // Account statuses, as the contract names them.
@@ -353,16 +357,12 @@ type FullSyncStart struct {
 	// difference is the work left (the account's quota status).
 	Messages int `json:"messages,omitempty"`
 	Fetched  int `json:"fetched,omitempty"`
-	// PageToken is messages.list's token of the page after Listed (the
-	// next to list once Listed is done): the full sync runs in slices,
-	// each from here. Empty: from the first page, unless ListedAll.
+	// PageToken is messages.list's token of the page after the one
+	// listed last (FullSyncListed; the next to list once its ids are
+	// done): the full sync runs in slices, each from here. Empty: from the
+	// first page, unless ListedAll: the page listed last was the last one.
 	PageToken string `json:"pageToken,omitempty"`
-	// Listed are the ids of the last page listed (of up to 500) that the
-	// runs have not taken yet: a run fetches a slice of them, so slices
-	// smaller than a page cost no extra messages.list. ListedAll: that
-	// page was the last one.
-	Listed    []string `json:"listed,omitempty"`
-	ListedAll bool     `json:"listedAll,omitempty"`
+	ListedAll bool   `json:"listedAll,omitempty"`
 	// Resumed counts the listed messages a run found stored by an earlier,
 	// interrupted run (not fetched again).
 	Resumed int `json:"resumed,omitempty"`
@@ -401,11 +401,53 @@ func (tx *Tx) FullSyncFetched(accountID string, ids []string) (map[string]bool, 
 	return out, nil
 }
 
+// fullSyncListed is the value of keyFullSyncListed.
+type fullSyncListed struct {
+	Requested uint64   `json:"requested"`
+	IDs       []string `json:"ids"`
+}
+
+// FullSyncListed returns the ids of the page the full sync serving request
+// requested listed last (of up to 500) that its runs have not taken yet: a
+// run fetches a slice of them, so slices smaller than a page cost no extra
+// messages.list. None when another full sync listed them.
+func (tx *Tx) FullSyncListed(accountID string, requested uint64) ([]string, error) {
+	data, err := tx.accountData(accountID, false)
+	if data == nil || err != nil {
+		return nil, err
+	}
+	var l fullSyncListed
+	if raw := data.Get(keyFullSyncListed); raw != nil {
+		if err := json.Unmarshal(raw, &l); err != nil {
+			return nil, fmt.Errorf("store: full sync page of account %s: %w", accountID, err)
+		}
+	}
+	if l.Requested != requested {
+		return nil, nil
+	}
+	return l.IDs, nil
+}
+
+// FullSyncListedPut records ids as those FullSyncListed returns.
+func (tx *Tx) FullSyncListedPut(accountID string, requested uint64, ids []string) error {
+	data, err := tx.accountData(accountID, true)
+	if err != nil {
+		return err
+	}
+	if len(ids) == 0 {
+		return data.Delete(keyFullSyncListed)
+	}
+	return putJSON(data, keyFullSyncListed, fullSyncListed{Requested: requested, IDs: ids})
+}
+
 // FullSyncForget drops the notes of the full sync in progress (it
 // completed, or a new one starts afresh).
 func (tx *Tx) FullSyncForget(accountID string) error {
 	data, err := tx.accountData(accountID, false)
 	if data == nil || err != nil {
+		return err
+	}
+	if err := data.Delete(keyFullSyncListed); err != nil {
 		return err
 	}
 	if data.Bucket(subFullSync) == nil {

@@ -209,3 +209,47 @@ func TestSyncRunsKeepTheLast50(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The full sync's page listed last is kept apart from the account record,
+// for the full sync that listed it only, and goes with FullSyncForget and
+// with the account.
+func TestFullSyncListed(t *testing.T) {
+	t.Parallel()
+	db := storetest.Open(t)
+	acc := store.Account{ID: store.NewID(), UserID: "u1", Email: "ann@example.com", Status: store.AccountSyncing}
+	listed := func(requested uint64) []string {
+		t.Helper()
+		var ids []string
+		if err := db.View(func(tx *store.Tx) (err error) { ids, err = tx.FullSyncListed(acc.ID, requested); return err }); err != nil {
+			t.Fatal(err)
+		}
+		return ids
+	}
+	update := func(fn func(tx *store.Tx) error) {
+		t.Helper()
+		if err := db.Update(fn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	update(func(tx *store.Tx) error {
+		if err := tx.AccountPut(acc); err != nil {
+			return err
+		}
+		return tx.FullSyncListedPut(acc.ID, 7, []string{"m1", "m2"})
+	})
+	if got := listed(7); !cmp.Equal(got, []string{"m1", "m2"}) {
+		t.Fatalf("listed %v, want m1 m2", got)
+	}
+	if got := listed(8); got != nil {
+		t.Fatalf("another full sync's page: %v, want none", got)
+	}
+	update(func(tx *store.Tx) error { return tx.FullSyncForget(acc.ID) })
+	if got := listed(7); got != nil {
+		t.Fatalf("after FullSyncForget: %v", got)
+	}
+	update(func(tx *store.Tx) error { return tx.FullSyncListedPut(acc.ID, 7, []string{"m3"}) })
+	update(func(tx *store.Tx) error { return tx.AccountDelete(acc.ID) })
+	if got := listed(7); got != nil {
+		t.Fatalf("after the account's deletion: %v", got)
+	}
+}

@@ -165,24 +165,28 @@ func (p *Pipeline) startFullSync(ctx context.Context, gm *google.Gmail, acc stor
 
 // fullSyncSlice does one run's share of the full sync start: it fetches
 // and stores up to FullSyncSlice messages no run stored yet, taking them
-// from the page listed last (FullSyncStart.Listed) and listing the next
+// from the page listed last (store's FullSyncListed) and listing the next
 // page (of 500 ids, one messages.list) when that is done, until the slice
 // is fetched or the last page is done (last). Each chunk done is recorded
 // in its own transaction after its messages are stored.
 func (p *Pipeline) fullSyncSlice(ctx context.Context, gm *google.Gmail, accountID string, start store.FullSyncStart) (last bool, err error) {
 	st, fetched := start, 0
+	var listed []string
+	if err := p.db.View(func(tx *store.Tx) (err error) { listed, err = tx.FullSyncListed(accountID, st.Requested); return err }); err != nil {
+		return false, fmt.Errorf("gmail: full sync of account %s: %w", accountID, err)
+	}
 	for fetched < p.cfg.FullSyncSlice {
-		if len(st.Listed) == 0 {
+		var ok bool
+		if len(listed) == 0 {
 			if st.ListedAll {
 				return true, nil
 			}
-			var ok bool
-			if st, ok, err = p.listPage(ctx, gm, accountID, st); err != nil || !ok {
+			if st, listed, ok, err = p.listPage(ctx, gm, accountID, st); err != nil || !ok {
 				return false, err // !ok: a newer full sync began; the next run starts it
 			}
 			continue
 		}
-		chunk := st.Listed[:min(len(st.Listed), p.cfg.FullSyncSlice-fetched)]
+		chunk := listed[:min(len(listed), p.cfg.FullSyncSlice-fetched)]
 		todo, err := p.notFetchedYet(accountID, refsOf(chunk))
 		if err != nil {
 			return false, err
@@ -190,13 +194,12 @@ func (p *Pipeline) fullSyncSlice(ctx context.Context, gm *google.Gmail, accountI
 		if err := p.fetchAndStore(ctx, gm, accountID, todo); err != nil {
 			return false, err
 		}
-		var ok bool
-		if st, ok, err = p.chunkDone(accountID, st.Requested, len(chunk), len(chunk)-len(todo)); err != nil || !ok {
+		if st, listed, ok, err = p.chunkDone(accountID, st.Requested, len(chunk), len(chunk)-len(todo)); err != nil || !ok {
 			return false, err
 		}
 		fetched += len(todo)
 	}
-	return st.ListedAll && len(st.Listed) == 0, nil
+	return st.ListedAll && len(listed) == 0, nil
 }
 
 func refsOf(ids []string) []google.MessageRef {
@@ -211,7 +214,7 @@ func refsOf(ids []string) []google.MessageRef {
 // transaction, its ids that no run stored yet as the page to fetch from,
 // the next page's token, and how many were stored before (Resumed). ok is
 // false when a newer full sync began meanwhile.
-func (p *Pipeline) listPage(ctx context.Context, gm *google.Gmail, accountID string, st store.FullSyncStart) (store.FullSyncStart, bool, error) {
+func (p *Pipeline) listPage(ctx context.Context, gm *google.Gmail, accountID string, st store.FullSyncStart) (store.FullSyncStart, []string, bool, error) {
 	token := st.PageToken
 	var refs []google.MessageRef
 	var next string
@@ -224,35 +227,37 @@ func (p *Pipeline) listPage(ctx context.Context, gm *google.Gmail, accountID str
 		refs, next, err = gm.ListMessages(ctx, "", listPageSize)
 	}
 	if err != nil {
-		return st, false, err
+		return st, nil, false, err
 	}
 	todo, err := p.notFetchedYet(accountID, refs)
 	if err != nil {
-		return st, false, err
+		return st, nil, false, err
 	}
 	ids := make([]string, len(todo))
 	for i, r := range todo {
 		ids[i] = r.ID
 	}
-	return p.updateStart(accountID, st.Requested, func(s *store.FullSyncStart) {
-		s.Listed, s.PageToken, s.ListedAll = ids, next, next == ""
+	return p.updateStart(accountID, st.Requested, func(s *store.FullSyncStart, listed []string) []string {
+		s.PageToken, s.ListedAll = next, next == ""
 		s.Resumed += len(refs) - len(todo)
+		return ids
 	})
 }
 
 // chunkDone records the first n ids of the listed page done, resumed of
 // them found stored by an earlier run.
-func (p *Pipeline) chunkDone(accountID string, requested uint64, n, resumed int) (store.FullSyncStart, bool, error) {
-	return p.updateStart(accountID, requested, func(s *store.FullSyncStart) {
-		s.Listed = s.Listed[min(n, len(s.Listed)):]
+func (p *Pipeline) chunkDone(accountID string, requested uint64, n, resumed int) (store.FullSyncStart, []string, bool, error) {
+	return p.updateStart(accountID, requested, func(s *store.FullSyncStart, listed []string) []string {
 		s.Resumed += resumed
+		return listed[min(n, len(listed)):]
 	})
 }
 
 // updateStart changes the start of the full sync serving request
-// requested in one transaction and returns it; ok is false when a newer
-// full sync began meanwhile (nothing is changed).
-func (p *Pipeline) updateStart(accountID string, requested uint64, change func(*store.FullSyncStart)) (st store.FullSyncStart, ok bool, err error) {
+// requested, and the ids of its page listed last (change returns them), in
+// one transaction, and returns both; ok is false when a newer full sync
+// began meanwhile (nothing is changed).
+func (p *Pipeline) updateStart(accountID string, requested uint64, change func(*store.FullSyncStart, []string) []string) (st store.FullSyncStart, listed []string, ok bool, err error) {
 	err = p.db.Update(func(tx *store.Tx) error {
 		a, err := tx.AccountGet(accountID)
 		if err != nil {
@@ -262,17 +267,23 @@ func (p *Pipeline) updateStart(accountID string, requested uint64, change func(*
 		if ok = s != nil && s.Requested == requested; !ok {
 			return nil
 		}
-		change(s)
+		if listed, err = tx.FullSyncListed(accountID, requested); err != nil {
+			return err
+		}
+		listed = change(s, listed)
 		st = *s
+		if err := tx.FullSyncListedPut(accountID, requested, listed); err != nil {
+			return err
+		}
 		return tx.AccountPut(a)
 	})
 	if errors.Is(err, store.ErrNotFound) {
-		return st, false, queue.Permanent(fmt.Errorf("%w: %s", ErrAccountGone, accountID))
+		return st, nil, false, queue.Permanent(fmt.Errorf("%w: %s", ErrAccountGone, accountID))
 	}
 	if err != nil {
-		return st, false, fmt.Errorf("gmail: full sync of account %s: record its progress: %w", accountID, err)
+		return st, nil, false, fmt.Errorf("gmail: full sync of account %s: record its progress: %w", accountID, err)
 	}
-	return st, ok, nil
+	return st, listed, ok, nil
 }
 
 // finishFullSync records the full sync in progress complete, in one
