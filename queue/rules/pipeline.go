@@ -385,8 +385,12 @@ func (p *Pipeline) ReclassifyAccount(tx *store.Tx, userID, accountID string) err
 	}
 	now := p.cfg.Now()
 	debounce := time.Duration(0)
-	if pending, err := tx.ReclassifyPendingGet(userID); err == nil && pending.FiresAt.After(now) {
+	pending, err := tx.ReclassifyPendingGet(userID)
+	switch {
+	case err == nil && pending.FiresAt.After(now):
 		debounce = p.cfg.Debounce // the user is editing: their debounce governs
+	case err != nil && !errors.Is(err, store.ErrNotFound):
+		return fmt.Errorf("rules: reclassify after a full sync of account %s: %w", accountID, err)
 	}
 	for _, r := range rs {
 		if _, err := tx.ReclassifyMerge(userID, r.ID, now, debounce, p.cfg.MaxWait); err != nil {
