@@ -202,7 +202,14 @@ type Budget struct {
 	pace int64 // Pace in ms; 0 off
 
 	mu       sync.Mutex
-	inFlight map[string]chan struct{}
+	inFlight map[string]*slots // accounts with a call in flight or waiting for a slot
+}
+
+// slots are an account's in-flight calls: a semaphore, and how many
+// callers hold or wait for it (the account's entry goes at zero).
+type slots struct {
+	sem   chan struct{}
+	users int
 }
 
 // Buckets of the sliding window.
@@ -228,7 +235,7 @@ func NewBudget(cfg BudgetConfig, rdb BudgetStore) (*Budget, error) {
 			Name: "mailroom_gmail_quota_waits_total",
 			Help: "Gmail calls that waited for the account's or the project's quota.",
 		}),
-		inFlight: map[string]chan struct{}{},
+		inFlight: map[string]*slots{},
 	}
 	if cfg.Pace > 0 {
 		b.pace = max(1, cfg.Pace.Milliseconds())
@@ -638,19 +645,29 @@ func (b *Budget) spend(ctx context.Context, account string, units int) (time.Tim
 	}
 }
 
-// acquire holds one of the account's in-flight slots until release.
+// acquire holds one of the account's in-flight slots until release. An
+// account's slots are forgotten when no caller holds or waits for one.
 func (b *Budget) acquire(ctx context.Context, account string) (release func(), err error) {
 	b.mu.Lock()
-	sem := b.inFlight[account]
-	if sem == nil {
-		sem = make(chan struct{}, b.cfg.MaxInFlight)
-		b.inFlight[account] = sem
+	s := b.inFlight[account]
+	if s == nil {
+		s = &slots{sem: make(chan struct{}, b.cfg.MaxInFlight)}
+		b.inFlight[account] = s
 	}
+	s.users++
 	b.mu.Unlock()
+	leave := func() {
+		b.mu.Lock()
+		if s.users--; s.users == 0 {
+			delete(b.inFlight, account)
+		}
+		b.mu.Unlock()
+	}
 	select {
-	case sem <- struct{}{}:
-		return func() { <-sem }, nil
+	case s.sem <- struct{}{}:
+		return func() { <-s.sem; leave() }, nil
 	case <-ctx.Done():
+		leave()
 		return nil, ctx.Err()
 	}
 }

@@ -642,3 +642,45 @@ func TestBudgetProjectWaitIsNamed(t *testing.T) {
 		}
 	})
 }
+
+// An account's in-flight slots hold at most MaxInFlight calls, and are
+// forgotten once no caller holds or waits for one (a process that has seen
+// many accounts keeps no slots for the idle ones).
+func TestBudgetInFlightSlots(t *testing.T) {
+	bud, err := NewBudget(BudgetConfig{MaxInFlight: 2}, brokertest.Embedded(t).Client())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	r1, err := bud.acquire(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := bud.acquire(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if _, err := bud.acquire(short, "a"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("third call of a with 2 in flight: %v, want to wait until its deadline", err)
+	}
+	rb, err := bud.acquire(ctx, "b")
+	if err != nil {
+		t.Fatalf("b waited for a's slots: %v", err)
+	}
+	rb()
+	r1()
+	r3, err := bud.acquire(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2()
+	r3()
+	bud.mu.Lock()
+	left := len(bud.inFlight)
+	bud.mu.Unlock()
+	if left != 0 {
+		t.Fatalf("%d accounts' slots kept with no call in flight, want 0", left)
+	}
+}
