@@ -109,6 +109,7 @@ func projectTenAccounts(t *testing.T, perAccount, perProject, threshold, rowsPer
 	if st.RejectedWrites != 0 || st.RejectedReads != 0 {
 		t.Errorf("Google refused %d writes and %d reads: mailroom's plan went over a quota", st.RejectedWrites, st.RejectedReads)
 	}
+	t.Logf("the project's busiest window: %d writes and %d reads (limit %d)", st.ProjectMaxWritesInWindow, st.ProjectMaxReadsInWindow, perProject)
 	if st.ProjectMaxWritesInWindow > perProject || st.ProjectMaxReadsInWindow > perProject {
 		t.Errorf("the project made %d writes and %d reads within one window (limit %d)", st.ProjectMaxWritesInWindow, st.ProjectMaxReadsInWindow, perProject)
 	}
@@ -120,7 +121,10 @@ func projectTenAccounts(t *testing.T, perAccount, perProject, threshold, rowsPer
 	if st.GridGrows != len(forms) || st.ReadCalls < len(forms) {
 		t.Errorf("%d grows and %d reads; want one grow (after one grid read) per form", st.GridGrows, st.ReadCalls)
 	}
-	if st.ProjectMaxWritesInWindow < perProject-5 {
+	// The project's pace spaces its calls window/perProject apart, and a
+	// turn its caller is slow to take (a busy machine) is not made up, so
+	// the busiest window may fall a little short of the budget it presses.
+	if st.ProjectMaxWritesInWindow < perProject-max(5, perProject/10) {
 		t.Errorf("the project's busiest window held %d writes: the test never pressed on its budget of %d", st.ProjectMaxWritesInWindow, perProject)
 	}
 
