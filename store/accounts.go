@@ -79,6 +79,11 @@ type Account struct {
 	// changed meanwhile) and skips the messages it already fetched
 	// (FullSyncFetched).
 	FullSyncStart *FullSyncStart `json:"fullSyncStart,omitempty"`
+	// FullSyncDead is set with status error when the account's full sync
+	// went to the dead letters (its retries spent): a resync, or the dead
+	// letter's redrive, starts it again. An account in error for its grant
+	// (revoked) has it unset and needs connecting again.
+	FullSyncDead bool `json:"fullSyncDead,omitempty"`
 	// StaleHistoryID is a watermark Gmail answered "history too old" for:
 	// the history sync does not read from it again (a full sync is due).
 	StaleHistoryID uint64 `json:"staleHistoryId,omitempty"`

@@ -58,7 +58,7 @@ func (p *Pipeline) Connect(ctx context.Context, r ConnectRequest) (acc store.Acc
 			return err
 		}
 		acc.Token = sealed
-		acc.Status, acc.StatusReason, acc.LastError = store.AccountSyncing, "", ""
+		acc.Status, acc.StatusReason, acc.LastError, acc.FullSyncDead = store.AccountSyncing, "", "", false
 		acc.FullSyncRequested++
 		if err := tx.AccountPut(acc); err != nil {
 			return err
@@ -96,9 +96,10 @@ func (p *Pipeline) Resync(ctx context.Context, id string) error {
 		if err != nil {
 			return err
 		}
-		if !active(acc) {
+		if !active(acc) && !acc.FullSyncDead {
 			return &InvalidError{Field: "id", Message: "the account is " + acc.Status + "; connect it again first"}
 		}
+		revive(&acc)
 		acc.FullSyncRequested++
 		acc.Status = store.AccountSyncing
 		if err := tx.AccountPut(acc); err != nil {

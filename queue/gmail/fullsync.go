@@ -36,8 +36,13 @@ func (p *Pipeline) handleFullSync(ctx context.Context, t *queue.Task) error {
 	if err != nil {
 		return err
 	}
-	if !active(acc) {
+	if !active(acc) && !acc.FullSyncDead {
 		return queue.Stale("account " + acc.ID + " is " + acc.Status)
+	}
+	if acc.FullSyncDead { // its dead letter redriven
+		if err := p.reviveAccount(acc.ID); err != nil {
+			return err
+		}
 	}
 	acc, done, err := p.fullSyncDue(t, acc.ID)
 	if err != nil || done {
@@ -595,4 +600,55 @@ func snapshot(f google.Message) store.Message {
 		ID: f.ID, ThreadID: f.ThreadID, From: f.From, To: f.To, Cc: f.Cc, Subject: f.Subject,
 		Snippet: f.Snippet, Date: f.Date, LabelIDs: f.LabelIDs, HistoryID: f.HistoryID,
 	}
+}
+
+// fullSyncDead is the full sync's dead-letter hook: the account goes to
+// status error, saying why and what to do, in the transaction that moves
+// the task (an account left "syncing" with nothing queued would hide it).
+func (p *Pipeline) fullSyncDead(tx *store.Tx, t *queue.Task) error {
+	var pl syncPayload
+	if err := json.Unmarshal(t.Payload, &pl); err != nil {
+		return nil // a payload that names no account
+	}
+	acc, err := tx.AccountGet(pl.AccountID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil || !active(acc) {
+		return err
+	}
+	cause := acc.LastError
+	if cause == "" {
+		cause = "not recorded"
+	}
+	if len(cause) > 300 {
+		cause = cause[:300] + "…"
+	}
+	acc.Status, acc.FullSyncDead = store.AccountError, true
+	acc.StatusReason = "The full sync failed and was retried until mailroom gave up; it is in the dead letters (last error: " +
+		cause + "). Fix the cause, then resync the account or redrive the full sync from the dead letters."
+	return tx.AccountPut(acc)
+}
+
+// revive takes an account whose full sync went to the dead letters back to
+// syncing (a resync, or the full sync's redrive, starts it again).
+func revive(acc *store.Account) {
+	if acc.FullSyncDead {
+		acc.Status, acc.StatusReason, acc.FullSyncDead = store.AccountSyncing, "", false
+	}
+}
+
+// reviveAccount revives the account in its own transaction.
+func (p *Pipeline) reviveAccount(id string) error {
+	return p.db.Update(func(tx *store.Tx) error {
+		acc, err := tx.AccountGet(id)
+		if errors.Is(err, store.ErrNotFound) || err == nil && !acc.FullSyncDead {
+			return nil // deleted meanwhile (the full sync finds it gone) or revived
+		}
+		if err != nil {
+			return err
+		}
+		revive(&acc)
+		return tx.AccountPut(acc)
+	})
 }

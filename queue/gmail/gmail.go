@@ -255,7 +255,7 @@ func (p *Pipeline) Register(t *queue.Table) error {
 			return err
 		}
 	}
-	return nil
+	return t.OnDead(queue.TypeGmailFullSync, p.fullSyncDead)
 }
 
 // taskTypes are the pipeline's task types.

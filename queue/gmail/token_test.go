@@ -3,6 +3,7 @@ package gmail_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -164,5 +165,82 @@ func TestDeletedAccountTasksFailPermanently(t *testing.T) {
 	}
 	if _, err := e.p.Account(acc.ID); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("account after delete: %v", err)
+	}
+}
+
+// A full sync that fails until it goes to the dead letters puts the
+// account in error, saying why and what to do (left "syncing" with nothing
+// queued, it would hide the failure); a resync, or the dead letter's
+// redrive, starts it again once the cause is fixed.
+func TestDeadFullSyncPutsTheAccountInError(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{})
+	refresh := e.fake.AddAccount(ann)
+	if _, err := e.fake.Gmail.Generate(ann, 5, 7); err != nil {
+		t.Fatal(err)
+	}
+	failList := func() *googlefake.FaultHandle {
+		f, err := e.fake.InjectFault(googlefake.Fault{Method: googlefake.MethodMessagesList, Code: 500})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	deadFullSync := func() store.DeadLetter {
+		var dead []store.DeadLetter
+		testkit.Eventually(t, 20*time.Second, "the full sync dead-lettered", func() bool {
+			_ = e.db.View(func(tx *store.Tx) (err error) {
+				dead, _, err = tx.DeadLetters(queue.TypeGmailFullSync, "", 10)
+				return err
+			})
+			return len(dead) == 1
+		})
+		return dead[0]
+	}
+	inError := func(id string) {
+		t.Helper()
+		a := e.account(id)
+		if a.Status != store.AccountError || !strings.Contains(a.StatusReason, "dead letters") || a.LastError == "" {
+			t.Fatalf("after the dead full sync: status %q, reason %q, last error %q; want error with the reason and cause", a.Status, a.StatusReason, a.LastError)
+		}
+	}
+
+	fault := failList()
+	acc, _, err := e.p.Connect(context.Background(), gmail.ConnectRequest{UserID: e.user.ID, Email: ann, Token: google.Token{RefreshToken: refresh}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dl := deadFullSync()
+	inError(acc.ID)
+	// The fix, then a resync: synced and ready.
+	fault.Remove()
+	if err := e.p.Resync(context.Background(), acc.ID); err != nil {
+		t.Fatalf("resync of an account whose full sync died: %v", err)
+	}
+	e.waitConverged(acc.ID, ann, 20*time.Second)
+	if a := e.account(acc.ID); a.Status != store.AccountReady || a.StatusReason != "" {
+		t.Fatalf("after the resync: status %q, reason %q; want ready", a.Status, a.StatusReason)
+	}
+	if err := e.q.Discard(dl.ID); err != nil {
+		t.Fatal(err)
+	}
+
+	// Again, and this time its dead letter is redriven.
+	fault = failList()
+	if err := e.p.Resync(context.Background(), acc.ID); err != nil {
+		t.Fatal(err)
+	}
+	dl = deadFullSync()
+	inError(acc.ID)
+	fault.Remove()
+	if _, err := e.fake.Gmail.Generate(ann, 2, 8); err != nil {
+		t.Fatal(err)
+	}
+	if n, missing, err := e.q.Redrive([]string{dl.ID}); n != 1 || len(missing) != 0 || err != nil {
+		t.Fatalf("redrive: %d, missing %v, %v", n, missing, err)
+	}
+	e.waitConverged(acc.ID, ann, 20*time.Second)
+	if a := e.account(acc.ID); a.Status != store.AccountReady {
+		t.Fatalf("after the redrive: status %q; want ready", a.Status)
 	}
 }

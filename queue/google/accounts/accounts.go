@@ -225,7 +225,7 @@ func (s *Service) failAccount(accountID, refresh string, cause error) {
 		if tok, err := s.Token(acc); err == nil && tok.RefreshToken != refresh {
 			return nil
 		}
-		acc.Status = store.AccountError
+		acc.Status, acc.FullSyncDead = store.AccountError, false
 		acc.StatusReason = "Google refused mailroom's access to this mailbox (the access was revoked or has expired). Connect the account again to restore syncing; its mail and settings are kept."
 		acc.LastError, acc.LastErrorAt = cause.Error(), now
 		return tx.AccountPut(acc)
