@@ -226,18 +226,23 @@ func clip(s string) string {
 func Parse(raw []byte) (Spec, error) {
 	var s Spec
 	if len(raw) > MaxRuleBytes {
-		return s, invalid("", "The rule is larger than %d bytes.", MaxRuleBytes)
+		return s, invalid(largestField(raw), "The rule is larger than %d bytes (it has %d).", MaxRuleBytes, len(raw))
 	}
 	var top struct {
 		Label      string            `json:"label"`
 		Match      string            `json:"match"`
 		Conditions []json.RawMessage `json:"conditions"`
-		Actions    Actions           `json:"actions"`
+		Actions    json.RawMessage   `json:"actions"`
 	}
 	if err := decodeStrict(raw, &top, ""); err != nil {
 		return Spec{}, err
 	}
-	s = Spec{Label: top.Label, Match: top.Match, Actions: top.Actions}
+	s = Spec{Label: top.Label, Match: top.Match}
+	if top.Actions != nil {
+		if err := decodeStrict(top.Actions, &s.Actions, "actions"); err != nil {
+			return Spec{}, err
+		}
+	}
 	if len(top.Conditions) > MaxConditions {
 		return Spec{}, invalid("conditions", "A rule may have at most %d conditions; this one has %d.", MaxConditions, len(top.Conditions))
 	}
@@ -256,6 +261,22 @@ func Parse(raw []byte) (Spec, error) {
 		return Spec{}, err
 	}
 	return s, nil
+}
+
+// largestField names the rule's largest top-level field (what makes it too
+// large), or none when raw is not a JSON object.
+func largestField(raw []byte) string {
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(raw, &fields) != nil {
+		return ""
+	}
+	name, size := "", -1
+	for k, v := range fields {
+		if len(v) > size || len(v) == size && k < name {
+			name, size = k, len(v)
+		}
+	}
+	return name
 }
 
 // decodeStrict decodes exactly one JSON value with no unknown fields; its
@@ -284,6 +305,9 @@ func jsonProblem(err error, prefix string) error {
 		if typ.Field == "" {
 			if prefix == "" {
 				return invalid("", "The rule must be a JSON object, not %s.", typ.Value)
+			}
+			if prefix == "actions" {
+				return invalid(prefix, "The actions must be a JSON object, not %s.", typ.Value)
 			}
 			return invalid(prefix, "Each condition must be a JSON object, not %s.", typ.Value)
 		}

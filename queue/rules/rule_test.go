@@ -28,6 +28,10 @@ func TestParseValidatesWithFieldAndSentence(t *testing.T) {
 		{"long regexp", `{"label":"Dev","conditions":[{"field":"subject","op":"matches","value":"` + strings.Repeat("a", MaxPatternLen+1) + `"}]}`, "conditions[0].value", "at most 256"},
 		{"unknown field", `{"label":"Dev","colour":"red","conditions":[{"field":"from","op":"contains","value":"x"}]}`, "colour", "no field"},
 		{"wrong type", `{"label":"Dev","conditions":[{"field":"from","op":"contains","value":7}]}`, "conditions[0].value", "wrong type"},
+		{"unknown action", `{"label":"Dev","conditions":[{"field":"from","op":"contains","value":"x"}],"actions":{"delete":true}}`, "actions.delete", "no field"},
+		{"action wrong type", `{"label":"Dev","conditions":[{"field":"from","op":"contains","value":"x"}],"actions":{"archive":"yes"}}`, "actions.archive", "wrong type"},
+		{"actions not an object", `{"label":"Dev","conditions":[{"field":"from","op":"contains","value":"x"}],"actions":[true]}`, "actions", "must be a JSON object"},
+		{"too large", `{"label":"Dev","conditions":[` + strings.Repeat(`{"field":"from","op":"contains","value":"x"},`, MaxRuleBytes/45) + `{"field":"from","op":"contains","value":"x"}]}`, "conditions", "larger than"},
 		{"two objects", `{"label":"Dev","conditions":[{"field":"from","op":"contains","value":"x"}]} {}`, "", "exactly one"},
 		{"not json", `label=Dev`, "", "not a valid JSON"},
 	}
