@@ -229,13 +229,14 @@ func (c *Config) secrets() []string {
 // Redactor hides the secrets of c.
 func (c *Config) Redactor() *redact.Redactor { return redact.New(c.secrets()...) }
 
-// parseConfig reads the environment, then the flags, then validates.
+// ParseConfig reads the environment, then the flags, then validates. A bad
+// value is one line naming its flag and its variable; -h prints the flags.
 func ParseConfig(name string, args []string, getenv func(string) string, stderr io.Writer) (*Config, error) {
 	c := &Config{}
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	settings := c.settings()
-	for _, s := range settings {
+	fs.SetOutput(io.Discard) // a bad flag is one line, not the flag list
+	var flagErr error
+	for _, s := range c.settings() {
 		v := getenv(s.env)
 		if v == "" && s.secret {
 			if path := getenv(s.env + "_FILE"); path != "" {
@@ -248,20 +249,25 @@ func ParseConfig(name string, args []string, getenv func(string) string, stderr 
 		}
 		if v != "" {
 			if err := s.value.Set(v); err != nil {
-				if s.secret {
-					return nil, fmt.Errorf("%s: %w", s.env, err)
-				}
-				return nil, fmt.Errorf("%s=%q: %w", s.env, v, err)
+				return nil, s.invalid(v, err)
 			}
 		}
 		usage := s.usage + " (" + s.env + ")"
 		if s.hidden {
 			usage = "(internal) " + usage
 		}
-		fs.Var(s.value, s.flag, usage)
+		fs.Var(&settingValue{s: s, first: &flagErr}, s.flag, usage)
 	}
 	if err := fs.Parse(args); err != nil {
-		return nil, err
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stderr)
+			fs.Usage()
+			return nil, err
+		}
+		if flagErr != nil {
+			return nil, flagErr
+		}
+		return nil, fmt.Errorf("%w (run \"mailroom %s -h\" for the flags)", err, name)
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
@@ -270,6 +276,43 @@ func ParseConfig(name string, args []string, getenv func(string) string, stderr 
 		return nil, err
 	}
 	return c, nil
+}
+
+// invalid is the error of a value the setting cannot take (a secret's
+// value is not repeated).
+func (s setting) invalid(v string, err error) error {
+	msg := err.Error()
+	if !s.secret {
+		msg = fmt.Sprintf("%q: %s", v, msg)
+	}
+	return &configError{flag: s.flag, env: s.env, msg: msg}
+}
+
+// settingValue is a setting's flag: it keeps the first value it refused,
+// named by flag and variable, for ParseConfig to return.
+type settingValue struct {
+	s     setting
+	first *error
+}
+
+func (v *settingValue) Set(x string) error {
+	err := v.s.value.Set(x)
+	if err != nil && *v.first == nil {
+		*v.first = v.s.invalid(x, err)
+	}
+	return err
+}
+
+func (v *settingValue) String() string {
+	if v == nil || v.s.value == nil {
+		return "" // the flag package's zero value, for its defaults
+	}
+	return v.s.value.String()
+}
+
+func (v *settingValue) IsBoolFlag() bool {
+	b, ok := v.s.value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
 }
 
 // minAPITokenLen is the shortest static API token accepted.
