@@ -3,6 +3,8 @@ package app_test
 import (
 	"fmt"
 	"net/http"
+	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -21,7 +23,11 @@ func TestMetricsFirstScrape(t *testing.T) {
 		t.Fatalf("/metrics: %d", status)
 	}
 	samples := map[string]float64{}
+	families := map[string]bool{}
 	for line := range strings.SplitSeq(string(raw), "\n") {
+		if name, ok := strings.CutPrefix(line, "# TYPE "); ok {
+			families[strings.Fields(name)[0]] = true
+		}
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
@@ -72,6 +78,16 @@ func TestMetricsFirstScrape(t *testing.T) {
 		"mailroom_sheets_quota_waits_total",
 		"mailroom_gmail_quota_units_total",
 	)
+	// Every series the README names is there too (more than the contract's).
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range regexp.MustCompile(`mailroom_[a-z0-9_]+`).FindAllString(string(readme), -1) {
+		if !families[strings.TrimSuffix(name, "_bucket")] {
+			t.Errorf("first scrape lacks %s, which the README names", name)
+		}
+	}
 	for _, w := range want {
 		v, ok := samples[w]
 		switch {

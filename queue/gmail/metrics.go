@@ -58,8 +58,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			continue
 		}
 		m.recorded.WithLabelValues(typ)
+		m.delay.WithLabelValues(typ)
 		m.events.WithLabelValues(typ, "applied")
 		m.events.WithLabelValues(typ, "older")
+	}
+	for _, kind := range []string{"history", "full"} {
+		for _, o := range []string{"ok", "too_old", "error"} {
+			m.syncs.WithLabelValues(kind, o)
+		}
 	}
 	for _, c := range []prometheus.Collector{m.push, m.recorded, m.events, m.delay, m.syncs, m.records, m.fetched} {
 		if err := reg.Register(c); err != nil {

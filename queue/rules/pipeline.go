@@ -216,6 +216,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, o := range []string{"labeled", "unlabeled"} {
 		m.threads.WithLabelValues(o)
 	}
+	for _, src := range []string{"new_mail", "reclassify"} {
+		m.labels.WithLabelValues(src, "added")
+		m.labels.WithLabelValues(src, "removed")
+	}
+	for _, method := range []string{"getProfile", "labels.list", "labels.create", "messages.get", "modify", "batchModify"} {
+		m.gmailCalls.WithLabelValues(method)
+	}
 	return m, nil
 }
 
