@@ -386,6 +386,24 @@ func TestKeyDeduplicatesAndBringForward(t *testing.T) {
 	testkit.Eventually(t, 5*time.Second, "the new task to run", func() bool { return ran.Load() == 2 })
 }
 
+// TestBringForwardWhileBeingHanded: a record brought forward right after
+// it was written (a form's "Retry now" just after its flush scheduled the
+// next check) runs now, even when the relay read it, with its old run
+// time, before the bring-forward committed and handed it after.
+func TestBringForwardWhileBeingHanded(t *testing.T) {
+	b := brokertest.Embedded(t)
+	var ran atomic.Int64
+	h := newHarness(t, b, queue.Config{}, func(context.Context, *queue.Task) error { ran.Add(1); return nil })
+	const n = 300
+	later := time.Now().Add(time.Hour)
+	for i := range n {
+		key := queue.Key(fmt.Sprintf("form-%d", i))
+		h.enqueue(t, 1, struct{}{}, key, queue.RunAt(later))
+		h.enqueue(t, 1, struct{}{}, key, queue.RunAt(time.Now()), queue.BringForward())
+	}
+	testkit.Eventually(t, 10*time.Second, "every brought-forward task to run", func() bool { return ran.Load() == n })
+}
+
 func TestOutboxIsHandedAgainAtStart(t *testing.T) {
 	// Records written while nothing runs (as after a crash) are run at start.
 	b := brokertest.Embedded(t)

@@ -24,6 +24,10 @@ type relay struct {
 	mu       sync.Mutex
 	inflight map[string]struct{} // handed and not yet finished
 	cursor   string              // last handed id
+	// forward, while fill reads and hands a batch, collects the records
+	// brought forward meanwhile: the batch may hold one read before its
+	// new run time, which is brought forward again once handed.
+	forward map[string]struct{}
 }
 
 func newRelay(q *Queue, name string) *relay {
@@ -89,6 +93,9 @@ func (r *relay) fill(ctx context.Context) error {
 		r.mu.Lock()
 		room := r.q.cfg.RelayCap - len(r.inflight)
 		after := r.cursor
+		if room > 0 {
+			r.forward = map[string]struct{}{}
+		}
 		r.mu.Unlock()
 		if room <= 0 {
 			return nil
@@ -101,9 +108,11 @@ func (r *relay) fill(ctx context.Context) error {
 			})
 		})
 		if err != nil {
+			r.endBatch(nil)
 			return err
 		}
 		if len(recs) == 0 {
+			r.endBatch(nil)
 			return nil
 		}
 		// Mark in flight first: a fast worker may finish before Enqueue returns.
@@ -121,6 +130,7 @@ func (r *relay) fill(ctx context.Context) error {
 			r.cursor = recs[handed-1].ID
 		}
 		r.mu.Unlock()
+		r.endBatch(recs[:handed])
 		if handed > 0 {
 			r.q.servers.wake(r.queue) // after the hand: the new server's first poll finds it
 		}
@@ -180,12 +190,38 @@ func (r *relay) enqueue(ctx context.Context, rec store.OutboxRecord) error {
 	return err
 }
 
-// bringForward makes a scheduled task run now if it is already handed.
+// bringForward makes a scheduled task run now if it is already handed. A
+// batch being handed meanwhile may hold the record as read before (with its
+// old run time): the batch brings it forward once handed (endBatch).
 func (r *relay) bringForward(id string) {
 	r.mu.Lock()
 	_, handed := r.inflight[id]
+	if r.forward != nil {
+		r.forward[id] = struct{}{}
+	}
 	r.mu.Unlock()
-	if !handed || r.q.inspector == nil {
+	if handed {
+		r.runNow(id)
+	}
+}
+
+// endBatch ends fill's batch: those of handed brought forward while the
+// batch was read and handed are brought forward again, now in the broker.
+func (r *relay) endBatch(handed []store.OutboxRecord) {
+	r.mu.Lock()
+	forward := r.forward
+	r.forward = nil
+	r.mu.Unlock()
+	for _, rec := range handed {
+		if _, ok := forward[rec.ID]; ok {
+			r.runNow(rec.ID)
+		}
+	}
+}
+
+// runNow moves a handed task that waits for its time to the pending ones.
+func (r *relay) runNow(id string) {
+	if r.q.inspector == nil {
 		return
 	}
 	if err := r.q.inspector.RunTask(r.queue, id); err != nil &&
