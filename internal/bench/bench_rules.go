@@ -2,9 +2,9 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"time"
 
 	"mailroom/internal/app"
@@ -213,10 +213,36 @@ func (b *rulesBench) waitFinal(run *storyRun, fake *googlefake.Server, want map[
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return errors.New("the labels never became final")
+			return fmt.Errorf("the labels never became final: %s", b.notFinal(jobs, fake, want))
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// notFinal says what keeps the labels from being final: the jobs'
+// counts, a reclassify still pending, and the threads labelled wrongly.
+func (b *rulesBench) notFinal(jobs []rules.Job, fake *googlefake.Server, want map[string]bool) string {
+	var parts []string
+	for _, j := range jobs {
+		parts = append(parts, fmt.Sprintf("job %s: %d batches, %d done, %d stale, %d failed, finished %v",
+			j.ID, j.Batches, j.BatchesDone, j.BatchesSkippedStale, j.BatchesFailed, !j.FinishedAt.IsZero()))
+	}
+	if st, _ := b.p.Status(b.user, 0); st.Pending != nil {
+		parts = append(parts, "a reclassify still pending")
+	}
+	got := viewOf(fake, b.email).labelled("GitHub")
+	missing, extra := 0, 0
+	for k := range want {
+		if !got[k] {
+			missing++
+		}
+	}
+	for k := range got {
+		if !want[k] {
+			extra++
+		}
+	}
+	return strings.Join(append(parts, fmt.Sprintf("%d matching messages without the label, %d others with it", missing, extra)), "; ")
 }
 
 func equalSets(a, b map[string]bool) bool {
