@@ -64,6 +64,9 @@ func (s *TokenSource) Token() (*oauth2.Token, error) {
 	if s.tok.RefreshToken == "" {
 		return nil, fmt.Errorf("google: %w: no refresh token", ErrRevoked)
 	}
+	if s.c.cfg.ClientID == "" && s.c.oauth.Endpoint.TokenURL == googleTokenURL {
+		return nil, fmt.Errorf("google: refresh token: %w", ErrNoOAuthClient)
+	}
 	ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), oauth2.HTTPClient, s.c.hc), s.c.cfg.RefreshTimeout)
 	defer cancel()
 	t, err := s.c.oauth.TokenSource(ctx, &oauth2.Token{RefreshToken: s.tok.RefreshToken}).Token()

@@ -31,6 +31,9 @@ var (
 	// (400 "Invalid label"), such as one deleted in Gmail since its id was
 	// cached. Look the label up again.
 	ErrInvalidLabel = errors.New("label id unknown to Gmail")
+	// ErrNoOAuthClient: no OAuth client is configured, and Google's token
+	// endpoint refreshes no token without one. Permanent until configured.
+	ErrNoOAuthClient = errors.New("no Google OAuth client is configured (set MAILROOM_GOOGLE_CLIENT_ID and MAILROOM_GOOGLE_CLIENT_SECRET): Google refreshes no token without one")
 )
 
 // defaultRateWait is the wait of a rate limit without Retry-After.
@@ -61,7 +64,7 @@ func Classify(err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
-	if errors.Is(err, ErrRevoked) {
+	if errors.Is(err, ErrRevoked) || errors.Is(err, ErrNoOAuthClient) {
 		return queue.Permanent(err)
 	}
 	var re *oauth2.RetrieveError

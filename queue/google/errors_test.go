@@ -81,3 +81,19 @@ func TestClassify(t *testing.T) {
 		t.Error("Classify(nil) is not nil")
 	}
 }
+
+// Without an OAuth client, a refresh at Google's own token endpoint is
+// refused before any call, permanently, naming the settings to set (Google
+// refreshes no token without a client). An emulator's endpoint is still
+// asked.
+func TestRefreshWithoutOAuthClient(t *testing.T) {
+	t.Parallel()
+	_, err := New(Config{}).TokenSource(Token{RefreshToken: "1//r"}, nil).Token()
+	if !errors.Is(err, ErrNoOAuthClient) || !queue.IsPermanent(Classify(err)) || errors.Is(err, ErrRevoked) {
+		t.Fatalf("refresh without a client: %v; want a permanent ErrNoOAuthClient, not a revoked grant", err)
+	}
+	_, err = New(Config{TokenURL: "http://127.0.0.1:1/token"}).TokenSource(Token{RefreshToken: "1//r"}, nil).Token()
+	if err == nil || errors.Is(err, ErrNoOAuthClient) {
+		t.Fatalf("refresh at another token endpoint: %v; want it asked (and unreachable)", err)
+	}
+}
