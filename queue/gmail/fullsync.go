@@ -625,7 +625,7 @@ func (p *Pipeline) fullSyncDead(tx *store.Tx, t *queue.Task) error {
 		cause = cause[:300] + "…"
 	}
 	acc.Status, acc.FullSyncDead = store.AccountError, true
-	acc.StatusReason = "The full sync failed and was retried until mailroom gave up; it is in the dead letters (last error: " +
+	acc.StatusReason = "The full sync failed and went to the dead letters (last error: " +
 		cause + "). Fix the cause, then resync the account or redrive the full sync from the dead letters."
 	return tx.AccountPut(acc)
 }
