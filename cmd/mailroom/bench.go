@@ -28,6 +28,14 @@ func benchCommand(ctx context.Context, args []string, getenv func(string) string
 	googleChild := fs.Int("google-child", 0, "internal: be the Google emulator of a scenario, with this many threads")
 	googleDir := fs.String("google-dir", "", "internal: where the Google emulator process writes its mailbox")
 	googleEmail := fs.String("google-email", "", "internal: the Google emulator process's mailbox")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: mailroom bench [flags] [scenario ...] (all scenarios when none is named)\n\nScenarios:\n")
+		for _, s := range bench.Scenarios() {
+			fmt.Fprintf(fs.Output(), "  %-18s %s\n", s.Name, s.Title)
+		}
+		fmt.Fprintf(fs.Output(), "\nFlags:\n")
+		fs.PrintDefaults()
+	}
 	// Flags may come before or after the scenario names.
 	var names []string
 	for {
