@@ -27,7 +27,11 @@ func mapRulesError(cfg rules.Config, err error) *Error {
 	)
 	switch {
 	case errors.As(err, &invalid):
-		return &Error{Status: http.StatusBadRequest, Code: "invalid", Message: invalid.Message, Field: invalid.Field}
+		code := invalid.Code
+		if code == "" {
+			code = "invalid"
+		}
+		return &Error{Status: http.StatusBadRequest, Code: code, Message: invalid.Message, Field: invalid.Field}
 	case errors.As(err, &refused):
 		return &Error{Status: http.StatusTooManyRequests, Code: "rate_limited", RetryAfter: refused.RetryAfter,
 			Message: fmt.Sprintf("Too many rule saves: at most %d per %s for a user. Try again in %d seconds.",

@@ -93,8 +93,9 @@ func TestRulesAPI(t *testing.T) {
 	}{
 		{"duplicate label", "POST", "/api/v1/users/" + uid + "/rules", strings.Replace(devRule, `"Dev"`, `"dev"`, 1), 409, "conflict", "label"},
 		{"bad field names the path", "POST", "/api/v1/users/" + uid + "/rules", `{"label":"X","conditions":[{"field":"from","op":"contains","value":"a"},{"field":"from","op":"contains","value":"b"},{"field":"subject","op":"matches","value":"(x"}]}`, 400, "invalid", "conditions[2].value"},
-		{"wrong type names the path", "POST", "/api/v1/users/" + uid + "/rules", `{"label":"X","conditions":[{"field":"from","op":"contains","value":1}]}`, 400, "invalid", "conditions[0].value"},
-		{"unknown field", "POST", "/api/v1/users/" + uid + "/rules", `{"label":"X","colour":1,"conditions":[]}`, 400, "invalid", "colour"},
+		{"wrong type names the path", "POST", "/api/v1/users/" + uid + "/rules", `{"label":"X","conditions":[{"field":"from","op":"contains","value":1}]}`, 400, "invalid_type", "conditions[0].value"},
+		{"unknown field", "POST", "/api/v1/users/" + uid + "/rules", `{"label":"X","colour":1,"conditions":[]}`, 400, "unknown_field", "colour"},
+		{"unknown action", "POST", "/api/v1/users/" + uid + "/rules", `{"label":"X","conditions":[{"field":"from","op":"contains","value":"a"}],"actions":{"delete":true}}`, 400, "unknown_field", "actions.delete"},
 		{"malformed json", "POST", "/api/v1/users/" + uid + "/rules", `{"label":`, 400, "malformed_json", ""},
 		{"unknown user", "POST", "/api/v1/users/nobody/rules", devRule, 404, "not_found", ""},
 		{"unknown rule", "PUT", "/api/v1/rules/nope", devRule, 404, "not_found", ""},

@@ -89,6 +89,10 @@ type Actions struct {
 type ValidationError struct {
 	Field   string
 	Message string
+	// Code classes the problem as the API's other endpoints do:
+	// malformed_json, invalid_type, unknown_field; empty for a value the
+	// rule cannot take (the API's "invalid").
+	Code string
 }
 
 func (e *ValidationError) Error() string {
@@ -100,6 +104,12 @@ func (e *ValidationError) Error() string {
 
 func invalid(field, format string, args ...any) *ValidationError {
 	return &ValidationError{Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
+// coded sets the class of a problem with the rule's JSON itself.
+func coded(code string, e *ValidationError) *ValidationError {
+	e.Code = code
+	return e
 }
 
 // Gmail's system labels: a rule may not own one of these names.
@@ -288,7 +298,7 @@ func decodeStrict(raw []byte, v any, prefix string) error {
 		return jsonProblem(err, prefix)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return invalid(prefix, "The rule must be exactly one JSON object.")
+		return coded("malformed_json", invalid(prefix, "The rule must be exactly one JSON object."))
 	}
 	return nil
 }
@@ -304,18 +314,18 @@ func jsonProblem(err error, prefix string) error {
 	if errors.As(err, &typ) {
 		if typ.Field == "" {
 			if prefix == "" {
-				return invalid("", "The rule must be a JSON object, not %s.", typ.Value)
+				return coded("invalid_type", invalid("", "The rule must be a JSON object, not %s.", typ.Value))
 			}
 			if prefix == "actions" {
-				return invalid(prefix, "The actions must be a JSON object, not %s.", typ.Value)
+				return coded("invalid_type", invalid(prefix, "The actions must be a JSON object, not %s.", typ.Value))
 			}
-			return invalid(prefix, "Each condition must be a JSON object, not %s.", typ.Value)
+			return coded("invalid_type", invalid(prefix, "Each condition must be a JSON object, not %s.", typ.Value))
 		}
-		return invalid(join(typ.Field), "This field has the wrong type of value (%s).", typ.Value)
+		return coded("invalid_type", invalid(join(typ.Field), "This field has the wrong type of value (%s).", typ.Value))
 	}
 	if name, ok := strings.CutPrefix(err.Error(), `json: unknown field "`); ok {
 		name = strings.TrimSuffix(name, `"`)
-		return invalid(join(name), "A rule has no field %q.", clip(name))
+		return coded("unknown_field", invalid(join(name), "A rule has no field %q.", clip(name)))
 	}
-	return invalid(prefix, "The rule is not a valid JSON object: %s.", strings.TrimPrefix(err.Error(), "json: "))
+	return coded("malformed_json", invalid(prefix, "The rule is not a valid JSON object: %s.", strings.TrimPrefix(err.Error(), "json: ")))
 }
