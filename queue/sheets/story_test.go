@@ -282,8 +282,11 @@ func fortyBusyForms(t *testing.T, fakeLimit int) {
 		t.Errorf("%d writes within one window (limit %d)", m, limit)
 	}
 	// Fairness: 40 forms at 5 per window are all served within 8 windows
-	// of their first row, plus the flush delay and slack for asynq's whole
-	// seconds.
+	// of their first row, plus the flush delay and slack: asynq keeps a
+	// waiting task's due time in whole seconds (up to 1 s late per wait),
+	// and on a loaded machine a turn its form is slow to take is lost (a
+	// -count=3 run of every package saw 12.1 s against 10.3). A form
+	// starved behind the others would wait far longer.
 	mu.Lock()
 	defer mu.Unlock()
 	worst := time.Duration(0)
@@ -293,7 +296,7 @@ func fortyBusyForms(t *testing.T, fakeLimit int) {
 		}
 		worst = max(worst, firstCall[i].Sub(firstRow[i]))
 	}
-	bound := nForms/limit*window + 300*time.Millisecond + 2*time.Second
+	bound := nForms/limit*window + 300*time.Millisecond + 4*time.Second
 	if worst > bound {
 		t.Errorf("a form waited %s for its first write (bound %s)", worst, bound)
 	}
