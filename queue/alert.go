@@ -102,7 +102,7 @@ func (a *Alerter) flushNotices(ctx context.Context) {
 		return
 	}
 	for _, text := range raised {
-		text = truncate("mailroom: "+text, 1900)
+		text = Truncate("mailroom: "+text, 1900)
 		raw, _ := json.Marshal(map[string]string{"content": text, "text": text})
 		err := a.post(ctx, raw)
 		a.mu.Lock()
@@ -164,7 +164,7 @@ func (a *Alerter) record(tx *store.Tx, typ, id, errText string, at time.Time) er
 	if !a.durable() {
 		return nil
 	}
-	return tx.AlertAdd(typ, id, truncate(errText, 1000), at)
+	return tx.AlertAdd(typ, id, Truncate(errText, 1000), at)
 }
 
 // Sent returns how many messages were posted and how many gave up.
@@ -332,11 +332,11 @@ func (a *Alerter) message(counts map[string]int, newest alertItem) []byte {
 	for _, t := range types {
 		fmt.Fprintf(&b, "• %s: %d\n", t, counts[t])
 	}
-	fmt.Fprintf(&b, "Newest: %s %s: %s", newest.typ, newest.id, truncate(newest.err, 500))
+	fmt.Fprintf(&b, "Newest: %s %s: %s", newest.typ, newest.id, Truncate(newest.err, 500))
 	if a.cfg.PublicURL != "" {
 		fmt.Fprintf(&b, "\n%s/admin/deadletters", strings.TrimRight(a.cfg.PublicURL, "/"))
 	}
-	text := truncate(b.String(), 1900) // Discord's content limit is 2,000
+	text := Truncate(b.String(), 1900) // Discord's content limit is 2,000
 	raw, _ := json.Marshal(map[string]string{"content": text, "text": text})
 	return raw
 }
@@ -361,11 +361,11 @@ func (a *Alerter) noticeMessage(body []byte, notices map[string]int, newest aler
 	for _, s := range subjects {
 		fmt.Fprintf(&b, "mailroom: %d %s(s) need attention\n", notices[s], s)
 	}
-	fmt.Fprintf(&b, "Newest: %s %s: %s", newest.typ, newest.id, truncate(newest.err, 500))
+	fmt.Fprintf(&b, "Newest: %s %s: %s", newest.typ, newest.id, Truncate(newest.err, 500))
 	if a.cfg.PublicURL != "" && strings.HasPrefix(newest.typ, "sheets") {
 		fmt.Fprintf(&b, "\n%s/admin/forms", strings.TrimRight(a.cfg.PublicURL, "/"))
 	}
-	text := truncate(b.String(), 1900)
+	text := Truncate(b.String(), 1900)
 	raw, _ := json.Marshal(map[string]string{"content": text, "text": text})
 	return raw
 }

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
@@ -406,7 +407,7 @@ func (q *Queue) recordFailure(tt TaskType, t *Task, cause error) (dead bool, fai
 			rec.FirstFailedAt = now
 		}
 		rec.LastFailedAt = now
-		rec.LastError = truncate(cause.Error(), 4000)
+		rec.LastError = Truncate(cause.Error(), 4000)
 		failures = rec.Failures
 		dead = IsPermanent(cause) || rec.Failures > tt.MaxRetries
 		if !dead {
@@ -438,9 +439,15 @@ func (q *Queue) recordFailure(tt TaskType, t *Task, cause error) (dead bool, fai
 	return dead, failures, err
 }
 
-func truncate(s string, n int) string {
+// Truncate shortens s to at most n bytes, cut at a character's start,
+// and marks the cut with "…".
+func Truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	return s[:n] + "…"
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }

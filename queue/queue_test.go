@@ -484,3 +484,16 @@ func TestAlertsAreGrouped(t *testing.T) {
 	}
 	t.Logf("1,000 dead letters announced in %d messages", len(bodies))
 }
+
+// Truncate cuts at a character's start, never inside one.
+func TestTruncate(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		n    int
+		want string
+	}{{"short", 10, "short"}, {"abcdef", 3, "abc…"}, {"ééé", 3, "é…"}, {"ééé", 4, "éé…"}} {
+		if got := queue.Truncate(c.in, c.n); got != c.want {
+			t.Errorf("Truncate(%q, %d) = %q, want %q", c.in, c.n, got, c.want)
+		}
+	}
+}

@@ -617,12 +617,9 @@ func (p *Pipeline) fullSyncDead(tx *store.Tx, t *queue.Task) error {
 	if err != nil || !active(acc) {
 		return err
 	}
-	cause := acc.LastError
+	cause := queue.Truncate(acc.LastError, 300)
 	if cause == "" {
 		cause = "not recorded"
-	}
-	if len(cause) > 300 {
-		cause = cause[:300] + "…"
 	}
 	acc.Status, acc.FullSyncDead = store.AccountError, true
 	acc.StatusReason = "The full sync failed and went to the dead letters (last error: " +

@@ -17,6 +17,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"mailroom/queue"
 )
 
 // Limits of the rule language.
@@ -218,17 +220,7 @@ func regexpProblem(err error) string {
 }
 
 // clip shortens what a person typed for quoting it in a message.
-func clip(s string) string {
-	const max = 40
-	if len(s) <= max {
-		return s
-	}
-	cut := max
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
-}
+func clip(s string) string { return queue.Truncate(s, 40) }
 
 // Parse reads a rule from its JSON text (the API's request body), strictly:
 // one object, no unknown fields. It normalizes and validates it and compiles
