@@ -24,9 +24,10 @@ type relay struct {
 	mu       sync.Mutex
 	inflight map[string]struct{} // handed and not yet finished
 	cursor   string              // last handed id
-	// forward, while fill reads and hands a batch, collects the records
-	// brought forward meanwhile: the batch may hold one read before its
-	// new run time, which is brought forward again once handed.
+	// handing is set while fill reads and hands a batch; forward collects
+	// the records brought forward meanwhile: the batch may hold one read
+	// before its new run time, which is brought forward again once handed.
+	handing bool
 	forward map[string]struct{}
 }
 
@@ -93,9 +94,7 @@ func (r *relay) fill(ctx context.Context) error {
 		r.mu.Lock()
 		room := r.q.cfg.RelayCap - len(r.inflight)
 		after := r.cursor
-		if room > 0 {
-			r.forward = map[string]struct{}{}
-		}
+		r.handing = room > 0
 		r.mu.Unlock()
 		if room <= 0 {
 			return nil
@@ -196,7 +195,10 @@ func (r *relay) enqueue(ctx context.Context, rec store.OutboxRecord) error {
 func (r *relay) bringForward(id string) {
 	r.mu.Lock()
 	_, handed := r.inflight[id]
-	if r.forward != nil {
+	if r.handing {
+		if r.forward == nil {
+			r.forward = map[string]struct{}{}
+		}
 		r.forward[id] = struct{}{}
 	}
 	r.mu.Unlock()
@@ -210,7 +212,7 @@ func (r *relay) bringForward(id string) {
 func (r *relay) endBatch(handed []store.OutboxRecord) {
 	r.mu.Lock()
 	forward := r.forward
-	r.forward = nil
+	r.handing, r.forward = false, nil
 	r.mu.Unlock()
 	for _, rec := range handed {
 		if _, ok := forward[rec.ID]; ok {
