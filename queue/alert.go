@@ -4,15 +4,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
-	"mailroom/internal/redact"
 	"mailroom/store"
 )
 
@@ -383,7 +384,21 @@ func (a *Alerter) Test(ctx context.Context) error {
 // post sends body to the webhook. Its error never holds the webhook's URL,
 // whose path is the webhook's secret (Go's client errors quote the URL).
 func (a *Alerter) post(ctx context.Context, body []byte) error {
-	return redact.New(a.cfg.WebhookURL).Error(a.deliver(ctx, body))
+	return hideWebhookPath(a.deliver(ctx, body))
+}
+
+// hideWebhookPath returns err with the URL that Go's client (or its URL
+// parser) quotes cut to its scheme and host, which say where a post failed.
+func hideWebhookPath(err error) error {
+	var ue *url.Error
+	if !errors.As(err, &ue) {
+		return err
+	}
+	shown := "[redacted]"
+	if u, perr := url.Parse(ue.URL); perr == nil && u.Host != "" {
+		shown = u.Scheme + "://" + u.Host + "/[redacted]"
+	}
+	return &url.Error{Op: ue.Op, URL: shown, Err: ue.Err}
 }
 
 func (a *Alerter) deliver(ctx context.Context, body []byte) error {

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"mailroom/queue/google/googlefake"
+	"mailroom/internal/googlefake"
 )
 
 // jwt builds a compact JWT from its header and claims, with sig as its

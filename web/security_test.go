@@ -18,11 +18,11 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"mailroom/internal/googlefake"
 	"mailroom/queue/broker/brokertest"
 	"mailroom/queue/gmail"
 	"mailroom/queue/google"
 	"mailroom/queue/google/accounts"
-	"mailroom/queue/google/googlefake"
 	"mailroom/queue/rules"
 	"mailroom/queue/sheets"
 	"mailroom/store"

@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"mailroom/internal/googlefake"
 	"mailroom/internal/testkit"
-	"mailroom/queue/google/googlefake"
 )
 
 // smallFS mounts a tmpfs of the given size (for example "8m") on a temp

@@ -12,8 +12,8 @@ import (
 
 	"mailroom/internal/app"
 	"mailroom/internal/app/apptest"
+	"mailroom/internal/googlefake"
 	"mailroom/internal/testkit"
-	"mailroom/queue/google/googlefake"
 	"mailroom/web/webtest"
 )
 

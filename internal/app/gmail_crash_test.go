@@ -17,8 +17,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"mailroom/internal/app/apptest"
+	"mailroom/internal/googlefake"
 	"mailroom/internal/testkit"
-	"mailroom/queue/google/googlefake"
 )
 
 // call sends an API request to the child and decodes the answer.

@@ -18,7 +18,7 @@ import (
 
 	"mailroom/internal/app"
 	"mailroom/internal/app/apptest"
-	"mailroom/queue/google/googlefake"
+	"mailroom/internal/googlefake"
 )
 
 const (

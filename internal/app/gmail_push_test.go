@@ -10,7 +10,7 @@ import (
 
 	"mailroom/internal/app"
 	"mailroom/internal/app/apptest"
-	"mailroom/queue/google/googlefake"
+	"mailroom/internal/googlefake"
 )
 
 // TestPushBadInput sends every kind of bad push through HTTP: auth is

@@ -11,8 +11,8 @@ import (
 
 	"mailroom/internal/app"
 	"mailroom/internal/app/apptest"
+	"mailroom/internal/googlefake"
 	"mailroom/internal/testkit"
-	"mailroom/queue/google/googlefake"
 	"mailroom/queue/rules"
 	"mailroom/store"
 )

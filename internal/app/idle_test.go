@@ -7,9 +7,9 @@ import (
 
 	"mailroom/internal/app"
 	"mailroom/internal/app/apptest"
+	"mailroom/internal/googlefake"
 	"mailroom/internal/testkit"
 	"mailroom/queue/broker/brokertest"
-	"mailroom/queue/google/googlefake"
 )
 
 // TestFirstPushAfterIdleIsAppliedWithinASecond: after a long idle spell

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"mailroom/internal/googlefake"
 	"mailroom/internal/testkit"
 	"mailroom/queue/broker/brokertest"
-	"mailroom/queue/google/googlefake"
 )
 
 // TestSheetsSurviveRedisLoss runs the forms pipeline on an external

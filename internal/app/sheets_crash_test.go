@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"mailroom/internal/app/apptest"
+	"mailroom/internal/googlefake"
 	"mailroom/internal/testkit"
-	"mailroom/queue/google/googlefake"
 )
 
 // crashFake is the Google emulator, in the test process, behind a handler

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"mailroom/internal/app"
+	"mailroom/internal/googlefake"
 	"mailroom/internal/testkit"
-	"mailroom/queue/google/googlefake"
 )
 
 // sheetsQuota is a form's quota use as the API answers it.

@@ -10,10 +10,10 @@ import (
 	"time"
 
 	"mailroom/internal/app"
+	"mailroom/internal/googlefake"
 	"mailroom/queue"
 	"mailroom/queue/gmail"
 	"mailroom/queue/google"
-	"mailroom/queue/google/googlefake"
 	"mailroom/store"
 )
 

@@ -10,9 +10,9 @@ import (
 
 	"mailroom/internal/app"
 	"mailroom/internal/bench/story"
+	"mailroom/internal/googlefake"
 	"mailroom/queue/gmail"
 	"mailroom/queue/google"
-	"mailroom/queue/google/googlefake"
 	"mailroom/queue/rules"
 	"mailroom/store"
 )

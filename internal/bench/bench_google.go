@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"mailroom/internal/bench/story"
-	"mailroom/queue/google/googlefake"
+	"mailroom/internal/googlefake"
 	"mailroom/queue/rules"
 )
 

@@ -9,8 +9,8 @@ import (
 
 	"mailroom/internal/app"
 	"mailroom/internal/bench/story"
+	"mailroom/internal/googlefake"
 	"mailroom/queue"
-	"mailroom/queue/google/googlefake"
 	"mailroom/queue/rules"
 	"mailroom/store"
 )

@@ -22,8 +22,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"mailroom/internal/app"
+	"mailroom/internal/googlefake"
 	"mailroom/queue/google"
-	"mailroom/queue/google/googlefake"
 	"mailroom/store"
 )
 

@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"time"
 
-	"mailroom/queue/google/googlefake"
+	"mailroom/internal/googlefake"
 )
 
 // sheetsGridRows is how many rows go into one fresh sheet of 1,000 rows:

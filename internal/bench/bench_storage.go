@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"mailroom/internal/app"
-	"mailroom/queue/google/googlefake"
+	"mailroom/internal/googlefake"
 	"mailroom/store"
 )
 

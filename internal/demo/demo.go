@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"mailroom/internal/app"
-	"mailroom/queue/google/googlefake"
+	"mailroom/internal/googlefake"
 )
 
 // The demo's world: one user with a work and a personal Gmail account, a

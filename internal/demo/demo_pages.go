@@ -3,7 +3,7 @@ package demo
 import (
 	"slices"
 
-	"mailroom/queue/google/googlefake"
+	"mailroom/internal/googlefake"
 	"mailroom/web"
 )
 

@@ -15,9 +15,9 @@ import (
 
 	"mailroom/internal/app"
 	"mailroom/internal/app/apptest"
+	"mailroom/internal/googlefake"
 	"mailroom/internal/testkit"
 	"mailroom/queue"
-	"mailroom/queue/google/googlefake"
 	"mailroom/web/webtest"
 )
 

@@ -11,8 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"mailroom/internal/googlefake"
 	"mailroom/queue"
-	"mailroom/queue/google/googlefake"
 )
 
 // The traffic generator's pace.

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"mailroom/internal/app"
-	"mailroom/queue/google/googlefake"
+	"mailroom/internal/googlefake"
 )
 
 // Demo timings: with --demo, the settings still at their defaults are

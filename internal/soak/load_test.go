@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"mailroom/internal/bench/story"
+	"mailroom/internal/googlefake"
 	"mailroom/internal/testkit"
-	"mailroom/queue/google/googlefake"
 	"mailroom/queue/rules"
 )
 

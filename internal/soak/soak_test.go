@@ -15,9 +15,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"mailroom/internal/app/apptest"
+	"mailroom/internal/googlefake"
 	"mailroom/internal/testkit"
 	"mailroom/queue/broker/brokertest"
-	"mailroom/queue/google/googlefake"
 )
 
 const (

@@ -5,11 +5,11 @@ import (
 	"testing"
 	"time"
 
+	"mailroom/internal/googlefake"
 	"mailroom/internal/testkit"
 	"mailroom/queue"
 	"mailroom/queue/gmail"
 	"mailroom/queue/google"
-	"mailroom/queue/google/googlefake"
 	"mailroom/store"
 )
 

@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"mailroom/internal/googlefake"
 	"mailroom/internal/testkit"
 	"mailroom/queue"
 	"mailroom/queue/broker"
@@ -22,7 +23,6 @@ import (
 	"mailroom/queue/gmail"
 	"mailroom/queue/google"
 	"mailroom/queue/google/accounts"
-	"mailroom/queue/google/googlefake"
 	"mailroom/store"
 	"mailroom/store/storetest"
 )

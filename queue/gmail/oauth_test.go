@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"mailroom/internal/googlefake"
 	"mailroom/queue/gmail"
 	"mailroom/queue/google"
-	"mailroom/queue/google/googlefake"
 	"mailroom/store"
 )
 

@@ -8,12 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"mailroom/internal/googlefake"
 	"mailroom/internal/testkit"
 	"mailroom/queue"
 	"mailroom/queue/gmail"
 	"mailroom/queue/google"
 	"mailroom/queue/google/accounts"
-	"mailroom/queue/google/googlefake"
 	"mailroom/store"
 )
 

@@ -10,10 +10,10 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
 
+	"mailroom/internal/googlefake"
 	"mailroom/internal/testkit"
 	"mailroom/queue/gmail"
 	"mailroom/queue/google"
-	"mailroom/queue/google/googlefake"
 	"mailroom/store"
 )
 

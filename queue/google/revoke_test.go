@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"mailroom/internal/googlefake"
 	"mailroom/queue/google"
-	"mailroom/queue/google/googlefake"
 )
 
 // TestRevokeURL: Google's endpoint by default, the emulator's next to a

@@ -6,8 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"mailroom/internal/googlefake"
 	"mailroom/queue"
-	"mailroom/queue/google/googlefake"
 )
 
 // The Sheets adapter shares the Gmail adapter's call rules: a 401 refreshes

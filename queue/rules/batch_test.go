@@ -11,9 +11,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"mailroom/internal/googlefake"
 	"mailroom/internal/testkit"
 	"mailroom/queue"
-	"mailroom/queue/google/googlefake"
 	"mailroom/store"
 )
 

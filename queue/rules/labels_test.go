@@ -8,8 +8,8 @@ import (
 	"sync"
 	"testing"
 
+	"mailroom/internal/googlefake"
 	"mailroom/queue/google"
-	"mailroom/queue/google/googlefake"
 	"mailroom/store"
 )
 

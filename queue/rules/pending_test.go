@@ -6,8 +6,8 @@ import (
 	"errors"
 	"testing"
 
+	"mailroom/internal/googlefake"
 	"mailroom/queue"
-	"mailroom/queue/google/googlefake"
 	"mailroom/store"
 )
 

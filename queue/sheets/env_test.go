@@ -13,11 +13,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"mailroom/internal/googlefake"
 	"mailroom/internal/testkit"
 	"mailroom/queue"
 	"mailroom/queue/broker/brokertest"
 	"mailroom/queue/google"
-	"mailroom/queue/google/googlefake"
 	"mailroom/store"
 	"mailroom/store/storetest"
 )

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"mailroom/internal/googlefake"
 	"mailroom/internal/testkit"
-	"mailroom/queue/google/googlefake"
 	"mailroom/store"
 )
 

@@ -9,8 +9,8 @@ import (
 	"fmt"
 	"slices"
 
+	"mailroom/internal/googlefake"
 	"mailroom/queue/google"
-	"mailroom/queue/google/googlefake"
 	"mailroom/store"
 )
 

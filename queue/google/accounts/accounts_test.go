@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"mailroom/internal/googlefake"
 	"mailroom/queue"
 	"mailroom/queue/google"
 	"mailroom/queue/google/accounts"
-	"mailroom/queue/google/googlefake"
 	"mailroom/store"
 	"mailroom/store/storetest"
 )

@@ -8,7 +8,7 @@ import (
 
 	"google.golang.org/api/gmail/v1"
 
-	"mailroom/queue/google/googlefake"
+	"mailroom/internal/googlefake"
 )
 
 // TestLargeMailbox fills a mailbox with 100,000 messages (10,000 under the

@@ -8,7 +8,7 @@ import (
 
 	"google.golang.org/api/gmail/v1"
 
-	"mailroom/queue/google/googlefake"
+	"mailroom/internal/googlefake"
 )
 
 func TestStartURLs(t *testing.T) {

@@ -11,7 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/api/gmail/v1"
 
-	"mailroom/queue/google/googlefake"
+	"mailroom/internal/googlefake"
 )
 
 func TestGetProfile(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/api/option"
 	"google.golang.org/api/sheets/v4"
 
-	"mailroom/queue/google/googlefake"
+	"mailroom/internal/googlefake"
 )
 
 func TestMain(m *testing.M) {

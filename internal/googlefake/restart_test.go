@@ -3,7 +3,7 @@ package googlefake_test
 import (
 	"testing"
 
-	"mailroom/queue/google/googlefake"
+	"mailroom/internal/googlefake"
 )
 
 // A restarted demo keeps ids apart from an earlier run's: HistoryStart
