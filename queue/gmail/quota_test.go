@@ -188,8 +188,10 @@ func TestQuotaStatusEstimatesQueuedWork(t *testing.T) {
 		if err := tx.AccountPut(a); err != nil {
 			return err
 		}
+		// Tagged with the account as their producers tag them (the sync's
+		// record and the rules publisher; see TestProducersGroupTasks).
 		for i := range 3 {
-			if _, _, err := e.q.Enqueue(tx, queue.TypeGmailMessageAdded, gmail.Event{AccountID: acc.ID, MessageID: fmt.Sprint("m", i)}); err != nil {
+			if _, _, err := e.q.Enqueue(tx, queue.TypeGmailMessageAdded, gmail.Event{AccountID: acc.ID, MessageID: fmt.Sprint("m", i)}, queue.Group(acc.ID, 1)); err != nil {
 				return err
 			}
 		}
@@ -198,7 +200,7 @@ func TestQuotaStatusEstimatesQueuedWork(t *testing.T) {
 			for i := range threads {
 				threads[i] = fmt.Sprint("t", i)
 			}
-			if _, _, err := e.q.Enqueue(tx, queue.TypeRulesReclassifyBatch, map[string]any{"jobId": "j", "accountId": id, "threadIds": threads}); err != nil {
+			if _, _, err := e.q.Enqueue(tx, queue.TypeRulesReclassifyBatch, map[string]any{"jobId": "j", "accountId": id, "threadIds": threads}, queue.Group(id, len(threads))); err != nil {
 				return err
 			}
 		}
