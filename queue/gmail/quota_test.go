@@ -233,3 +233,36 @@ func TestQuotaStatusEstimatesQueuedWork(t *testing.T) {
 		t.Errorf("status = %q", q.Status)
 	}
 }
+
+// The sync tags each new-message task it records with its account, so the
+// backlog's count of them is the queue's lookup (the rules pipeline tags
+// its batches likewise: TestPublishGroupsBatchesByAccount).
+func TestSyncGroupsNewMessageTasksByAccount(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{noStart: true})
+	acc := e.connect(ann, 0)
+	other := e.connect("bob@example.com", 0)
+	e.syncNow()
+	for email, n := range map[string]int{ann: 3, "bob@example.com": 1} {
+		for i := range n {
+			if _, err := e.fake.Gmail.AddMessage(email, googlefake.Message{Subject: fmt.Sprint("new ", i)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		e.notify(email)
+	}
+	e.syncNow()
+	if n := len(e.records(queue.TypeGmailMessageAdded)); n != 4 {
+		t.Fatalf("%d message-added tasks recorded, want 4", n)
+	}
+	for id, want := range map[string]queue.Count{acc.ID: {Tasks: 3, Weight: 3}, other.ID: {Tasks: 1, Weight: 1}} {
+		var got queue.Count
+		err := e.db.View(func(tx *store.Tx) (err error) {
+			got, err = e.q.Queued(tx, queue.TypeGmailMessageAdded, id)
+			return err
+		})
+		if err != nil || got != want {
+			t.Errorf("queued for %s = %+v, %v; want %+v", id, got, err, want)
+		}
+	}
+}
