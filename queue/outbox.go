@@ -58,3 +58,27 @@ func (q *Queue) Waiting(tx *store.Tx, typ string) (bool, error) {
 	err := tx.OutboxScan(tt.Queue, "", 1, func(store.OutboxRecord) bool { found = true; return false })
 	return found, err
 }
+
+// Len returns how many tasks of type typ's queue are recorded and not
+// finished (waiting, running or retrying).
+func (q *Queue) Len(tx *store.Tx, typ string) (int, error) {
+	tt, ok := q.table.Lookup(typ)
+	if !ok {
+		return 0, fmt.Errorf("queue: len: unknown task type %q", typ)
+	}
+	return tx.OutboxLen(tt.Queue), nil
+}
+
+// Tasks calls fn for each recorded, unfinished task of type typ, oldest
+// first, until fn returns false. It reads the type's whole queue: an
+// inspection (tests, an operator's look), not something to poll; to count
+// an account's work, tag it with Group and ask Queued.
+func (q *Queue) Tasks(tx *store.Tx, typ string, fn func(Record) bool) error {
+	tt, ok := q.table.Lookup(typ)
+	if !ok {
+		return fmt.Errorf("queue: tasks: unknown task type %q", typ)
+	}
+	return tx.OutboxScan(tt.Queue, "", 0, func(r store.OutboxRecord) bool {
+		return r.Type != typ || fn(r)
+	})
+}

@@ -308,7 +308,7 @@ func TestDeadLettersAPI(t *testing.T) {
 	if w := request(t, e.h, http.MethodPost, "/api/v1/deadletters/"+syncID+"/redrive", nil, auth); w.Code != 404 {
 		t.Errorf("redrive one again: %d", w.Code)
 	}
-	if n := outboxLen(t, e.db, "gmail-sync"); n != 1 {
+	if n := queueLen(t, e, queue.TypeGmailSync); n != 1 {
 		t.Errorf("gmail-sync outbox holds %d, want 1", n)
 	}
 
@@ -343,15 +343,18 @@ func TestDeadLettersAPI(t *testing.T) {
 	if got := decode[redriveAnswer](t, w); w.Code != 200 || got.Redriven != 2 {
 		t.Errorf("redrive type: %d %+v", w.Code, got)
 	}
-	if ids := deadLetterIDs(t, e.db); len(ids) != 0 {
+	if ids := deadLetterIDs(t, e.q); len(ids) != 0 {
 		t.Errorf("archive still holds %v", ids)
 	}
 }
 
-func outboxLen(t testing.TB, db *store.DB, q string) int {
+// queueLen is how many tasks of type typ are recorded and not finished.
+func queueLen(t testing.TB, e *env, typ string) int {
 	t.Helper()
 	n := 0
-	_ = db.View(func(tx *store.Tx) error { n = tx.OutboxLen(q); return nil })
+	if err := e.db.View(func(tx *store.Tx) (err error) { n, err = e.q.Len(tx, typ); return err }); err != nil {
+		t.Fatal(err)
+	}
 	return n
 }
 
@@ -422,7 +425,7 @@ func TestDeadLetterRedriveThroughQueue(t *testing.T) {
 		t.Fatalf("redrive: %d %s", w.Code, w.Body.String())
 	}
 	testkit.Eventually(t, 10*time.Second, "the redriven task to succeed", func() bool { return e.flaky.succeeded("t1") })
-	if ids := deadLetterIDs(t, e.db); len(ids) != 0 {
+	if ids := deadLetterIDs(t, e.q); len(ids) != 0 {
 		t.Errorf("archive still holds %v", ids)
 	}
 }

@@ -124,7 +124,7 @@ func TestRacingPublishersPublishEachJobOnce(t *testing.T) {
 		t.Fatalf("published for %d users, want %d", len(seen), users)
 	}
 	var outbox int
-	f.db.View(func(tx *store.Tx) error { outbox = tx.OutboxLen("rules-reclassify"); return nil })
+	f.db.View(func(tx *store.Tx) (err error) { outbox, err = f.q.Len(tx, queue.TypeRulesReclassifyBatch); return err })
 	if outbox != 3*users {
 		t.Fatalf("outbox holds %d batch tasks, want %d", outbox, 3*users)
 	}
