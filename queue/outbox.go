@@ -24,6 +24,9 @@ type Outbox interface {
 	// so it never runs (a copy the broker already holds finds no record
 	// and the handler's own checks skip it).
 	Cancel(tx *store.Tx, typ, id string) error
+	// Queued counts the unfinished tasks of type typ recorded with
+	// Group(group, ...), and their weights: a lookup, not a scan.
+	Queued(tx *store.Tx, typ, group string) (Count, error)
 }
 
 var _ Outbox = (*Queue)(nil)
