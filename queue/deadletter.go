@@ -68,7 +68,7 @@ func (q *Queue) redriveOne(tx *store.Tx, d store.DeadLetter) error {
 	if !ok {
 		return fmt.Errorf("queue: dead letter %s has unknown type %s", d.ID, d.Type)
 	}
-	_, _, err := tx.OutboxAdd(store.OutboxRecord{Queue: tt.Queue, Type: d.Type, Payload: d.Payload, Key: d.Key})
+	_, _, err := tx.OutboxAdd(store.OutboxRecord{Queue: tt.Queue, Type: d.Type, Payload: d.Payload, Key: d.Key, Group: d.Group, Weight: d.Weight})
 	if err != nil {
 		return fmt.Errorf("queue: redrive %s: %w", d.ID, err)
 	}
@@ -76,7 +76,55 @@ func (q *Queue) redriveOne(tx *store.Tx, d store.DeadLetter) error {
 	return nil
 }
 
-// Discard deletes a dead letter for good.
+// Discard deletes a dead letter for good; store.ErrNotFound when the
+// archive does not hold it.
 func (q *Queue) Discard(id string) error {
 	return q.db.Update(func(tx *store.Tx) error { return tx.DeadLetterDelete(id) })
+}
+
+// DeadLetter is a task that failed for good, kept in the archive until it
+// is redriven or discarded.
+type DeadLetter = store.DeadLetter
+
+// DeadLetters lists the archive newest first, of one task type when typ is
+// set, starting after cursor (a dead letter's id; empty: the newest), at
+// most limit (0: all). next is the cursor of the next page, empty at the
+// end.
+func (q *Queue) DeadLetters(typ, cursor string, limit int) (list []DeadLetter, next string, err error) {
+	if cursor != "" {
+		if _, err := store.Seq(cursor); err != nil {
+			return nil, "", fmt.Errorf("queue: dead letters: cursor %q is not a dead letter's id", cursor)
+		}
+	}
+	err = q.db.View(func(tx *store.Tx) error {
+		list, next, err = tx.DeadLetters(typ, cursor, limit)
+		return err
+	})
+	if err != nil {
+		return nil, "", fmt.Errorf("queue: dead letters: %w", err)
+	}
+	return list, next, nil
+}
+
+// DeadLetter returns one dead letter; store.ErrNotFound when the
+// archive does not hold it.
+func (q *Queue) DeadLetter(id string) (d DeadLetter, err error) {
+	err = q.db.View(func(tx *store.Tx) error {
+		d, err = tx.DeadLetterGet(id)
+		return err
+	})
+	return d, err
+}
+
+// DeadLetterCounts returns how many dead letters each task type has (kept
+// with every capture, redrive and discard: no scan of the archive).
+func (q *Queue) DeadLetterCounts() (counts map[string]int, err error) {
+	err = q.db.View(func(tx *store.Tx) error {
+		counts, err = tx.DeadLetterCounts()
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("queue: count dead letters: %w", err)
+	}
+	return counts, nil
 }

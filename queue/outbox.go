@@ -24,6 +24,9 @@ type Outbox interface {
 	// so it never runs (a copy the broker already holds finds no record
 	// and the handler's own checks skip it).
 	Cancel(tx *store.Tx, typ, id string) error
+	// Queued counts the unfinished tasks of type typ recorded with
+	// Group(group, ...), and their weights: a lookup, not a scan.
+	Queued(tx *store.Tx, typ, group string) (Count, error)
 }
 
 var _ Outbox = (*Queue)(nil)
@@ -57,4 +60,28 @@ func (q *Queue) Waiting(tx *store.Tx, typ string) (bool, error) {
 	found := false
 	err := tx.OutboxScan(tt.Queue, "", 1, func(store.OutboxRecord) bool { found = true; return false })
 	return found, err
+}
+
+// Len returns how many tasks of type typ's queue are recorded and not
+// finished (waiting, running or retrying).
+func (q *Queue) Len(tx *store.Tx, typ string) (int, error) {
+	tt, ok := q.table.Lookup(typ)
+	if !ok {
+		return 0, fmt.Errorf("queue: len: unknown task type %q", typ)
+	}
+	return tx.OutboxLen(tt.Queue), nil
+}
+
+// Tasks calls fn for each recorded, unfinished task of type typ, oldest
+// first, until fn returns false. It reads the type's whole queue: an
+// inspection (tests, an operator's look), not something to poll; to count
+// an account's work, tag it with Group and ask Queued.
+func (q *Queue) Tasks(tx *store.Tx, typ string, fn func(Record) bool) error {
+	tt, ok := q.table.Lookup(typ)
+	if !ok {
+		return fmt.Errorf("queue: tasks: unknown task type %q", typ)
+	}
+	return tx.OutboxScan(tt.Queue, "", 0, func(r store.OutboxRecord) bool {
+		return r.Type != typ || fn(r)
+	})
 }

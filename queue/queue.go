@@ -432,6 +432,7 @@ func (q *Queue) recordFailure(tt TaskType, t *Task, cause error) (dead bool, fai
 		}
 		return tx.DeadLetterPut(store.DeadLetter{
 			ID: rec.ID, Type: rec.Type, Queue: rec.Queue, Payload: rec.Payload, Key: rec.Key,
+			Group: rec.Group, Weight: rec.Weight,
 			Error: rec.LastError, Attempts: rec.Failures,
 			FirstFailedAt: rec.FirstFailedAt, LastFailedAt: rec.LastFailedAt,
 		})

@@ -12,15 +12,18 @@ import (
 // DeadLetter is a task that failed for good, kept until redriven or
 // discarded. Its ID is the outbox record's id.
 type DeadLetter struct {
-	ID            string          `json:"id"`
-	Type          string          `json:"type"`
-	Queue         string          `json:"queue"`
-	Payload       json.RawMessage `json:"payload"`
-	Key           string          `json:"key,omitempty"`
-	Error         string          `json:"error"`
-	Attempts      int             `json:"attempts"`
-	FirstFailedAt time.Time       `json:"firstFailedAt"`
-	LastFailedAt  time.Time       `json:"lastFailedAt"`
+	ID      string          `json:"id"`
+	Type    string          `json:"type"`
+	Queue   string          `json:"queue"`
+	Payload json.RawMessage `json:"payload"`
+	Key     string          `json:"key,omitempty"`
+	// Group and Weight are the task's (a redrive counts it again).
+	Group         string    `json:"group,omitempty"`
+	Weight        int       `json:"weight,omitempty"`
+	Error         string    `json:"error"`
+	Attempts      int       `json:"attempts"`
+	FirstFailedAt time.Time `json:"firstFailedAt"`
+	LastFailedAt  time.Time `json:"lastFailedAt"`
 }
 
 // DeadLetterPut stores d (replacing a dead letter of the same id).

@@ -26,6 +26,11 @@ type OutboxRecord struct {
 	Key       string    `json:"key,omitempty"`
 	RunAt     time.Time `json:"runAt,omitzero"`
 	CreatedAt time.Time `json:"createdAt"`
+	// Group, when set, counts the record under its type and group (an
+	// account, say) until it leaves the outbox, with Weight (what it
+	// counts for: the threads of a batch); see OutboxGroupCount.
+	Group  string `json:"group,omitempty"`
+	Weight int    `json:"weight,omitempty"`
 	// Failures counts failed attempts so far (durable across restarts).
 	Failures      int       `json:"failures,omitempty"`
 	FirstFailedAt time.Time `json:"firstFailedAt,omitzero"`
@@ -57,6 +62,9 @@ func (tx *Tx) OutboxAdd(r OutboxRecord) (rec OutboxRecord, added bool, err error
 	if r.Queue == "" || r.Type == "" {
 		return r, false, fmt.Errorf("store: outbox record needs a queue and a type")
 	}
+	if err := checkGroup(r); err != nil {
+		return r, false, err
+	}
 	keys := tx.tx.Bucket(bucketOutboxKeys)
 	if r.Key != "" {
 		if held := keys.Get([]byte(r.Key)); held != nil {
@@ -80,6 +88,9 @@ func (tx *Tx) OutboxAdd(r OutboxRecord) (rec OutboxRecord, added bool, err error
 	}
 	if err := putOutbox(b, seq, r); err != nil {
 		return r, false, fmt.Errorf("store: put outbox record: %w", err)
+	}
+	if err := countGroup(tx.tx, r, 1); err != nil {
+		return r, false, err
 	}
 	if r.Key != "" {
 		if err := keys.Put([]byte(r.Key), []byte(r.ID)); err != nil {
@@ -116,15 +127,35 @@ func (tx *Tx) OutboxByKey(queue, key string) (OutboxRecord, error) {
 	return tx.OutboxGet(queue, string(held))
 }
 
-// OutboxUpdate rewrites an existing record (run time, failure counts).
+// OutboxUpdate rewrites an existing record (run time, failure counts; a
+// changed group or weight moves its count).
 func (tx *Tx) OutboxUpdate(r OutboxRecord) error {
 	seq, err := Seq(r.ID)
 	if err != nil {
 		return err
 	}
+	if err := checkGroup(r); err != nil {
+		return err
+	}
 	b, _ := outboxQueue(tx.tx, r.Queue, false)
-	if b == nil || b.Get(u64(seq)) == nil {
+	if b == nil {
 		return ErrNotFound
+	}
+	raw := b.Get(u64(seq))
+	if raw == nil {
+		return ErrNotFound
+	}
+	old, err := decodeOutbox(r.Queue, u64(seq), raw)
+	if err != nil {
+		return err
+	}
+	if old.Type != r.Type || old.Group != r.Group || old.Weight != r.Weight {
+		if err := countGroup(tx.tx, old, -1); err != nil {
+			return err
+		}
+		if err := countGroup(tx.tx, r, 1); err != nil {
+			return err
+		}
 	}
 	return putOutbox(b, seq, r)
 }
@@ -165,8 +196,15 @@ func (tx *Tx) OutboxDelete(queue, id string) error {
 	if raw == nil {
 		return nil
 	}
-	var r OutboxRecord
-	if err := json.Unmarshal(raw, &r); err == nil && r.Key != "" {
+	// A record that does not decode (never one this package wrote) is
+	// deleted all the same: a finished task must not stay for ever.
+	r, err := decodeOutbox(queue, u64(seq), raw)
+	if err == nil {
+		if err := countGroup(tx.tx, r, -1); err != nil {
+			return err
+		}
+	}
+	if err == nil && r.Key != "" {
 		keys := tx.tx.Bucket(bucketOutboxKeys)
 		if string(keys.Get([]byte(r.Key))) == id {
 			if err := keys.Delete([]byte(r.Key)); err != nil {

@@ -175,7 +175,10 @@ func (db *DB) Check() error {
 				first = fmt.Errorf("store: consistency: %w", err)
 			}
 		}
-		return first
+		if first != nil {
+			return first
+		}
+		return checkGroupCounts(tx.tx)
 	})
 }
 

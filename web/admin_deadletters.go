@@ -8,7 +8,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"mailroom/store"
+	"mailroom/queue"
 )
 
 type typeCount struct {
@@ -20,7 +20,7 @@ type deadLettersView struct {
 	Types      []typeCount
 	Type       string
 	Total      int // in the archive, of every type
-	Items      []store.DeadLetter
+	Items      []queue.DeadLetter
 	Cursor     string
 	Next       string
 	CanRedrive bool
@@ -28,7 +28,7 @@ type deadLettersView struct {
 }
 
 type deadLetterView struct {
-	Letter     store.DeadLetter
+	Letter     queue.DeadLetter
 	Payload    string
 	CanRedrive bool
 }
@@ -36,22 +36,19 @@ type deadLetterView struct {
 // typeCounts lists the table's types and any other type in the archive,
 // with how many dead letters each has.
 func (s *server) typeCounts() ([]typeCount, int, error) {
-	var counts map[string]int
-	if err := s.deps.DB.View(func(tx *store.Tx) error {
-		var err error
-		counts, err = tx.DeadLetterCounts()
-		return err
-	}); err != nil {
-		return nil, 0, fmt.Errorf("web: count dead letters: %w", err)
+	if s.deps.Queue == nil {
+		return nil, 0, errNoQueue()
+	}
+	counts, err := s.deps.Queue.DeadLetterCounts()
+	if err != nil {
+		return nil, 0, fmt.Errorf("web: %w", err)
 	}
 	var out []typeCount
 	seen := map[string]bool{}
 	total := 0
-	if s.deps.Queue != nil {
-		for _, tt := range s.deps.Queue.Table().Types() {
-			out = append(out, typeCount{Type: tt.Name, Count: counts[tt.Name]})
-			seen[tt.Name] = true
-		}
+	for _, tt := range s.deps.Queue.Table().Types() {
+		out = append(out, typeCount{Type: tt.Name, Count: counts[tt.Name]})
+		seen[tt.Name] = true
 	}
 	var others []typeCount
 	for typ, n := range counts {

@@ -180,7 +180,7 @@ func TestCSRF(t *testing.T) {
 			}
 		}
 	}
-	if ids := deadLetterIDs(t, e.db); len(ids) != 1 {
+	if ids := deadLetterIDs(t, e.q); len(ids) != 1 {
 		t.Errorf("a refused form changed the archive: %v", ids)
 	}
 	// The header works too (for fetch calls).
@@ -290,7 +290,7 @@ func TestAdminDeadLetterPages(t *testing.T) {
 	if w.Code != http.StatusSeeOther {
 		t.Errorf("redrive type: %d", w.Code)
 	}
-	if ids := deadLetterIDs(t, e.db); len(ids) != 0 {
+	if ids := deadLetterIDs(t, e.q); len(ids) != 0 {
 		t.Errorf("archive holds %v", ids)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"mailroom/queue"
 	"mailroom/store"
 )
 
@@ -31,7 +32,7 @@ type deadLetterJSON struct {
 	LastFailedAt  time.Time       `json:"lastFailedAt"`
 }
 
-func toDeadLetterJSON(d store.DeadLetter) deadLetterJSON {
+func toDeadLetterJSON(d queue.DeadLetter) deadLetterJSON {
 	return deadLetterJSON{
 		ID: d.ID, Type: d.Type, Queue: d.Queue, Payload: payloadJSON(d.Payload), Error: d.Error,
 		Attempts: d.Attempts, FirstFailedAt: d.FirstFailedAt, LastFailedAt: d.LastFailedAt,
@@ -79,7 +80,7 @@ func (s *server) parseDeadLetterQuery(c *gin.Context) (deadLetterQuery, error) {
 }
 
 // knownType reports whether typ is in the task table (any type when the
-// queue is not wired).
+// queue is not wired: nothing is read then).
 func (s *server) knownType(typ string) bool {
 	if s.deps.Queue == nil {
 		return true
@@ -88,22 +89,24 @@ func (s *server) knownType(typ string) bool {
 	return ok
 }
 
-func (s *server) deadLetters(q deadLetterQuery) (list []store.DeadLetter, next string, err error) {
-	err = s.deps.DB.View(func(tx *store.Tx) error {
-		list, next, err = tx.DeadLetters(q.Type, q.Cursor, q.Limit)
-		return err
-	})
+// The dead-letter archive is the queue's: it is read, discarded and
+// redriven through it, and without a queue there is none to show.
+func (s *server) deadLetters(q deadLetterQuery) (list []queue.DeadLetter, next string, err error) {
+	if s.deps.Queue == nil {
+		return nil, "", errNoQueue()
+	}
+	list, next, err = s.deps.Queue.DeadLetters(q.Type, q.Cursor, q.Limit)
 	if err != nil {
 		return nil, "", fmt.Errorf("web: list dead letters: %w", err)
 	}
 	return list, next, nil
 }
 
-func (s *server) deadLetter(id string) (d store.DeadLetter, err error) {
-	err = s.deps.DB.View(func(tx *store.Tx) error {
-		d, err = tx.DeadLetterGet(id)
-		return err
-	})
+func (s *server) deadLetter(id string) (queue.DeadLetter, error) {
+	if s.deps.Queue == nil {
+		return queue.DeadLetter{}, errNoQueue()
+	}
+	d, err := s.deps.Queue.DeadLetter(id)
 	if errors.Is(err, store.ErrNotFound) {
 		return d, NotFound(fmt.Sprintf("There is no dead letter %q (it may have been redriven or discarded).", id))
 	}
@@ -111,12 +114,10 @@ func (s *server) deadLetter(id string) (d store.DeadLetter, err error) {
 }
 
 func (s *server) discard(id string) error {
-	var err error
-	if s.deps.Queue != nil {
-		err = s.deps.Queue.Discard(id)
-	} else {
-		err = s.deps.DB.Update(func(tx *store.Tx) error { return tx.DeadLetterDelete(id) })
+	if s.deps.Queue == nil {
+		return errNoQueue()
 	}
+	err := s.deps.Queue.Discard(id)
 	if errors.Is(err, store.ErrNotFound) {
 		return NotFound(fmt.Sprintf("There is no dead letter %q (it may have been redriven or discarded).", id))
 	}
@@ -124,7 +125,7 @@ func (s *server) discard(id string) error {
 }
 
 func errNoQueue() error {
-	return Unavailable("The task queues are not running, so nothing can be redriven now.")
+	return Unavailable("The task queues are not running, so their dead letters cannot be read, redriven or discarded now.")
 }
 
 func (s *server) redriveIDs(ids []string) (int, []string, error) {

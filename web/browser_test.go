@@ -38,7 +38,7 @@ func TestBrowserAdminFlow(t *testing.T) {
 	}
 	var dead string
 	testkit.Eventually(t, 15*time.Second, "a dead letter", func() bool {
-		ids := deadLetterIDs(t, e.db)
+		ids := deadLetterIDs(t, e.q)
 		if len(ids) == 1 {
 			dead = ids[0]
 		}

@@ -88,9 +88,11 @@ func newWebhook(t *testing.T, status int) *webhook {
 
 // setupEnv is a web handler with the setup page over opts, and alerts
 // when not nil.
+// setupEnv has a queue (not started): the dead-letters page, with its
+// test-alert button, reads the queue's archive.
 func setupEnv(t *testing.T, opts SetupOptions, alerts *queue.Alerter) *env {
 	t.Helper()
-	return newEnv(t, envOptions{deps: func(d *Deps) {
+	return newEnv(t, envOptions{queue: true, deps: func(d *Deps) {
 		d.Setup = &opts
 		d.Alerts = alerts
 	}})

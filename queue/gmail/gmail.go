@@ -81,12 +81,16 @@ func (NoRules) ApplyNew(context.Context, string, store.Message, string) error { 
 // ReclassifyAccount implements RuleApplier.
 func (NoRules) ReclassifyAccount(*store.Tx, string, string) error { return nil }
 
-// Enqueuer records tasks in the caller's transaction and says whether one
-// of a type and key is waiting (the queue's enqueue side, *queue.Queue).
+// Enqueuer records tasks in the caller's transaction, says whether one of
+// a type and key is waiting and counts the tasks of a type and group (the
+// queue's enqueue side, *queue.Queue).
 type Enqueuer interface {
 	Enqueue(tx *store.Tx, typ string, payload any, opts ...queue.Option) (queue.Record, bool, error)
 	Pending(tx *store.Tx, typ, key string) bool
+	Queued(tx *store.Tx, typ, group string) (queue.Count, error)
 }
+
+var _ Enqueuer = (*queue.Queue)(nil)
 
 // TokenVerifier checks a push request's OIDC token (*google.PushVerifier).
 type TokenVerifier interface {

@@ -233,10 +233,10 @@ func (e *env) idle() bool { return len(e.outbox()) == 0 }
 func (e *env) outbox() map[string]int {
 	out := map[string]int{}
 	_ = e.db.View(func(tx *store.Tx) error {
-		for _, qi := range e.table.Queues() {
-			if strings.HasPrefix(qi.Name, "gmail") {
-				if n := tx.OutboxLen(qi.Name); n > 0 {
-					out[qi.Name] = n
+		for _, tt := range e.table.Types() {
+			if strings.HasPrefix(tt.Name, "gmail") {
+				if n, _ := e.q.Len(tx, tt.Name); n > 0 {
+					out[tt.Queue] = n
 				}
 			}
 		}

@@ -16,15 +16,12 @@ import (
 )
 
 // records returns the outbox records of a task type, in id order.
-func (e *env) records(typ string) []store.OutboxRecord {
+func (e *env) records(typ string) []queue.Record {
 	e.t.Helper()
-	tt, _ := e.table.Lookup(typ)
-	var out []store.OutboxRecord
+	var out []queue.Record
 	err := e.db.View(func(tx *store.Tx) error {
-		return tx.OutboxScan(tt.Queue, "", 0, func(r store.OutboxRecord) bool {
-			if r.Type == typ {
-				out = append(out, r)
-			}
+		return e.q.Tasks(tx, typ, func(r queue.Record) bool {
+			out = append(out, r)
 			return true
 		})
 	})
@@ -35,7 +32,7 @@ func (e *env) records(typ string) []store.OutboxRecord {
 }
 
 // run runs a record's handler as the queue would, with payload.
-func (e *env) run(rec store.OutboxRecord, payload []byte) error {
+func (e *env) run(rec queue.Record, payload []byte) error {
 	tt, _ := e.table.Lookup(rec.Type)
 	return tt.Handler(context.Background(), &queue.Task{ID: rec.ID, Type: rec.Type, Queue: rec.Queue, Payload: payload, Attempt: 1})
 }
@@ -97,7 +94,7 @@ func TestOrderingAnyQueueOrder(t *testing.T) {
 		e.notify(ann)
 		e.syncNow()
 	}
-	var events []store.OutboxRecord
+	var events []queue.Record
 	for _, typ := range []string{queue.TypeGmailMessageAdded, queue.TypeGmailMessageRead, queue.TypeGmailMessageUnread} {
 		events = append(events, e.records(typ)...)
 	}

@@ -1,9 +1,7 @@
 package gmail
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -131,10 +129,6 @@ func plural(n int, what string) string {
 	return fmt.Sprintf("%d %ss", n, what)
 }
 
-// taskTable is how the pipeline finds the queue of a task type (the
-// queue's enqueue side, *queue.Queue, has it).
-type taskTable interface{ Table() *queue.Table }
-
 // Backlog estimates the Gmail quota units of the account's work left, from
 // Google's per-method costs: the messages its full sync has still to
 // download (messages.get, and the list pages; before a resync begins, the
@@ -180,38 +174,20 @@ func (p *Pipeline) Backlog(ctx context.Context, accountID string) (int, error) {
 }
 
 // queuedTasks counts the account's message-added tasks and reclassify
-// batches (with their threads) in the outbox.
+// batches (with their threads) not yet finished: the queue's counts of
+// each type for the account's group, a lookup each.
 func (p *Pipeline) queuedTasks(accountID string) (added, batches, threads int, err error) {
-	tt, ok := p.queue.(taskTable)
-	if !ok {
-		return 0, 0, 0, nil
-	}
-	needle := []byte(`"accountId":"` + accountID + `"`)
-	scan := func(tx *store.Tx, typ string, fn func(store.OutboxRecord)) error {
-		row, ok := tt.Table().Lookup(typ)
-		if !ok {
-			return nil
-		}
-		return tx.OutboxScan(row.Queue, "", 0, func(r store.OutboxRecord) bool {
-			if r.Type == typ && bytes.Contains(r.Payload, needle) {
-				fn(r)
-			}
-			return true
-		})
-	}
 	err = p.db.View(func(tx *store.Tx) error {
-		if err := scan(tx, queue.TypeGmailMessageAdded, func(store.OutboxRecord) { added++ }); err != nil {
+		a, err := p.queue.Queued(tx, queue.TypeGmailMessageAdded, accountID)
+		if err != nil {
 			return err
 		}
-		return scan(tx, queue.TypeRulesReclassifyBatch, func(r store.OutboxRecord) {
-			var b struct {
-				ThreadIDs []string `json:"threadIds"`
-			}
-			batches++
-			if json.Unmarshal(r.Payload, &b) == nil {
-				threads += len(b.ThreadIDs)
-			}
-		})
+		b, err := p.queue.Queued(tx, queue.TypeRulesReclassifyBatch, accountID)
+		if err != nil {
+			return err
+		}
+		added, batches, threads = a.Tasks, b.Tasks, b.Weight
+		return nil
 	})
 	if err != nil {
 		return 0, 0, 0, fmt.Errorf("gmail: queued work of account %s: %w", accountID, err)

@@ -188,8 +188,10 @@ func TestQuotaStatusEstimatesQueuedWork(t *testing.T) {
 		if err := tx.AccountPut(a); err != nil {
 			return err
 		}
+		// Tagged with the account as their producers tag them (the sync's
+		// record and the rules publisher; see TestProducersGroupTasks).
 		for i := range 3 {
-			if _, _, err := e.q.Enqueue(tx, queue.TypeGmailMessageAdded, gmail.Event{AccountID: acc.ID, MessageID: fmt.Sprint("m", i)}); err != nil {
+			if _, _, err := e.q.Enqueue(tx, queue.TypeGmailMessageAdded, gmail.Event{AccountID: acc.ID, MessageID: fmt.Sprint("m", i)}, queue.Group(acc.ID, 1)); err != nil {
 				return err
 			}
 		}
@@ -198,7 +200,7 @@ func TestQuotaStatusEstimatesQueuedWork(t *testing.T) {
 			for i := range threads {
 				threads[i] = fmt.Sprint("t", i)
 			}
-			if _, _, err := e.q.Enqueue(tx, queue.TypeRulesReclassifyBatch, map[string]any{"jobId": "j", "accountId": id, "threadIds": threads}); err != nil {
+			if _, _, err := e.q.Enqueue(tx, queue.TypeRulesReclassifyBatch, map[string]any{"jobId": "j", "accountId": id, "threadIds": threads}, queue.Group(id, len(threads))); err != nil {
 				return err
 			}
 		}
@@ -229,5 +231,38 @@ func TestQuotaStatusEstimatesQueuedWork(t *testing.T) {
 	}
 	if !strings.Contains(q.Status, "waiting for Gmail quota: about 33 minutes of work queued (bulk waiting; 100 of 100 units spent in the last minute)") {
 		t.Errorf("status = %q", q.Status)
+	}
+}
+
+// The sync tags each new-message task it records with its account, so the
+// backlog's count of them is the queue's lookup (the rules pipeline tags
+// its batches likewise: TestPublishGroupsBatchesByAccount).
+func TestSyncGroupsNewMessageTasksByAccount(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{noStart: true})
+	acc := e.connect(ann, 0)
+	other := e.connect("bob@example.com", 0)
+	e.syncNow()
+	for email, n := range map[string]int{ann: 3, "bob@example.com": 1} {
+		for i := range n {
+			if _, err := e.fake.Gmail.AddMessage(email, googlefake.Message{Subject: fmt.Sprint("new ", i)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		e.notify(email)
+	}
+	e.syncNow()
+	if n := len(e.records(queue.TypeGmailMessageAdded)); n != 4 {
+		t.Fatalf("%d message-added tasks recorded, want 4", n)
+	}
+	for id, want := range map[string]queue.Count{acc.ID: {Tasks: 3, Weight: 3}, other.ID: {Tasks: 1, Weight: 1}} {
+		var got queue.Count
+		err := e.db.View(func(tx *store.Tx) (err error) {
+			got, err = e.q.Queued(tx, queue.TypeGmailMessageAdded, id)
+			return err
+		})
+		if err != nil || got != want {
+			t.Errorf("queued for %s = %+v, %v; want %+v", id, got, err, want)
+		}
 	}
 }

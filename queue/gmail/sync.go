@@ -284,7 +284,13 @@ func (p *Pipeline) record(accountID string, events []typedEvent, mark uint64) er
 		}
 		for _, te := range events {
 			te.Event.RecordedAt = now
-			if _, _, err := p.queue.Enqueue(tx, te.Type, te.Event); err != nil {
+			var opts []queue.Option
+			if te.Type == queue.TypeGmailMessageAdded {
+				// Counted per account for the quota backlog (a
+				// messages.get each).
+				opts = append(opts, queue.Group(accountID, 1))
+			}
+			if _, _, err := p.queue.Enqueue(tx, te.Type, te.Event, opts...); err != nil {
 				return err
 			}
 		}

@@ -271,7 +271,7 @@ func TestSupersededBatchesAreDropped(t *testing.T) {
 		t.Errorf("job 1 is %s, want superseded", st.Jobs[1].State)
 	}
 	var outbox int
-	f.db.View(func(tx *store.Tx) error { outbox = tx.OutboxLen("rules-reclassify"); return nil })
+	f.db.View(func(tx *store.Tx) (err error) { outbox, err = f.q.Len(tx, queue.TypeRulesReclassifyBatch); return err })
 	if outbox != 0 {
 		t.Errorf("%d batch tasks left in the outbox", outbox)
 	}
@@ -288,9 +288,9 @@ func TestStaleBatchDoesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	job1 := f.publish()
-	var rec store.OutboxRecord
+	var rec queue.Record
 	f.db.View(func(tx *store.Tx) error {
-		return tx.OutboxScan("rules-reclassify", "", 1, func(r store.OutboxRecord) bool { rec = r; return false })
+		return f.q.Tasks(tx, queue.TypeRulesReclassifyBatch, func(r queue.Record) bool { rec = r; return false })
 	})
 	if _, err := f.p.Update(context.Background(), saved.Rule.ID, spec("Dev", cond("from", "contains", "x"))); err != nil {
 		t.Fatal(err)

@@ -192,7 +192,9 @@ func (pub *Publisher) publish(tx *store.Tx, pending store.ReclassifyPending, now
 			}
 			if len(threads) > 0 {
 				payload := batchPayload{JobID: job.ID, UserID: job.UserID, AccountID: a.ID, Index: job.Batches, RuleIDs: job.RuleIDs, Versions: versions, ThreadIDs: threads}
-				rec, _, err := pub.q.Enqueue(tx, queue.TypeRulesReclassifyBatch, payload)
+				// Counted per account, weighed by its threads (the Gmail
+				// quota backlog asks the queue, never this payload).
+				rec, _, err := pub.q.Enqueue(tx, queue.TypeRulesReclassifyBatch, payload, queue.Group(a.ID, len(threads)))
 				if err != nil {
 					return job, 0, err
 				}

@@ -11,6 +11,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"mailroom/internal/testkit"
+	"mailroom/queue"
 	"mailroom/store"
 	"mailroom/store/storetest"
 )
@@ -123,7 +124,7 @@ func TestRacingPublishersPublishEachJobOnce(t *testing.T) {
 		t.Fatalf("published for %d users, want %d", len(seen), users)
 	}
 	var outbox int
-	f.db.View(func(tx *store.Tx) error { outbox = tx.OutboxLen("rules-reclassify"); return nil })
+	f.db.View(func(tx *store.Tx) (err error) { outbox, err = f.q.Len(tx, queue.TypeRulesReclassifyBatch); return err })
 	if outbox != 3*users {
 		t.Fatalf("outbox holds %d batch tasks, want %d", outbox, 3*users)
 	}
@@ -320,5 +321,48 @@ func TestReclassifyAccountKeepsAUsersDebounce(t *testing.T) {
 	}
 	if st.Pending == nil || !st.Pending.FiresAt.After(f.p.cfg.Now()) {
 		t.Fatalf("pending %+v: want the user's save still waiting out its debounce", st.Pending)
+	}
+}
+
+// The publisher tags each batch with its account and weighs it by its
+// threads, so the Gmail backlog asks the queue instead of reading this
+// pipeline's payloads; a newer job's publish cancels the waiting batches
+// and the count follows.
+func TestPublishGroupsBatchesByAccount(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig()
+	cfg.BatchSize = 10
+	f := newFixture(t, cfg, false)
+	ctx := context.Background()
+	f.addThreads(25, fromEvenOdd)
+	f.mirror()
+	queued := func() queue.Count {
+		t.Helper()
+		var c queue.Count
+		err := f.db.View(func(tx *store.Tx) (err error) {
+			c, err = f.q.Queued(tx, queue.TypeRulesReclassifyBatch, f.account)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	saved, err := f.p.Create(ctx, f.user, spec("Dev", cond("from", "contains", "@github.com")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if job := f.publish(); job.Batches != 3 || job.Threads != 25 {
+		t.Fatalf("job of %d batches, %d threads; want 3 and 25", job.Batches, job.Threads)
+	}
+	if c := queued(); c != (queue.Count{Tasks: 3, Weight: 25}) {
+		t.Errorf("queued after the publish = %+v, want 3 batches weighing 25 threads", c)
+	}
+	if _, err := f.p.Update(ctx, saved.Rule.ID, spec("Dev", cond("from", "contains", "Person 1"))); err != nil {
+		t.Fatal(err)
+	}
+	f.publish()
+	if c := queued(); c != (queue.Count{Tasks: 3, Weight: 25}) {
+		t.Errorf("queued after a newer job replaced the first = %+v, want 3 batches weighing 25 threads", c)
 	}
 }

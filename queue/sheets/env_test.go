@@ -280,7 +280,7 @@ func (e *env) formView(id string) FormView {
 // outboxEmpty reports whether no flush record is left.
 func (e *env) outboxEmpty() bool {
 	n := 0
-	_ = e.db.View(func(tx *store.Tx) error { n = tx.OutboxLen("sheets-flush"); return nil })
+	_ = e.db.View(func(tx *store.Tx) (err error) { n, err = e.q.Len(tx, queue.TypeSheetsFlush); return err })
 	return n == 0
 }
 
