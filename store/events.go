@@ -65,13 +65,15 @@ var ErrCursorExpired = errors.New("store: the events after this cursor are no lo
 // Event is one recorded change. Seq orders every event of the file; ID is
 // its stable public name.
 type Event struct {
-	Seq        uint64          `json:"-"`
-	Type       string          `json:"type"`
-	OccurredAt time.Time       `json:"occurredAt"`
-	UserID     string          `json:"userId"`
-	AccountID  string          `json:"accountId,omitempty"`
-	FormID     string          `json:"formId,omitempty"`
-	Data       json.RawMessage `json:"data"`
+	Seq        uint64    `json:"-"`
+	Type       string    `json:"type"`
+	OccurredAt time.Time `json:"occurredAt"`
+	// UserID is the user the change belongs to; empty for the changes of
+	// no user's (dead letters), which only admin tokens read.
+	UserID    string          `json:"userId"`
+	AccountID string          `json:"accountId,omitempty"`
+	FormID    string          `json:"formId,omitempty"`
+	Data      json.RawMessage `json:"data"`
 }
 
 // ID is the event's public id: evt_ and its number, fixed width.
@@ -159,8 +161,8 @@ func (db *DB) EventCounts() map[string]uint64 {
 // EventAppend records e in this transaction and returns it numbered.
 // OccurredAt defaults to now; a user is required.
 func (tx *Tx) EventAppend(e Event) (Event, error) {
-	if e.Type == "" || e.UserID == "" {
-		return e, fmt.Errorf("store: an event needs a type and a user")
+	if e.Type == "" {
+		return e, fmt.Errorf("store: an event needs a type")
 	}
 	if e.OccurredAt.IsZero() {
 		e.OccurredAt = time.Now().UTC()
@@ -177,8 +179,10 @@ func (tx *Tx) EventAppend(e Event) (Event, error) {
 	if err := putJSON(b, u64(seq), e); err != nil {
 		return e, fmt.Errorf("store: put event: %w", err)
 	}
-	if err := tx.tx.Bucket(bucketUserEvents).Put(userEventKey(e.UserID, seq), nil); err != nil {
-		return e, err
+	if e.UserID != "" {
+		if err := tx.tx.Bucket(bucketUserEvents).Put(userEventKey(e.UserID, seq), nil); err != nil {
+			return e, err
+		}
 	}
 	if tx.appended == nil {
 		tx.OnCommit(func() { tx.db.events.committed(tx.appended) })
@@ -317,6 +321,9 @@ func (db *DB) EventsPrune(cutoff time.Time, max int) (int, error) {
 		for _, d := range gone {
 			if err := b.Delete(u64(d.seq)); err != nil {
 				return err
+			}
+			if d.user == "" {
+				continue
 			}
 			if err := users.Delete(userEventKey(d.user, d.seq)); err != nil {
 				return err

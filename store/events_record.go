@@ -239,3 +239,24 @@ func (tx *Tx) rowsWrittenEvent(formID string, p SheetWrite, ids [][]byte) error 
 	}
 	return tx.eventAppendJSON(EventFormRowsWritten, f.UserID, f.AccountID, f.ID, d)
 }
+
+// reclassifyDoneData is reclassify.done's data.
+type reclassifyDoneData struct {
+	JobID          string   `json:"jobId"`
+	RuleIDs        []string `json:"ruleIds"`
+	ThreadsLabeled int      `json:"threadsLabeled"`
+}
+
+func (tx *Tx) reclassifyDoneEvent(j ReclassifyJob) error {
+	return tx.eventAppendJSON(EventReclassifyDone, j.UserID, "", "", reclassifyDoneData{j.ID, j.RuleIDs, j.ThreadsLabeled})
+}
+
+// deadLetterData is the data of deadletter.added and deadletter.redriven.
+type deadLetterData struct {
+	ID   string `json:"id"`
+	Type string `json:"type"`
+}
+
+func (tx *Tx) deadLetterEvent(typ string, d DeadLetter) error {
+	return tx.eventAppendJSON(typ, "", "", "", deadLetterData{d.ID, d.Type})
+}
