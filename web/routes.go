@@ -127,6 +127,7 @@ func (s *server) adminAPIRoutes(adm *gin.RouterGroup) {
 // naming how a user token's reach is checked (another user's: 404).
 func (s *server) userAPIRoutes(api *gin.RouterGroup, h handlers) {
 	gm, rl, fm := h.gm, h.rl, h.fm
+	api.GET("/events", s.scope(inQuery("userId")), s.apiEvents)
 	if s.deps.Gmail != nil {
 		api.POST("/accounts", s.scope(inBody), gm.apiConnect)
 		api.GET("/accounts", s.scope(inQuery("userId")), gm.apiAccounts)

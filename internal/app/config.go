@@ -60,6 +60,8 @@ type Config struct {
 
 	SheetsFlushDelay      time.Duration
 	SheetsRetention       time.Duration
+	// EventsRetention is how long events are kept for the feed.
+	EventsRetention time.Duration
 	SheetsFlushThreshold  int
 	SheetsWritesPerMinute int
 	SheetsQuotaWindow     time.Duration // the "minute" of the Sheets quotas (tests compress it)
@@ -187,6 +189,7 @@ func (c *Config) settings() []setting {
 		{"sheets-project-writes-per-minute", "MAILROOM_SHEETS_PROJECT_WRITES_PER_MINUTE", "Sheets write calls per minute for the whole Google Cloud project", n(&c.SheetsProjectWritesPerMinute, 300), false, false},
 		{"sheets-project-reads-per-minute", "MAILROOM_SHEETS_PROJECT_READS_PER_MINUTE", "Sheets read calls per minute for the whole Google Cloud project", n(&c.SheetsProjectReadsPerMinute, 300), false, false},
 		{"sheets-recheck-max", "MAILROOM_SHEETS_RECHECK_MAX", "longest wait between two checks of a form whose sheet is gone, unshared, missing its tab or full (the first after a twentieth of it, doubling)", d(&c.SheetsRecheckMax, 10*time.Minute), false, false},
+		{"events-retention", "MAILROOM_EVENTS_RETENTION", "how long events are kept for GET /api/v1/events (older ones are pruned in the background)", d(&c.EventsRetention, 168*time.Hour), false, false},
 		{"sheets-retention", "MAILROOM_SHEETS_RETENTION", "a submission whose row is in its sheet is deleted this long after it came; 0 keeps them", d(&c.SheetsRetention, 30*24*time.Hour), false, false},
 		{"sheets-quota-window", "MAILROOM_SHEETS_QUOTA_WINDOW", "the window of --sheets-writes-per-minute (tests compress the minute)", d(&c.SheetsQuotaWindow, time.Minute), false, true},
 		{"retry-initial", "MAILROOM_RETRY_INITIAL", "first retry delay of a failed task", d(&c.RetryInitial, 30*time.Second), false, false},
@@ -435,6 +438,7 @@ func (c *Config) validateTimings() error {
 		{"gmail-poll-interval", c.GmailPollInterval}, {"gmail-watch-renew", c.GmailWatchRenew}, {"gmail-quota-window", c.GmailQuotaWindow},
 		{"task-poll-interval", c.TaskPollInterval}, {"delayed-check-interval", c.DelayedCheckInterval},
 		{"task-server-linger", c.TaskServerLinger}, {"shutdown-timeout", c.ShutdownTimeout},
+		{"events-retention", c.EventsRetention},
 	}
 	for _, p := range positive {
 		if p.d <= 0 {
