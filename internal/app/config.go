@@ -58,10 +58,10 @@ type Config struct {
 	RuleSaveLimit      int
 	RuleSaveWindow     time.Duration
 
-	SheetsFlushDelay      time.Duration
-	SheetsRetention       time.Duration
+	SheetsFlushDelay time.Duration
+	SheetsRetention  time.Duration
 	// EventsRetention is how long events are kept for the feed.
-	EventsRetention time.Duration
+	EventsRetention       time.Duration
 	SheetsFlushThreshold  int
 	SheetsWritesPerMinute int
 	SheetsQuotaWindow     time.Duration // the "minute" of the Sheets quotas (tests compress it)
