@@ -348,5 +348,5 @@ func (tx *Tx) EventsSize() (count int, bytes int64) {
 }
 
 func createEventBuckets(tx *bolt.Tx) error {
-	return createBuckets(tx, bucketEvents, bucketUserEvents, bucketEventsMeta)
+	return createBuckets(tx, bucketEvents, bucketUserEvents, bucketEventsMeta, bucketWebhooks)
 }

@@ -58,7 +58,7 @@ var migrations = []migration{
 	}},
 	{"tombstone index", indexTombstones},
 	{"API tokens made before user tokens are admin tokens", markTokensAdmin},
-	{"the event log", createEventBuckets},
+	{"the event log and webhooks", createEventBuckets},
 }
 
 // markTokensAdmin makes every token without a user an admin token: before
