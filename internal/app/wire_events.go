@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"mailroom/queue"
+	"mailroom/queue/webhooks"
 	"mailroom/store"
 )
 
@@ -27,7 +28,40 @@ func (a *App) wireEvents(context.Context) error {
 	a.loops = append(a.loops, queue.NewEvery("events pruner", time.Minute, a.log, func(ctx context.Context) error {
 		return pruneEvents(ctx, a.db, time.Now().Add(-retention))
 	}))
+	p, err := webhooks.New(webhooks.Config{
+		MaxAge: a.cfg.WebhookMaxAge, AllowPrivate: a.cfg.WebhookAllowPrivate,
+		Logger: a.log, Registerer: a.registry, Alert: a.alerts.Raise,
+	}, webhooks.Deps{DB: a.db, Queue: a.queue})
+	if err != nil {
+		return err
+	}
+	if err := p.Register(a.table); err != nil {
+		return err
+	}
+	a.webhooks = p
+	a.loops = append(a.loops, &runLoop{run: p.Run})
 	return nil
+}
+
+// runLoop runs a blocking loop between Start and Stop.
+type runLoop struct {
+	run    func(ctx context.Context)
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (l *runLoop) Start(ctx context.Context) error {
+	ctx, l.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	l.done = make(chan struct{})
+	go func() { defer close(l.done); l.run(ctx) }()
+	return nil
+}
+
+func (l *runLoop) Stop() {
+	if l.cancel != nil {
+		l.cancel()
+		<-l.done
+	}
 }
 
 // pruneEvents deletes the events before cutoff, a batch at a time.
