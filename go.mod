@@ -17,6 +17,8 @@ require (
 	google.golang.org/api v0.312.0
 )
 
+require github.com/standard-webhooks/standard-webhooks/libraries v1.3.0 // indirect
+
 require (
 	cloud.google.com/go/auth v0.24.1-0.20261001053825-dbc26066f70a // indirect
 	cloud.google.com/go/auth/oauth2adapt v0.3.1 // indirect

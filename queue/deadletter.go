@@ -61,7 +61,7 @@ func (q *Queue) RedriveType(typ string) (int, error) {
 }
 
 func (q *Queue) redriveOne(tx *store.Tx, d store.DeadLetter) error {
-	if err := tx.DeadLetterDelete(d.ID); err != nil {
+	if err := tx.DeadLetterRedriven(d.ID); err != nil {
 		return err
 	}
 	tt, ok := q.table.Lookup(d.Type)

@@ -25,11 +25,16 @@ const (
 	TypeGmailWatchRenew      = "gmail:watch-renew"
 	TypeRulesReclassifyBatch = "rules:reclassify-batch"
 	TypeSheetsFlush          = "sheets:flush"
+	TypeWebhooksDeliver      = "webhooks:deliver"
 
 	// TypeDebugRecord exists only when TableConfig.Debug is set: the
 	// crash-safety tests and benchmarks use it.
 	TypeDebugRecord = "debug:record"
 )
+
+// WebhookMaxRetries bounds a webhook batch's retries only as a backstop:
+// at the longest backoff (MAILROOM_RETRY_MAX, 5 minutes) it is years.
+const WebhookMaxRetries = 1 << 20
 
 // Task is one run of a durable task.
 type Task struct {
@@ -97,6 +102,9 @@ func NewTable(cfg TableConfig) *Table {
 		{Name: TypeGmailWatchRenew, Queue: "gmail-maintenance", Concurrency: 2, MaxRetries: r, Timeout: time.Minute},
 		{Name: TypeRulesReclassifyBatch, Queue: "rules-reclassify", Concurrency: 6, MaxRetries: r, Timeout: 5 * time.Minute},
 		{Name: TypeSheetsFlush, Queue: "sheets-flush", Concurrency: 4, MaxRetries: r, Timeout: 2 * time.Minute},
+		// A webhook's batch is retried until MAILROOM_WEBHOOK_MAX_AGE has
+		// passed (its handler then gives it up), not a number of times.
+		{Name: TypeWebhooksDeliver, Queue: "webhooks", Concurrency: 8, MaxRetries: WebhookMaxRetries, Timeout: time.Minute},
 	}
 	if cfg.Debug {
 		c := cfg.DebugConcurrency

@@ -110,11 +110,17 @@ func (tx *Tx) AccountPut(a Account) error {
 	}
 	b := tx.tx.Bucket(bucketAccounts)
 	emails := tx.tx.Bucket(bucketAccountEmails)
-	var old Account
-	if err := getJSON(b, []byte(a.ID), &old); err == nil && !strings.EqualFold(old.Email, a.Email) {
-		if err := emails.Delete(emailKey(old.Email, old.ID)); err != nil {
-			return err
+	var old *Account
+	if prev := new(Account); getJSON(b, []byte(a.ID), prev) == nil {
+		old = prev
+		if !strings.EqualFold(old.Email, a.Email) {
+			if err := emails.Delete(emailKey(old.Email, old.ID)); err != nil {
+				return err
+			}
 		}
+	}
+	if err := tx.accountStatusEvent(old, a); err != nil {
+		return err
 	}
 	now := time.Now().UTC()
 	if a.CreatedAt.IsZero() {
@@ -196,6 +202,11 @@ func (tx *Tx) AccountDelete(id string) error {
 		return err
 	}
 	if err := tx.tx.Bucket(bucketAccounts).Delete([]byte(id)); err != nil {
+		return err
+	}
+	gone := a
+	gone.Status, gone.StatusReason = AccountDisconnected, "deleted"
+	if err := tx.accountStatusEvent(&a, gone); err != nil {
 		return err
 	}
 	if err := tx.tx.Bucket(bucketAccountEmails).Delete(emailKey(a.Email, a.ID)); err != nil {

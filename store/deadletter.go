@@ -36,6 +36,8 @@ func (tx *Tx) DeadLetterPut(d DeadLetter) error {
 		if err := addCount(tx.tx.Bucket(bucketDeadCounts), old.Type, -1); err != nil {
 			return err
 		}
+	} else if err := tx.deadLetterEvent(EventDeadLetterAdded, d); err != nil {
+		return err
 	}
 	if err := addCount(tx.tx.Bucket(bucketDeadCounts), d.Type, 1); err != nil {
 		return err
@@ -51,6 +53,19 @@ func (tx *Tx) DeadLetterGet(id string) (DeadLetter, error) {
 		return d, ErrNotFound
 	}
 	return d, getJSON(tx.tx.Bucket(bucketDeadLetters), u64(seq), &d)
+}
+
+// DeadLetterRedriven removes one dead letter that goes back to its queue,
+// with its deadletter.redriven event; ErrNotFound when missing.
+func (tx *Tx) DeadLetterRedriven(id string) error {
+	d, err := tx.DeadLetterGet(id)
+	if err != nil {
+		return err
+	}
+	if err := tx.deadLetterEvent(EventDeadLetterRedone, d); err != nil {
+		return err
+	}
+	return tx.DeadLetterDelete(id)
 }
 
 // DeadLetterDelete removes one dead letter; ErrNotFound when missing.

@@ -416,9 +416,21 @@ func (tx *Tx) SheetCommit(formID string, p SheetWrite, at time.Time) (w SheetWri
 	if err != nil {
 		return w, false, err
 	}
+	ids := make([][]byte, 0, p.Count)
 	for i := range uint64(p.Count) {
+		if v := buf.Get(u64(p.FirstSeq + i)); v != nil {
+			ids = append(ids, append([]byte(nil), v...))
+		}
 		if err := buf.Delete(u64(p.FirstSeq + i)); err != nil {
 			return w, false, fmt.Errorf("store: unbuffer form %s: %w", formID, err)
+		}
+	}
+	if err := tx.rowsWrittenEvent(formID, p, ids); err != nil {
+		return w, false, err
+	}
+	if w.State == FormError {
+		if err := tx.formStateEvent(formID, "ok", ""); err != nil {
+			return w, false, err
 		}
 	}
 	w.NextRow = p.Row + p.Count
@@ -465,6 +477,11 @@ func (tx *Tx) SheetWaiting(formID, msg string, at time.Time) (w SheetWrites, ent
 	entered = w.State != FormError
 	w.State, w.ErrorChecks = FormError, w.ErrorChecks+1
 	w.LastError, w.LastErrorAt = msg, at.UTC()
+	if entered {
+		if err := tx.formStateEvent(formID, "error", msg); err != nil {
+			return w, false, err
+		}
+	}
 	return w, entered, tx.putSheetWrites(formID, w)
 }
 
@@ -499,6 +516,11 @@ func (tx *Tx) FormRepoint(formID, spreadsheetID, sheet string, startRow, gridRow
 	}
 	w.NextRow, w.Pending = f.StartRow, nil
 	w.GridRows, w.GridCols = gridRows, gridCols
+	if w.State == FormError {
+		if err := tx.formStateEvent(formID, "ok", ""); err != nil {
+			return f, w, err
+		}
+	}
 	w.State, w.ErrorChecks, w.LastError, w.LastErrorAt = "", 0, "", time.Time{}
 	return f, w, tx.putSheetWrites(formID, w)
 }

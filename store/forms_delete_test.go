@@ -19,10 +19,10 @@ func TestSubmissionsPrune(t *testing.T) {
 	var a, b store.Form
 	ids := map[string][]string{}
 	err := db.Update(func(tx *store.Tx) (err error) {
-		if a, err = tx.FormCreate(store.Form{SpreadsheetID: "S", Sheet: "A", Columns: []string{"x"}}); err != nil {
+		if a, err = tx.FormCreate(store.Form{UserID: "u", SpreadsheetID: "S", Sheet: "A", Columns: []string{"x"}}); err != nil {
 			return err
 		}
-		if b, err = tx.FormCreate(store.Form{SpreadsheetID: "S", Sheet: "B", Columns: []string{"x"}}); err != nil {
+		if b, err = tx.FormCreate(store.Form{UserID: "u", SpreadsheetID: "S", Sheet: "B", Columns: []string{"x"}}); err != nil {
 			return err
 		}
 		// Interleaved: a0 b0 a1 b1 ... a4 b4, one second apart per pair.
@@ -103,10 +103,10 @@ func TestFormDelete(t *testing.T) {
 	var a, b store.Form
 	var subA, subB store.Submission
 	err := db.Update(func(tx *store.Tx) (err error) {
-		if a, err = tx.FormCreate(store.Form{SpreadsheetID: "S", Sheet: "A", Columns: []string{"x"}}); err != nil {
+		if a, err = tx.FormCreate(store.Form{UserID: "u", SpreadsheetID: "S", Sheet: "A", Columns: []string{"x"}}); err != nil {
 			return err
 		}
-		if b, err = tx.FormCreate(store.Form{SpreadsheetID: "S", Sheet: "B", Columns: []string{"x"}}); err != nil {
+		if b, err = tx.FormCreate(store.Form{UserID: "u", SpreadsheetID: "S", Sheet: "B", Columns: []string{"x"}}); err != nil {
 			return err
 		}
 		if subA, _, err = tx.SubmissionAdd(store.Submission{FormID: a.ID, Values: []string{"a"}}); err != nil {
@@ -143,7 +143,7 @@ func TestFormDelete(t *testing.T) {
 			t.Errorf("the deleted form's bookkeeping: %v, want ErrNotFound", err)
 		}
 		// The sheet is free again.
-		_, err := tx.FormCreate(store.Form{SpreadsheetID: "s", Sheet: "a", Columns: []string{"y"}})
+		_, err := tx.FormCreate(store.Form{UserID: "u", SpreadsheetID: "s", Sheet: "a", Columns: []string{"y"}})
 		return err
 	})
 	if err != nil {

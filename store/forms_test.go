@@ -15,14 +15,14 @@ func TestFormsBufferPlanCommit(t *testing.T) {
 	var form store.Form
 	err := db.Update(func(tx *store.Tx) error {
 		var err error
-		form, err = tx.FormCreate(store.Form{AccountID: "a", SpreadsheetID: "S", Sheet: "Sheet1", Columns: []string{"name"}, StartRow: 3})
+		form, err = tx.FormCreate(store.Form{UserID: "u", AccountID: "a", SpreadsheetID: "S", Sheet: "Sheet1", Columns: []string{"name"}, StartRow: 3})
 		return err
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	err = db.Update(func(tx *store.Tx) error {
-		_, err := tx.FormCreate(store.Form{AccountID: "b", SpreadsheetID: "s", Sheet: "SHEET1", Columns: []string{"x"}})
+		_, err := tx.FormCreate(store.Form{UserID: "u", AccountID: "b", SpreadsheetID: "s", Sheet: "SHEET1", Columns: []string{"x"}})
 		return err
 	})
 	if !errors.Is(err, store.ErrConflict) {

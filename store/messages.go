@@ -242,6 +242,9 @@ func (tx *Tx) MessagePut(accountID string, m Message) error {
 	if err := putJSON(b, []byte(m.ID), m); err != nil {
 		return fmt.Errorf("store: put message %s: %w", m.ID, err)
 	}
+	if err := tx.messageEvents(accountID, old, &m); err != nil {
+		return fmt.Errorf("store: events of message %s: %w", m.ID, err)
+	}
 	if old != nil && old.ThreadID != "" && (old.ThreadID != m.ThreadID || !m.Visible()) {
 		if err := threads.Delete(threadKey(old.ThreadID, m.ID)); err != nil {
 			return err

@@ -381,6 +381,13 @@ func (tx *Tx) ReclassifyJobCreate(j *ReclassifyJob) error {
 
 // ReclassifyJobPut rewrites a job.
 func (tx *Tx) ReclassifyJobPut(j ReclassifyJob) error {
+	if !j.FinishedAt.IsZero() {
+		if old, err := tx.ReclassifyJobGet(j.ID); err == nil && old.FinishedAt.IsZero() {
+			if err := tx.reclassifyDoneEvent(j); err != nil {
+				return err
+			}
+		}
+	}
 	if err := putJSON(tx.tx.Bucket(bucketJobs), []byte(j.ID), j); err != nil {
 		return fmt.Errorf("store: put reclassify job %s: %w", j.ID, err)
 	}

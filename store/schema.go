@@ -59,6 +59,7 @@ var migrations = []migration{
 	{"tombstone index", indexTombstones},
 	{"API tokens made before user tokens are admin tokens", markTokensAdmin},
 	{"outbox group counts", migrateOutboxGroups},
+	{"the event log and webhooks", createEventBuckets},
 }
 
 // markTokensAdmin makes every token without a user an admin token: before

@@ -49,12 +49,15 @@ type DB struct {
 	sealer *sealer
 	path   string
 	health writeHealth // health.go
+	events eventSignal // events.go
 }
 
 // Tx is a bbolt transaction with the store's aggregate methods.
 type Tx struct {
 	tx *bolt.Tx
 	db *DB
+
+	appended []string // types of the events this transaction appended (events.go)
 }
 
 // SecureDir creates dir with mode 0700, or tightens an existing dir to

@@ -121,6 +121,9 @@ func (s *server) mapError(err error) *Error {
 	if e := mapFormsError(err); e != nil {
 		return e
 	}
+	if e := mapWebhooksError(err); e != nil {
+		return e
+	}
 	var rulesCfg rules.Config
 	if s != nil && s.deps.Rules != nil {
 		rulesCfg = s.deps.Rules.Config()

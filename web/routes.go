@@ -127,6 +127,15 @@ func (s *server) adminAPIRoutes(adm *gin.RouterGroup) {
 // naming how a user token's reach is checked (another user's: 404).
 func (s *server) userAPIRoutes(api *gin.RouterGroup, h handlers) {
 	gm, rl, fm := h.gm, h.rl, h.fm
+	api.GET("/events", s.scope(inQuery("userId")), s.apiEvents)
+	if p := s.deps.Webhooks; p != nil {
+		wh := webhookHandlers{p}
+		api.POST("/webhooks", s.scope(inBody), wh.apiCreate)
+		api.GET("/webhooks", s.scope(inQuery("userId")), wh.apiList)
+		api.GET("/webhooks/:id", s.scope(webhookIn("id")), wh.apiGet)
+		api.DELETE("/webhooks/:id", s.scope(webhookIn("id")), wh.apiDelete)
+		api.POST("/webhooks/:id/replay", s.scope(webhookIn("id")), wh.apiReplay)
+	}
 	if s.deps.Gmail != nil {
 		api.POST("/accounts", s.scope(inBody), gm.apiConnect)
 		api.GET("/accounts", s.scope(inQuery("userId")), gm.apiAccounts)

@@ -31,6 +31,8 @@ type Deps struct {
 	Logger *slog.Logger
 	// DB is the store. Required.
 	DB *store.DB
+	// Webhooks is the webhooks pipeline. Nil: no /api/v1/webhooks.
+	Webhooks Webhooks
 	// Queue is the task machinery. Nil: the queue pages and /api/v1/queues
 	// show no queues, and redrive answers 503.
 	Queue *queue.Queue

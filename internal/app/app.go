@@ -19,6 +19,7 @@ import (
 	"mailroom/queue/google/accounts"
 	"mailroom/queue/rules"
 	"mailroom/queue/sheets"
+	"mailroom/queue/webhooks"
 	"mailroom/store"
 	"mailroom/web"
 )
@@ -51,10 +52,11 @@ type App struct {
 	loops      []Loop
 	demoSource web.DemoSource // the demo pages' view of the emulator, with --demo
 	debug      *debugTasks
-	accounts   *accounts.Service // set by wireAccounts
-	gmail      *gmail.Pipeline   // set by wireGmail
-	sheets     *sheets.Pipeline  // set by wireSheets
-	rules      *rules.Pipeline   // set by wireRules
+	accounts   *accounts.Service  // set by wireAccounts
+	gmail      *gmail.Pipeline    // set by wireGmail
+	sheets     *sheets.Pipeline   // set by wireSheets
+	rules      *rules.Pipeline    // set by wireRules
+	webhooks   *webhooks.Pipeline // set by wireEvents
 
 	// generatedPassword is set when the admin password was made on this start.
 	generatedPassword string

@@ -51,6 +51,13 @@ type Config struct {
 	PubSubTopic        string
 	AlertWebhookURL    string
 
+	// EventsRetention is how long events are kept for the feed;
+	// WebhookMaxAge how long a webhook batch is retried; and
+	// WebhookAllowPrivate lets webhooks reach private addresses.
+	EventsRetention     time.Duration
+	WebhookMaxAge       time.Duration
+	WebhookAllowPrivate bool
+
 	ReclassifyDebounce time.Duration
 	ReclassifyMaxWait  time.Duration
 	ReclassifyTick     time.Duration
@@ -187,6 +194,9 @@ func (c *Config) settings() []setting {
 		{"sheets-project-writes-per-minute", "MAILROOM_SHEETS_PROJECT_WRITES_PER_MINUTE", "Sheets write calls per minute for the whole Google Cloud project", n(&c.SheetsProjectWritesPerMinute, 300), false, false},
 		{"sheets-project-reads-per-minute", "MAILROOM_SHEETS_PROJECT_READS_PER_MINUTE", "Sheets read calls per minute for the whole Google Cloud project", n(&c.SheetsProjectReadsPerMinute, 300), false, false},
 		{"sheets-recheck-max", "MAILROOM_SHEETS_RECHECK_MAX", "longest wait between two checks of a form whose sheet is gone, unshared, missing its tab or full (the first after a twentieth of it, doubling)", d(&c.SheetsRecheckMax, 10*time.Minute), false, false},
+		{"webhook-max-age", "MAILROOM_WEBHOOK_MAX_AGE", "how long a webhook batch is retried before it goes to the dead letters", d(&c.WebhookMaxAge, 72*time.Hour), false, false},
+		{"webhook-allow-private", "MAILROOM_WEBHOOK_ALLOW_PRIVATE", "allow webhook URLs that resolve to loopback, private or link-local addresses (a receiver on this host or network)", b(&c.WebhookAllowPrivate, false), false, false},
+		{"events-retention", "MAILROOM_EVENTS_RETENTION", "how long events are kept for GET /api/v1/events (older ones are pruned in the background)", d(&c.EventsRetention, 168*time.Hour), false, false},
 		{"sheets-retention", "MAILROOM_SHEETS_RETENTION", "a submission whose row is in its sheet is deleted this long after it came; 0 keeps them", d(&c.SheetsRetention, 30*24*time.Hour), false, false},
 		{"sheets-quota-window", "MAILROOM_SHEETS_QUOTA_WINDOW", "the window of --sheets-writes-per-minute (tests compress the minute)", d(&c.SheetsQuotaWindow, time.Minute), false, true},
 		{"retry-initial", "MAILROOM_RETRY_INITIAL", "first retry delay of a failed task", d(&c.RetryInitial, 30*time.Second), false, false},
@@ -435,6 +445,7 @@ func (c *Config) validateTimings() error {
 		{"gmail-poll-interval", c.GmailPollInterval}, {"gmail-watch-renew", c.GmailWatchRenew}, {"gmail-quota-window", c.GmailQuotaWindow},
 		{"task-poll-interval", c.TaskPollInterval}, {"delayed-check-interval", c.DelayedCheckInterval},
 		{"task-server-linger", c.TaskServerLinger}, {"shutdown-timeout", c.ShutdownTimeout},
+		{"events-retention", c.EventsRetention}, {"webhook-max-age", c.WebhookMaxAge},
 	}
 	for _, p := range positive {
 		if p.d <= 0 {

@@ -46,7 +46,7 @@ func TestMetricsFirstScrape(t *testing.T) {
 		"gmail:message-trashed": "gmail-message-trashed", "gmail:message-restored": "gmail-message-restored",
 		"gmail:message-deleted": "gmail-message-deleted", "gmail:message-labeled": "gmail-message-labeled",
 		"gmail:watch-renew": "gmail-maintenance", "rules:reclassify-batch": "rules-reclassify",
-		"sheets:flush": "sheets-flush",
+		"sheets:flush": "sheets-flush", "webhooks:deliver": "webhooks",
 	}
 	var want []string
 	for typ, q := range types {
@@ -70,7 +70,18 @@ func TestMetricsFirstScrape(t *testing.T) {
 	for _, api := range []string{"gmail", "sheets"} {
 		want = append(want, fmt.Sprintf(`mailroom_google_rate_limited_total{api=%q}`, api))
 	}
+	// The contract's events section.
+	for _, typ := range []string{"message.added", "message.read", "message.unread", "message.trashed", "message.restored",
+		"message.deleted", "message.labeled", "account.status", "reclassify.done", "form.rows_written", "form.state",
+		"deadletter.added", "deadletter.redriven"} {
+		want = append(want, fmt.Sprintf(`mailroom_events_total{type=%q}`, typ))
+	}
+	for _, o := range []string{"delivered", "retried", "deadlettered"} {
+		want = append(want, fmt.Sprintf(`mailroom_webhook_deliveries_total{outcome=%q}`, o))
+	}
 	want = append(want,
+		"mailroom_webhook_delivery_latency_seconds_count",
+		"mailroom_webhook_oldest_undelivered_seconds",
 		"mailroom_reclassify_publishes_total",
 		"mailroom_sheets_rows_buffered",
 		"mailroom_sheets_rows_written_total",

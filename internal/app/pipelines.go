@@ -23,7 +23,7 @@ func (a *App) buildPipelines(ctx context.Context) error {
 			return err
 		}
 	}
-	for _, wire := range []func(context.Context) error{a.wireAccounts, a.wireRules, a.wireGmail, a.wireSheets} {
+	for _, wire := range []func(context.Context) error{a.wireAccounts, a.wireRules, a.wireGmail, a.wireSheets, a.wireEvents} {
 		if err := wire(ctx); err != nil {
 			return err
 		}

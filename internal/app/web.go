@@ -43,6 +43,9 @@ func (a *App) buildWeb() error {
 	if a.debug != nil {
 		deps.DebugTasks = a.debug
 	}
+	if a.webhooks != nil {
+		deps.Webhooks = a.webhooks
+	}
 	h, err := web.New(deps)
 	if err != nil {
 		return err

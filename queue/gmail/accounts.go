@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/mail"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -302,39 +301,10 @@ func (p *Pipeline) Detail(id string, runs int) (AccountDetail, error) {
 	return d, err
 }
 
-// MessageView is a message as the API shows it. Label ids of user labels
-// are shown by name, system labels by id.
-type MessageView struct {
-	ID        string   `json:"id"`
-	ThreadID  string   `json:"threadId"`
-	From      string   `json:"from"`
-	To        string   `json:"to"`
-	Cc        string   `json:"cc,omitempty"`
-	Subject   string   `json:"subject"`
-	Snippet   string   `json:"snippet"`
-	Date      string   `json:"date,omitempty"`
-	Labels    []string `json:"labels"`
-	Unread    bool     `json:"unread"`
-	Trashed   bool     `json:"trashed"`
-	HistoryID string   `json:"historyId"`
-}
+// MessageView is a message as the API shows it (store.Message.View).
+type MessageView = store.MessageView
 
-func viewMessage(m store.Message, names map[string]string) MessageView {
-	labels := make([]string, 0, len(m.LabelIDs))
-	for _, id := range m.LabelIDs {
-		if n, ok := names[id]; ok && n != "" {
-			labels = append(labels, n)
-		} else {
-			labels = append(labels, id)
-		}
-	}
-	slices.Sort(labels)
-	return MessageView{
-		ID: m.ID, ThreadID: m.ThreadID, From: m.From, To: m.To, Cc: m.Cc, Subject: m.Subject,
-		Snippet: m.Snippet, Date: rfc3339(m.Date), Labels: labels, Unread: m.Unread(), Trashed: m.Trashed(),
-		HistoryID: hidString(m.HistoryID),
-	}
-}
+func viewMessage(m store.Message, names map[string]string) MessageView { return m.View(names) }
 
 // MessageQuery filters an account's messages.
 type MessageQuery struct {

@@ -84,6 +84,12 @@ func (ta *App) T() testing.TB { return ta.t }
 // a []byte or nil.
 func (ta *App) Do(method, path string, body any) (int, []byte) {
 	ta.t.Helper()
+	return ta.DoWithToken(ta.Token, method, path, body)
+}
+
+// DoWithToken is Do with another bearer token (a user token).
+func (ta *App) DoWithToken(token, method, path string, body any) (int, []byte) {
+	ta.t.Helper()
 	var r io.Reader
 	switch b := body.(type) {
 	case nil:
@@ -100,7 +106,7 @@ func (ta *App) Do(method, path string, body any) (int, []byte) {
 	if err != nil {
 		ta.t.Fatal(err)
 	}
-	req.Header.Set("Authorization", "Bearer "+ta.Token)
+	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -1,0 +1,369 @@
+package webhooks
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+
+	"mailroom/queue"
+	"mailroom/store"
+)
+
+// deliverPayload is a webhooks:deliver task: one batch of one webhook. It
+// carries the batch itself, so a redriven task delivers the batch it was.
+type deliverPayload struct {
+	WebhookID string             `json:"webhookId"`
+	Batch     store.WebhookBatch `json:"batch"`
+}
+
+// Run schedules deliveries until ctx ends: a pass plans the next batch of
+// every webhook without one in flight, on every commit of events, on Kick,
+// and every few seconds (a webhook whose batch finished).
+func (p *Pipeline) Run(ctx context.Context) {
+	tick := time.NewTicker(5 * time.Second)
+	defer tick.Stop()
+	for {
+		changed := p.db.EventsChanged()
+		if err := p.pass(ctx); err != nil && ctx.Err() == nil {
+			p.log.Error("plan webhook batches", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		case <-p.kick:
+		case <-tick.C:
+		}
+		// Let a burst of commits gather into batches.
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(p.cfg.Settle):
+		}
+	}
+}
+
+// pass plans a batch for each webhook that has none in flight and events
+// waiting, and measures the oldest undelivered event.
+func (p *Pipeline) pass(ctx context.Context) error {
+	var hooks []store.Webhook
+	if err := p.db.View(func(tx *store.Tx) (err error) { hooks, err = tx.Webhooks(); return err }); err != nil {
+		return err
+	}
+	now := p.cfg.Now()
+	var oldest time.Duration
+	for _, w := range hooks {
+		if ctx.Err() != nil {
+			return nil
+		}
+		age, err := p.plan(w, now)
+		if err != nil {
+			return fmt.Errorf("webhook %s: %w", w.ID, err)
+		}
+		oldest = max(oldest, age)
+	}
+	p.mu.Lock()
+	p.oldest = oldest
+	p.mu.Unlock()
+	return nil
+}
+
+// plan records w's next batch and its task when none is in flight, and
+// returns the age of w's oldest undelivered event. It reads first and
+// writes only when there is something to record.
+func (p *Pipeline) plan(w store.Webhook, now time.Time) (time.Duration, error) {
+	var events []store.Event
+	var after, next uint64
+	err := p.db.View(func(tx *store.Tx) (err error) {
+		after = w.Cursor
+		if w.Batch != nil {
+			after = w.Batch.After
+		}
+		after = max(after, tx.EventsPruned()) // older than the retention: gone for every reader
+		q := w.Query(after, MaxBatch)
+		q.Scan = 10 * MaxBatch
+		events, next, err = tx.Events(q)
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	var age time.Duration
+	if len(events) > 0 {
+		age = now.Sub(events[0].OccurredAt)
+	}
+	switch {
+	case w.Batch != nil: // one batch at a time, in order
+		return age, nil
+	case len(events) == 0 && next < w.Cursor+skipAhead:
+		return age, nil
+	}
+	return age, p.db.Update(func(tx *store.Tx) error {
+		cur, err := tx.WebhookGet(w.ID)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil // deleted meanwhile
+		}
+		if err != nil {
+			return err
+		}
+		if cur.Batch != nil || cur.Cursor != w.Cursor || cur.Generation != w.Generation {
+			return nil // changed meanwhile: the next pass sees it
+		}
+		if len(events) == 0 {
+			cur.Cursor = next // nothing for this webhook up to there
+			return tx.WebhookPut(cur)
+		}
+		last := events[len(events)-1].Seq
+		cur.Batch = &store.WebhookBatch{
+			ID: fmt.Sprintf("msg_%s_%d_%d", cur.ID, cur.Generation, last), After: after, Through: last,
+			Count: len(events), CreatedAt: now.UTC(),
+		}
+		if _, _, err := p.q.Enqueue(tx, queue.TypeWebhooksDeliver, deliverPayload{WebhookID: cur.ID, Batch: *cur.Batch}); err != nil {
+			return err
+		}
+		return tx.WebhookPut(cur)
+	})
+}
+
+// skipAhead is how far past a webhook's cursor the events it does not
+// take must reach before the cursor is moved past them (a write), so that
+// a webhook of rare types costs a bounded scan, not a write per pass.
+const skipAhead = 500
+
+// handleDeliver posts one batch. 2xx: the webhook's cursor moves past it
+// in the transaction that acks the task. Otherwise the failure is noted
+// and the task retried: after Retry-After when a 429 or 503 names one,
+// else with the queue's backoff, until MaxAge, then it is permanent.
+func (p *Pipeline) handleDeliver(ctx context.Context, t *queue.Task) error {
+	var pl deliverPayload
+	if err := json.Unmarshal(t.Payload, &pl); err != nil || pl.WebhookID == "" || pl.Batch.ID == "" {
+		return queue.Permanent(fmt.Errorf("webhooks: bad payload %q", t.Payload))
+	}
+	var w store.Webhook
+	var secret string
+	var events []store.Event
+	err := p.db.View(func(tx *store.Tx) (err error) {
+		if w, err = tx.WebhookGet(pl.WebhookID); err != nil {
+			return err
+		}
+		if secret, err = tx.WebhookSecret(w); err != nil {
+			return err
+		}
+		events, err = batchEvents(tx, w, pl.Batch)
+		return err
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return queue.Stale("the webhook was deleted")
+	}
+	if err != nil {
+		return err
+	}
+	now := p.cfg.Now()
+	status, retryAfter, err := p.post(ctx, w.URL, secret, pl.Batch.ID, events, now)
+	if err == nil {
+		return p.delivered(t, pl, events)
+	}
+	if nerr := p.noteFailure(pl.WebhookID, err, now); nerr != nil {
+		p.log.Warn("note a webhook failure", "webhook_id", pl.WebhookID, "err", nerr)
+	}
+	if now.Sub(pl.Batch.CreatedAt) >= p.cfg.MaxAge {
+		return queue.Permanent(fmt.Errorf("webhooks: %s: batch %s undelivered for %s (MAILROOM_WEBHOOK_MAX_AGE): %w", w.URL, pl.Batch.ID, p.cfg.MaxAge, err))
+	}
+	p.metrics.deliveries.WithLabelValues("retried").Inc()
+	if retryAfter > 0 && (status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable) {
+		// Not past the max age: the last try is at most at its end.
+		wait := min(retryAfter, pl.Batch.CreatedAt.Add(p.cfg.MaxAge).Sub(now)+time.Second)
+		return queue.RateLimited(err, wait)
+	}
+	return err
+}
+
+// batchEvents returns the events of batch b that w takes.
+func batchEvents(tx *store.Tx, w store.Webhook, b store.WebhookBatch) ([]store.Event, error) {
+	after := max(b.After, tx.EventsPruned())
+	var out []store.Event
+	for after < b.Through && len(out) < MaxBatch {
+		q := w.Query(after, MaxBatch-len(out))
+		events, next, err := tx.Events(q)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range events {
+			if e.Seq <= b.Through {
+				out = append(out, e)
+			}
+		}
+		if next <= after || len(events) == 0 {
+			break
+		}
+		after = next
+	}
+	if out == nil {
+		out = []store.Event{}
+	}
+	return out, nil
+}
+
+// delivered records a batch's 2xx and acks its task.
+func (p *Pipeline) delivered(t *queue.Task, pl deliverPayload, events []store.Event) error {
+	now := p.cfg.Now()
+	err := p.db.Update(func(tx *store.Tx) error {
+		w, err := tx.WebhookGet(pl.WebhookID)
+		if errors.Is(err, store.ErrNotFound) {
+			return t.Ack(tx)
+		}
+		if err != nil {
+			return err
+		}
+		if w.Batch != nil && w.Batch.ID == pl.Batch.ID {
+			w.Cursor, w.Batch = max(w.Cursor, pl.Batch.Through), nil
+		}
+		w.LastDeliveryAt, w.LastError, w.LastErrorAt = now.UTC(), "", time.Time{}
+		w.FailingSince, w.AlertedAt = time.Time{}, time.Time{}
+		w.Delivered += len(events)
+		if err := tx.WebhookPut(w); err != nil {
+			return err
+		}
+		return t.Ack(tx)
+	})
+	if err != nil {
+		return err
+	}
+	p.metrics.deliveries.WithLabelValues("delivered").Inc()
+	for _, e := range events {
+		p.metrics.latency.Observe(now.Sub(e.OccurredAt).Seconds())
+	}
+	p.Kick()
+	return nil
+}
+
+// noteFailure records a delivery's failure on its webhook, and raises the
+// alert once it has failed for an hour.
+func (p *Pipeline) noteFailure(id string, cause error, now time.Time) error {
+	var alert string
+	err := p.db.Update(func(tx *store.Tx) error {
+		alert = ""
+		w, err := tx.WebhookGet(id)
+		if err != nil {
+			return err
+		}
+		w.LastError, w.LastErrorAt = queue.Truncate(cause.Error(), 500), now.UTC()
+		if w.FailingSince.IsZero() {
+			w.FailingSince = now.UTC()
+		}
+		if w.AlertedAt.IsZero() && now.Sub(w.FailingSince) >= failingAlertAfter {
+			w.AlertedAt = now.UTC()
+			alert = fmt.Sprintf("mailroom: webhook %s (%s) has failed for an hour: %s", w.ID, w.URL, w.LastError)
+		}
+		return tx.WebhookPut(w)
+	})
+	if alert != "" && p.cfg.Alert != nil {
+		p.cfg.Alert(alert)
+	}
+	return err
+}
+
+// deliverDead runs in the transaction that moves a batch to the dead
+// letters: the webhook's later batches go on.
+func (p *Pipeline) deliverDead(tx *store.Tx, t *queue.Task) error {
+	var pl deliverPayload
+	if err := json.Unmarshal(t.Payload, &pl); err != nil {
+		return nil // a bad payload has nothing to move on
+	}
+	w, err := tx.WebhookGet(pl.WebhookID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if w.Batch != nil && w.Batch.ID == pl.Batch.ID {
+		w.Cursor, w.Batch = max(w.Cursor, pl.Batch.Through), nil
+		if err := tx.WebhookPut(w); err != nil {
+			return err
+		}
+	}
+	tx.OnCommit(func() {
+		p.metrics.deliveries.WithLabelValues("deadlettered").Inc()
+		p.Kick()
+	})
+	return nil
+}
+
+// post sends one signed batch. It returns the answer's status, its
+// Retry-After, and an error unless the answer was a 2xx.
+func (p *Pipeline) post(ctx context.Context, url, secret, msgID string, events []store.Event, now time.Time) (int, time.Duration, error) {
+	body, err := json.Marshal(map[string]any{"events": events})
+	if err != nil {
+		return 0, 0, err
+	}
+	signer, err := standardwebhooks.NewWebhook(secret)
+	if err != nil {
+		return 0, 0, queue.Permanent(fmt.Errorf("webhooks: the stored secret is unusable: %w", err))
+	}
+	sig, err := signer.Sign(msgID, now, body)
+	if err != nil {
+		return 0, 0, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return 0, 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "mailroom-webhooks")
+	req.Header.Set("webhook-id", msgID)
+	req.Header.Set("webhook-timestamp", strconv.FormatInt(now.Unix(), 10))
+	req.Header.Set("webhook-signature", sig)
+	resp, err := p.client.Do(req)
+	if err != nil {
+		return 0, 0, fmt.Errorf("webhooks: post to %s: %w", req.URL.Redacted(), err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode/100 == 2 {
+		return resp.StatusCode, 0, nil
+	}
+	retryAfter := parseRetryAfter(resp.Header.Get("Retry-After"), now)
+	return resp.StatusCode, retryAfter, fmt.Errorf("webhooks: %s answered %s", req.URL.Redacted(), resp.Status)
+}
+
+// parseRetryAfter reads a Retry-After of seconds or an HTTP date; zero
+// when absent or unreadable.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if n, err := strconv.Atoi(v); err == nil && n > 0 {
+		return time.Duration(n) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
+}
+
+// TestDelivery posts a batch of no events to the webhook now (the admin
+// page's button), signed as a delivery is, and returns the outcome.
+func (p *Pipeline) TestDelivery(ctx context.Context, id string) error {
+	w, err := p.Webhook(id)
+	if err != nil {
+		return err
+	}
+	var secret string
+	if err := p.db.View(func(tx *store.Tx) (err error) { secret, err = tx.WebhookSecret(w); return err }); err != nil {
+		return err
+	}
+	now := p.cfg.Now()
+	_, _, err = p.post(ctx, w.URL, secret, fmt.Sprintf("msg_%s_test_%d", w.ID, now.UnixNano()), []store.Event{}, now)
+	return err
+}
