@@ -37,10 +37,11 @@ type hookReceiver struct {
 	mu     sync.Mutex
 	secret string
 	events []feedEvent
+	seen   map[string]bool // webhook-ids taken: a redelivered batch is taken once, as receivers dedupe
 }
 
 func newHookReceiver(t *testing.T) *hookReceiver {
-	r := &hookReceiver{t: t}
+	r := &hookReceiver{t: t, seen: map[string]bool{}}
 	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		body, _ := io.ReadAll(req.Body)
 		r.mu.Lock()
@@ -58,7 +59,10 @@ func newHookReceiver(t *testing.T) *hookReceiver {
 		if err := json.Unmarshal(body, &b); err != nil || len(b.Events) == 0 || len(b.Events) > 100 {
 			r.t.Errorf("a delivery of %d events: %v", len(b.Events), err)
 		}
-		r.events = append(r.events, b.Events...)
+		if id := req.Header.Get("webhook-id"); !r.seen[id] {
+			r.seen[id] = true
+			r.events = append(r.events, b.Events...)
+		}
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	t.Cleanup(r.srv.Close)
