@@ -317,6 +317,9 @@ func (a *App) Gmail() *gmail.Pipeline   { return a.gmail }
 func (a *App) Rules() *rules.Pipeline   { return a.rules }
 func (a *App) Sheets() *sheets.Pipeline { return a.sheets }
 
+// Webhooks is the app's webhooks pipeline.
+func (a *App) Webhooks() *webhooks.Pipeline { return a.webhooks }
+
 // Broker is the app's broker.
 func (a *App) Broker() *broker.Broker { return a.broker }
 

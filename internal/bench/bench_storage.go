@@ -23,7 +23,7 @@ func benchStorage(ctx context.Context, o Options) (Result, error) {
 	if o.Quick {
 		messages, submissions = 500, 1000
 	}
-	perMessage, err := storageMessages(ctx, messages)
+	perMessage, perEvent, err := storageMessages(ctx, messages)
 	if err != nil {
 		return r, fmt.Errorf("messages: %w", err)
 	}
@@ -31,7 +31,8 @@ func benchStorage(ctx context.Context, o Options) (Result, error) {
 	if err != nil {
 		return r, fmt.Errorf("submissions: %w", err)
 	}
-	r.add("bbolt bytes per mirrored message (pages in use)", perMessage, "bytes")
+	r.add("bbolt bytes per mirrored message (pages in use, its message.added event included)", perMessage, "bytes")
+	r.add("bbolt bytes per event (its key and value in the event log, and its user index entry)", perEvent, "bytes")
 	r.add("bbolt bytes per stored submission (pages in use, written to its sheet)", perSubmission, "bytes")
 	r.Notes = append(r.Notes,
 		fmt.Sprintf("messages: %d generated messages (googlefake's generator: people, newsletters, threads; headers and a snippet, no body: the mirror keeps none) arriving on a synced 200-message mailbox, one push, every event applied; %s", messages, gmailBenchOverrides),
@@ -49,40 +50,46 @@ func pagesInUse(db *store.DB) (int64, error) {
 	return n - db.FileStats().Free, nil
 }
 
-func storageMessages(ctx context.Context, n int) (float64, error) {
+func storageMessages(ctx context.Context, n int) (perMessage, perEvent float64, err error) {
 	g, err := newGmailBench(ctx, gmailBenchOptions{messages: 200, unread: 50})
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer g.close()
 	if err := g.waitIdle(ctx, time.Minute); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	before, err := pagesInUse(g.db)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if _, err := googlefake.NewGenerator(11, time.Time{}).Add(g.fake.Gmail, benchMailbox, n); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if err := g.push(ctx); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if err := g.waitIdle(ctx, 5*time.Minute); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	var counts store.MessageCounts
 	if err := g.db.View(func(tx *store.Tx) (err error) { counts, err = tx.MessageCounts(g.account); return err }); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if counts.Total != 200+n {
-		return 0, fmt.Errorf("%d messages mirrored, want %d", counts.Total, 200+n)
+		return 0, 0, fmt.Errorf("%d messages mirrored, want %d", counts.Total, 200+n)
 	}
 	after, err := pagesInUse(g.db)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return float64(after-before) / float64(n), nil
+	var events int
+	var bytes int64
+	if err := g.db.View(func(tx *store.Tx) error { events, bytes = tx.EventsSize(); return nil }); err != nil || events == 0 {
+		return 0, 0, fmt.Errorf("no events measured (%d): %v", events, err)
+	}
+	// Each event's user index entry: a user id (16 characters), a separator and 8 bytes.
+	return float64(after-before) / float64(n), float64(bytes)/float64(events) + float64(len(store.NewID())+9), nil
 }
 
 func storageSubmissions(ctx context.Context, n int) (float64, error) {

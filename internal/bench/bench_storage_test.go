@@ -22,8 +22,8 @@ func TestBenchStorageQuick(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(r.Metrics) != 2 {
-		t.Fatalf("figures %+v, want two", r.Metrics)
+	if len(r.Metrics) != 3 {
+		t.Fatalf("figures %+v, want three", r.Metrics)
 	}
 	for _, m := range r.Metrics {
 		t.Logf("%s = %.0f %s", m.Name, m.Value, m.Unit)
