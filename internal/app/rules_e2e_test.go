@@ -254,6 +254,19 @@ func TestRulesApplyToNewMail(t *testing.T) {
 		m, _ := fake.Gmail.Message(gmailAddr, id)
 		return slices.Contains(m.LabelIDs, dev) && !m.Unread()
 	})
+	// Once Gmail's history brings the rule's change into the mirror, it is
+	// one message.labeled event, the rule's, and never Gmail's too.
+	if st := push(ta, fake, gmailAddr, fake.Gmail.HistoryID(gmailAddr)); st != http.StatusNoContent {
+		t.Fatalf("push: %d", st)
+	}
+	var by []string
+	testkit.Eventually(t, 20*time.Second, "the rule's label as an event", func() bool {
+		by = labeledBy(ta, userID, id, "Dev")
+		return len(by) > 0
+	})
+	if want := []string{"rule " + saved.Rule.ID}; !slices.Equal(by, want) {
+		t.Errorf("message.labeled events adding Dev to the new message: %v, want %v", by, want)
+	}
 
 	// The rule changes to match nothing: every label it applied goes (the
 	// new mail's too); the hand-applied one stays.
@@ -266,6 +279,9 @@ func TestRulesApplyToNewMail(t *testing.T) {
 	})
 	if got := labelled(fake, gmailAddr, "Dev"); !slices.Equal(got, []string{hand}) {
 		t.Fatalf("labelled %v, want only the hand-applied %s", got, hand)
+	}
+	if done := feed(ta, "&types=reclassify.done&userId="+userID); len(done) != 2 {
+		t.Errorf("%d reclassify.done events, want one per job (2)", len(done))
 	} // Sync, events, the rules on new mail and both reclassifies spent every
 	// Gmail unit from the budget.
 	budgetCoversGmail(ta, fake, true)
@@ -346,4 +362,24 @@ func TestRulesApplyAfterFullSync(t *testing.T) {
 		t.Error("no labels.create call: the budget check below does not cover it")
 	}
 	budgetCoversGmail(ta, fake, true)
+}
+
+// labeledBy lists who (by and ruleId) added label to message id, over the
+// user's message.labeled events.
+func labeledBy(ta *apptest.App, userID, id, label string) []string {
+	ta.T().Helper()
+	var out []string
+	for _, e := range feed(ta, "&types=message.labeled&userId="+userID) {
+		var d struct {
+			MessageID, By, RuleID string
+			Added                 []string
+		}
+		if err := json.Unmarshal(e.Data, &d); err != nil {
+			ta.T().Fatal(err)
+		}
+		if d.MessageID == id && slices.Contains(d.Added, label) {
+			out = append(out, strings.TrimSpace(d.By+" "+d.RuleID))
+		}
+	}
+	return out
 }
