@@ -684,6 +684,83 @@ func TestPushFailuresRateLimited(t *testing.T) {
 	}
 }
 
+// TestFailureLimitersSeparate: API bearer tokens, /metrics and pushes
+// each have their own failure counter, and pushes count per client IP and
+// subscription. Pub/Sub's egress addresses are shared between Google's
+// customers: one customer's bad pushes neither block another
+// subscription's pushes from that address nor a Google-signed push on the
+// limited subscription itself, while the shared ?token= stays unguessable.
+func TestFailureLimitersSeparate(t *testing.T) {
+	t.Parallel()
+	const ip, metricsToken = "198.51.100.30", "metrics-secret-0123456789abcdef01"
+	se := newSecEnv(t, func(d *Deps) { d.TokenFailLimit = 3; d.MetricsToken = metricsToken })
+	good := string(se.fake.PushEnvelope("nobody@example.com", 5))
+	var env map[string]any
+	if err := json.Unmarshal([]byte(good), &env); err != nil {
+		t.Fatal(err)
+	}
+	env["subscription"] = "projects/other-customer/subscriptions/noisy"
+	raw, _ := json.Marshal(env)
+	noisy := string(raw)
+
+	// Bad API tokens: the API is limited, /metrics and push are not.
+	for range 3 {
+		requestFrom(t, se.h, ip, "GET", "/api/v1/users", nil, bearer("guess"))
+	}
+	if w := requestFrom(t, se.h, ip, "GET", "/api/v1/users", nil, bearer(testAPIToken)); w.Code != 429 {
+		t.Fatalf("API after 3 bad tokens: %d", w.Code)
+	}
+	if w := requestFrom(t, se.h, ip, "GET", "/metrics", nil, bearer(metricsToken)); w.Code != 200 {
+		t.Errorf("metrics after bad API tokens: %d", w.Code)
+	}
+	if w := requestFrom(t, se.h, ip, "POST", "/push/gmail?token="+pushSecret, good, nil); w.Code != 204 {
+		t.Errorf("push after bad API tokens: %d %s", w.Code, w.Body)
+	}
+
+	// Bad metrics tokens from another address: metrics limited, API not.
+	const ip2 = "198.51.100.31"
+	for range 3 {
+		requestFrom(t, se.h, ip2, "GET", "/metrics", nil, bearer("guess"))
+	}
+	if w := requestFrom(t, se.h, ip2, "GET", "/metrics", nil, bearer(metricsToken)); w.Code != 429 {
+		t.Errorf("metrics after 3 bad tokens: %d", w.Code)
+	}
+	if w := requestFrom(t, se.h, ip2, "GET", "/api/v1/users", nil, bearer(testAPIToken)); w.Code != 200 {
+		t.Errorf("API after bad metrics tokens: %d", w.Code)
+	}
+
+	// Bad pushes on one subscription from a shared address.
+	const shared = "198.51.100.32"
+	for range 3 {
+		if w := requestFrom(t, se.h, shared, "POST", "/push/gmail?token=wrong", noisy, nil); w.Code != 401 {
+			t.Fatalf("bad push: %d", w.Code)
+		}
+	}
+	if w := requestFrom(t, se.h, shared, "POST", "/push/gmail?token="+pushSecret, noisy, nil); w.Code != 429 || w.Header().Get("Retry-After") == "" {
+		t.Errorf("shared-token push on the limited subscription: %d, want 429 with Retry-After", w.Code)
+	}
+	if w := requestFrom(t, se.h, shared, "POST", "/push/gmail", noisy, nil); w.Code != 429 {
+		t.Errorf("tokenless push on the limited subscription: %d, want 429", w.Code)
+	}
+	if w := requestFrom(t, se.h, shared, "POST", "/push/gmail?token="+pushSecret, good, nil); w.Code != 204 {
+		t.Errorf("push on another subscription from the same address: %d %s", w.Code, w.Body)
+	}
+	signed := map[string]string{"Authorization": "Bearer " + se.fake.SignPushToken(googlefake.IDTokenClaims{})}
+	if w := requestFrom(t, se.h, shared, "POST", "/push/gmail", noisy, signed); w.Code != 204 {
+		t.Errorf("Google-signed push on the limited subscription: %d %s", w.Code, w.Body)
+	}
+	forged := map[string]string{"Authorization": "Bearer " + se.fake.SignPushToken(googlefake.IDTokenClaims{}, googlefake.FlawBadSignature)}
+	if w := requestFrom(t, se.h, shared, "POST", "/push/gmail", noisy, forged); w.Code != 401 {
+		t.Errorf("forged push on the limited subscription: %d, want 401", w.Code)
+	}
+	if w := requestFrom(t, se.h, shared, "GET", "/api/v1/users", nil, bearer(testAPIToken)); w.Code != 200 {
+		t.Errorf("API after bad pushes: %d", w.Code)
+	}
+	if w := requestFrom(t, se.h, shared, "GET", "/metrics", nil, bearer(metricsToken)); w.Code != 200 {
+		t.Errorf("metrics after bad pushes: %d", w.Code)
+	}
+}
+
 // TestMetricsToken: /metrics wants the token when it is set.
 func TestMetricsToken(t *testing.T) {
 	t.Parallel()
