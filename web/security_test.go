@@ -485,6 +485,69 @@ func TestLoginAccountCeiling(t *testing.T) {
 	}
 }
 
+// TestEndSessionsForgetsKnownBrowsers: "End all sessions" also ends the
+// known-browser marks: a browser that signed in before no longer passes
+// the account-wide sign-in ceiling (a copied mark shut out with the
+// sessions stays out).
+func TestEndSessionsForgetsKnownBrowsers(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{deps: func(d *Deps) { d.LoginLimit, d.LoginAccountLimit = 3, 4 }})
+	w := loginFrom(t, e.h, "192.0.2.210", testPassword, "")
+	var device, sessionValue string
+	for _, c := range w.Result().Cookies() {
+		switch c.Name {
+		case "mailroom_device":
+			device = c.Name + "=" + c.Value
+		case sessionCookie:
+			sessionValue = c.Value
+		}
+	}
+	if w.Code != http.StatusSeeOther || device == "" || sessionValue == "" {
+		t.Fatalf("sign-in: %d, device %q", w.Code, device)
+	}
+	s := session{cookie: sessionValue}
+	m := csrfInput.FindStringSubmatch(request(t, e.h, http.MethodGet, "/admin/tokens", nil, s.headers()).Body.String())
+	if m == nil {
+		t.Fatal("no CSRF token on the tokens page")
+	}
+	s.csrf = m[1]
+	w = request(t, e.h, "POST", "/admin/sessions/end", url.Values{"csrf": {s.csrf}}, s.headers())
+	if w.Code != http.StatusSeeOther {
+		t.Fatalf("end all sessions: %d %s", w.Code, w.Body)
+	}
+	cleared := false
+	for _, c := range w.Result().Cookies() {
+		cleared = cleared || c.Name == "mailroom_device" && c.MaxAge < 0
+	}
+	if !cleared {
+		t.Errorf("end all sessions left this browser's device cookie")
+	}
+	for i := range 4 {
+		if w := loginFrom(t, e.h, fmt.Sprintf("10.0.2.%d", i+1), "guess", ""); w.Code != 401 {
+			t.Fatalf("guess %d: %d", i, w.Code)
+		}
+	}
+	if w := loginFrom(t, e.h, "10.0.2.9", testPassword, device); w.Code != 429 {
+		t.Errorf("the old known-browser mark past the ceiling: %d, want 429 (the mark ended with the sessions)", w.Code)
+	}
+}
+
+// TestHSTSOnlyOverHTTPS: Strict-Transport-Security when the public URL is
+// https, not when it is http (it would pin a plain-http install).
+func TestHSTSOnlyOverHTTPS(t *testing.T) {
+	t.Parallel()
+	secure := newEnv(t, envOptions{deps: func(d *Deps) { d.PublicURL = "https://mail.example.com" }})
+	for _, path := range []string{"/healthz", "/admin/login", "/api/v1/users"} {
+		if got := request(t, secure.h, "GET", path, nil, nil).Header().Get("Strict-Transport-Security"); !strings.HasPrefix(got, "max-age=") {
+			t.Errorf("https public URL, %s: Strict-Transport-Security %q", path, got)
+		}
+	}
+	plain := newEnv(t, envOptions{})
+	if got := request(t, plain.h, "GET", "/healthz", nil, nil).Header().Get("Strict-Transport-Security"); got != "" {
+		t.Errorf("http public URL: Strict-Transport-Security %q, want none", got)
+	}
+}
+
 // TestLoginCSRF: the login form needs its pre-session cookie and the token
 // signed over it.
 func TestLoginCSRF(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -113,10 +114,13 @@ type server struct {
 	metricsFails *failLimiter // /metrics, per client IP
 	pushFails    *failLimiter // pushes, per client IP and subscription
 	keys         cookieKeys
-	bcryptSem    chan struct{}
-	cookies      cookieNames
-	gatherer     prometheus.Gatherer
-	sessionTTL   time.Duration
+	// deviceEpoch moves on at "End all sessions": known-browser marks
+	// signed before stop counting.
+	deviceEpoch atomic.Uint64
+	bcryptSem   chan struct{}
+	cookies     cookieNames
+	gatherer    prometheus.Gatherer
+	sessionTTL  time.Duration
 }
 
 // OverviewPanel is a titled row of figures on the overview page (the
