@@ -17,6 +17,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"mailroom/queue/gmail"
 	"mailroom/queue/rules"
 	"mailroom/queue/sheets"
 	"mailroom/store"
@@ -269,14 +270,14 @@ func (s *server) metricsAuth(c *gin.Context) {
 		return
 	}
 	ip, now := c.ClientIP(), s.now()
-	if wait := s.tokenFails.wait(ip, now); wait > 0 {
+	if wait := s.metricsFails.wait(ip, now); wait > 0 {
 		Fail(c, tooManyTokenFailures(wait))
 		return
 	}
 	token, _ := bearerToken(c.GetHeader("Authorization"))
 	want, got := sha256.Sum256([]byte(s.deps.MetricsToken)), sha256.Sum256([]byte(token))
 	if subtle.ConstantTimeCompare(want[:], got[:]) != 1 {
-		s.tokenFails.fail(ip, now)
+		s.metricsFails.fail(ip, now)
 		c.Header("WWW-Authenticate", `Bearer realm="mailroom metrics"`)
 		Fail(c, &Error{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "Scrape /metrics with \"Authorization: Bearer\" and the value of MAILROOM_METRICS_TOKEN."})
 		return
@@ -284,18 +285,52 @@ func (s *server) metricsAuth(c *gin.Context) {
 	c.Next()
 }
 
-// pushLimit answers 429 to a client whose recent pushes carried too many
-// missing or wrong tokens, and counts each push answered 401.
+// pushLimit answers 429 to a push source whose recent pushes carried too
+// many missing or wrong tokens, and counts each push answered 401. A source
+// is the client IP and the envelope's subscription: Pub/Sub's egress
+// addresses are shared between Google's customers, so one customer's bad
+// pushes must not block another's. A push with a bearer token is verified
+// even from a limited source (a Google signature cannot be guessed, and a
+// real push must pass); a limited source's ?token= or tokenless push is
+// refused before any check, so the shared secret cannot be guessed.
 func (s *server) pushLimit(c *gin.Context) {
-	ip, now := c.ClientIP(), s.now()
-	if wait := s.tokenFails.wait(ip, now); wait > 0 {
-		Fail(c, tooManyTokenFailures(wait))
+	body, err := io.ReadAll(io.LimitReader(c.Request.Body, gmail.MaxPushBody+1))
+	if err != nil {
+		Fail(c, &Error{Status: http.StatusBadRequest, Code: "malformed_push", Message: "The push body could not be read.", Err: err})
 		return
+	}
+	c.Request.Body = io.NopCloser(bytes.NewReader(body))
+	source, now := c.ClientIP()+" "+pushSubscription(body), s.now()
+	if wait := s.pushFails.wait(source, now); wait > 0 {
+		scheme, token, _ := strings.Cut(strings.TrimSpace(c.GetHeader("Authorization")), " ")
+		if !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" || c.Query("token") != "" {
+			Fail(c, tooManyTokenFailures(wait))
+			return
+		}
 	}
 	c.Next()
 	if c.Writer.Status() == http.StatusUnauthorized {
-		s.tokenFails.fail(ip, now)
+		s.pushFails.fail(source, now)
 	}
+}
+
+// maxSubscriptionKey bounds the subscription name kept per push source
+// (Pub/Sub's are at most 255 characters after "projects/P/subscriptions/").
+const maxSubscriptionKey = 512
+
+// pushSubscription is the envelope's subscription name, or "" when the
+// body is not an envelope that names one.
+func pushSubscription(body []byte) string {
+	var env struct {
+		Subscription string `json:"subscription"`
+	}
+	if json.Unmarshal(body, &env) != nil {
+		return ""
+	}
+	if len(env.Subscription) > maxSubscriptionKey {
+		return env.Subscription[:maxSubscriptionKey] // a key, never shown
+	}
+	return env.Subscription
 }
 
 // failLimiter counts failures per client IP in a sliding window.

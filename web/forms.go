@@ -23,8 +23,23 @@ func mapFormsError(err error) *Error {
 	var (
 		invalid *sheets.InputError
 		waiting *sheets.WaitingError
+		limited *sheets.SubmitLimitError
+		full    *sheets.BacklogFullError
 	)
 	switch {
+	case errors.As(err, &limited):
+		whose := "this form"
+		if limited.Scope == "user" {
+			whose = "the forms of this form's user together"
+		}
+		return &Error{Status: http.StatusTooManyRequests, Code: "rate_limited", RetryAfter: limited.RetryAfter, Err: err,
+			Message: fmt.Sprintf("Too many submissions: %s took %d in the last %s; retry after the time in Retry-After.", whose, limited.Limit, limited.Window)}
+	case errors.As(err, &full):
+		msg := fmt.Sprintf("%d rows of this form wait to be written to its sheet, the most one form may have waiting; new submissions are refused until rows are written (nothing accepted is lost).", full.Waiting)
+		if full.LastError != "" {
+			msg += " The form is in error: " + full.LastError + " Fix the sheet, then POST /api/v1/forms/{id}/retry."
+		}
+		return &Error{Status: http.StatusConflict, Code: "form_backlog_full", Message: msg, Err: err}
 	case errors.As(err, &invalid):
 		return &Error{Status: http.StatusBadRequest, Code: invalid.Code, Message: invalid.Message, Field: invalid.Field}
 	case errors.Is(err, sheets.ErrFormNotFound):

@@ -4,12 +4,17 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"mailroom/internal/googlefake"
+	"mailroom/queue/broker/brokertest"
+	"mailroom/queue/sheets"
 )
 
 // jwt builds a compact JWT from its header and claims, with sig as its
@@ -80,6 +85,9 @@ func TestHostileInputs(t *testing.T) {
 		push("RS256 unknown kid", "Bearer "+jwt(map[string]any{"alg": "RS256", "kid": "no-such-key"}, claims, make([]byte, 256)), 401, "unauthorized"),
 		push("signed, unknown kid", "Bearer "+se.fake.SignPushToken(googlefake.IDTokenClaims{}, googlefake.FlawUnknownKey), 401, "unauthorized"),
 		push("bad signature", "Bearer "+se.fake.SignPushToken(googlefake.IDTokenClaims{}, googlefake.FlawBadSignature), 401, "unauthorized"),
+		push("bad signature, scheme in lower case", "bearer "+se.fake.SignPushToken(googlefake.IDTokenClaims{}, googlefake.FlawBadSignature), 401, "unauthorized"),
+		push("scheme alone, in upper case", "BEARER", 401, "unauthorized"),
+		push("token over 8 KiB", "Bearer "+strings.Repeat("a.", 5000)+"b", 401, "unauthorized"),
 		push("expired", "Bearer "+se.fake.SignPushToken(googlefake.IDTokenClaims{}, googlefake.FlawExpired), 401, "unauthorized"),
 		push("wrong issuer", "Bearer "+se.fake.SignPushToken(googlefake.IDTokenClaims{}, googlefake.FlawWrongIssuer), 401, "unauthorized"),
 		push("issued an hour ahead", "Bearer "+se.fake.SignPushToken(googlefake.IDTokenClaims{IssuedAt: now.Add(time.Hour), Expiry: now.Add(2 * time.Hour)}), 401, "unauthorized"),
@@ -244,4 +252,78 @@ func TestHostileInputs(t *testing.T) {
 		t.Errorf("healthz after the hostile requests: %d", w.Code)
 	}
 	t.Logf("%d hostile requests", len(cases))
+}
+
+// TestHostileLimits: what one user can make mailroom store and compute is
+// bounded, each bound a clear answer. A form takes its submissions per
+// window and then answers 429 rate_limited with Retry-After (whoever
+// submits; another user's form is not limited); a form with its most rows
+// waiting answers 409 form_backlog_full, and accepts again when they are
+// gone; a short rule pattern that compiles large is a 400 naming the
+// condition's value.
+func TestHostileLimits(t *testing.T) {
+	t.Parallel()
+	var (
+		mu     sync.Mutex
+		offset time.Duration
+	)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return time.Now().Add(offset) }
+	se := newSecEnv(t, func(d *Deps) {
+		b := brokertest.Embedded(t)
+		sp, err := sheets.New(sheets.Config{SubmitsPerForm: 3, SubmitsPerUser: 100, MaxWaiting: 5, FlushDelay: time.Hour, Now: clock},
+			sheets.Deps{DB: d.DB, Queue: d.Queue, Broker: b.Client(), Clients: noSheets{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.Forms = sp
+	})
+	a, b := se.alice, se.bob
+	submit := func(form, token string) *httptest.ResponseRecorder {
+		return request(t, se.h, "POST", "/api/v1/forms/"+form+"/submissions", `{"answers":{"name":"x"}}`, bearer(token))
+	}
+	for i := range 3 {
+		if w := submit(a.form, a.token); w.Code != 202 {
+			t.Fatalf("submission %d: %d %s", i, w.Code, w.Body)
+		}
+	}
+	w := submit(a.form, a.token)
+	if w.Code != 429 || apiError(t, w).Code != "rate_limited" {
+		t.Fatalf("4th submission in a minute: %d %s, want 429 rate_limited", w.Code, w.Body)
+	}
+	if ra, err := strconv.Atoi(w.Header().Get("Retry-After")); err != nil || ra < 1 || ra > 60 {
+		t.Errorf("Retry-After %q, want 1-60 seconds", w.Header().Get("Retry-After"))
+	}
+	if w := submit(a.form, se.adminToken); w.Code != 429 {
+		t.Errorf("the same form through an admin token: %d, want 429 (the limit is the form's)", w.Code)
+	}
+	if w := submit(b.form, b.token); w.Code != 202 {
+		t.Fatalf("another user's form: %d %s", w.Code, w.Body)
+	}
+
+	// Alice's rows wait (the flush is an hour away). A minute on, the rate
+	// limit has room again, but with 5 rows waiting the form refuses more.
+	mu.Lock()
+	offset = 61 * time.Second
+	mu.Unlock()
+	for i := range 2 {
+		if w := submit(a.form, a.token); w.Code != 202 {
+			t.Fatalf("submission %d of the next minute: %d %s", i, w.Code, w.Body)
+		}
+	}
+	w = submit(a.form, a.token)
+	if w.Code != 409 || apiError(t, w).Code != "form_backlog_full" {
+		t.Fatalf("a 6th waiting row: %d %s, want 409 form_backlog_full", w.Code, w.Body)
+	}
+	var view struct {
+		Buffered int `json:"buffered"`
+	}
+	if w := request(t, se.h, "GET", "/api/v1/forms/"+a.form, nil, bearer(a.token)); w.Code != 200 || json.Unmarshal(w.Body.Bytes(), &view) != nil || view.Buffered != 5 {
+		t.Errorf("the form after the refusal: %d %s, want its 5 rows still waiting", w.Code, w.Body)
+	}
+
+	tooCostly := `{"label":"Costly","match":"all","conditions":[{"field":"body","op":"matches","value":"(?i)(\\w+\\s?){1000}"}]}`
+	w = request(t, se.h, "POST", "/api/v1/users/"+a.user+"/rules", tooCostly, bearer(a.token))
+	if e := apiError(t, w); w.Code != 400 || e.Field != "conditions[0].value" {
+		t.Errorf("a costly pattern: %d %+v, want 400 naming conditions[0].value", w.Code, e)
+	}
 }

@@ -40,5 +40,11 @@ func (s *server) securityHeaders(c *gin.Context) {
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("Referrer-Policy", "same-origin")
 	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'")
+	if s.secure {
+		// Reached over https (MAILROOM_PUBLIC_URL): browsers keep to it for
+		// a year. Sent over plain http too, where browsers ignore it (the
+		// TLS proxy in front makes the request https for them).
+		h.Set("Strict-Transport-Security", "max-age=31536000")
+	}
 	c.Next()
 }

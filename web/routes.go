@@ -9,7 +9,8 @@ import "github.com/gin-gonic/gin"
 //   - public: anyone (health, metrics with its own token when set, static
 //     files, the login form);
 //   - push: Google's Pub/Sub (its OIDC token or the shared ?token=,
-//     checked by the Gmail pipeline; failed tokens rate limited per client);
+//     checked by the Gmail pipeline; failed tokens rate limited per client
+//     IP and subscription, apart from the API's and /metrics' counters);
 //   - admin session: the admin page (a session cookie; CSRF on every
 //     state-changing method);
 //   - API, admin only: an admin token (a user token: 403 forbidden);

@@ -485,6 +485,69 @@ func TestLoginAccountCeiling(t *testing.T) {
 	}
 }
 
+// TestEndSessionsForgetsKnownBrowsers: "End all sessions" also ends the
+// known-browser marks: a browser that signed in before no longer passes
+// the account-wide sign-in ceiling (a copied mark shut out with the
+// sessions stays out).
+func TestEndSessionsForgetsKnownBrowsers(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{deps: func(d *Deps) { d.LoginLimit, d.LoginAccountLimit = 3, 4 }})
+	w := loginFrom(t, e.h, "192.0.2.210", testPassword, "")
+	var device, sessionValue string
+	for _, c := range w.Result().Cookies() {
+		switch c.Name {
+		case "mailroom_device":
+			device = c.Name + "=" + c.Value
+		case sessionCookie:
+			sessionValue = c.Value
+		}
+	}
+	if w.Code != http.StatusSeeOther || device == "" || sessionValue == "" {
+		t.Fatalf("sign-in: %d, device %q", w.Code, device)
+	}
+	s := session{cookie: sessionValue}
+	m := csrfInput.FindStringSubmatch(request(t, e.h, http.MethodGet, "/admin/tokens", nil, s.headers()).Body.String())
+	if m == nil {
+		t.Fatal("no CSRF token on the tokens page")
+	}
+	s.csrf = m[1]
+	w = request(t, e.h, "POST", "/admin/sessions/end", url.Values{"csrf": {s.csrf}}, s.headers())
+	if w.Code != http.StatusSeeOther {
+		t.Fatalf("end all sessions: %d %s", w.Code, w.Body)
+	}
+	cleared := false
+	for _, c := range w.Result().Cookies() {
+		cleared = cleared || c.Name == "mailroom_device" && c.MaxAge < 0
+	}
+	if !cleared {
+		t.Errorf("end all sessions left this browser's device cookie")
+	}
+	for i := range 4 {
+		if w := loginFrom(t, e.h, fmt.Sprintf("10.0.2.%d", i+1), "guess", ""); w.Code != 401 {
+			t.Fatalf("guess %d: %d", i, w.Code)
+		}
+	}
+	if w := loginFrom(t, e.h, "10.0.2.9", testPassword, device); w.Code != 429 {
+		t.Errorf("the old known-browser mark past the ceiling: %d, want 429 (the mark ended with the sessions)", w.Code)
+	}
+}
+
+// TestHSTSOnlyOverHTTPS: Strict-Transport-Security when the public URL is
+// https, not when it is http (it would pin a plain-http install).
+func TestHSTSOnlyOverHTTPS(t *testing.T) {
+	t.Parallel()
+	secure := newEnv(t, envOptions{deps: func(d *Deps) { d.PublicURL = "https://mail.example.com" }})
+	for _, path := range []string{"/healthz", "/admin/login", "/api/v1/users"} {
+		if got := request(t, secure.h, "GET", path, nil, nil).Header().Get("Strict-Transport-Security"); !strings.HasPrefix(got, "max-age=") {
+			t.Errorf("https public URL, %s: Strict-Transport-Security %q", path, got)
+		}
+	}
+	plain := newEnv(t, envOptions{})
+	if got := request(t, plain.h, "GET", "/healthz", nil, nil).Header().Get("Strict-Transport-Security"); got != "" {
+		t.Errorf("http public URL: Strict-Transport-Security %q, want none", got)
+	}
+}
+
 // TestLoginCSRF: the login form needs its pre-session cookie and the token
 // signed over it.
 func TestLoginCSRF(t *testing.T) {
@@ -681,6 +744,83 @@ func TestPushFailuresRateLimited(t *testing.T) {
 		if w := requestFrom(t, se.h, "198.51.100.21", "POST", "/push/gmail?token="+pushSecret, body, nil); w.Code != 204 {
 			t.Fatalf("good push: %d", w.Code)
 		}
+	}
+}
+
+// TestFailureLimitersSeparate: API bearer tokens, /metrics and pushes
+// each have their own failure counter, and pushes count per client IP and
+// subscription. Pub/Sub's egress addresses are shared between Google's
+// customers: one customer's bad pushes neither block another
+// subscription's pushes from that address nor a Google-signed push on the
+// limited subscription itself, while the shared ?token= stays unguessable.
+func TestFailureLimitersSeparate(t *testing.T) {
+	t.Parallel()
+	const ip, metricsToken = "198.51.100.30", "metrics-secret-0123456789abcdef01"
+	se := newSecEnv(t, func(d *Deps) { d.TokenFailLimit = 3; d.MetricsToken = metricsToken })
+	good := string(se.fake.PushEnvelope("nobody@example.com", 5))
+	var env map[string]any
+	if err := json.Unmarshal([]byte(good), &env); err != nil {
+		t.Fatal(err)
+	}
+	env["subscription"] = "projects/other-customer/subscriptions/noisy"
+	raw, _ := json.Marshal(env)
+	noisy := string(raw)
+
+	// Bad API tokens: the API is limited, /metrics and push are not.
+	for range 3 {
+		requestFrom(t, se.h, ip, "GET", "/api/v1/users", nil, bearer("guess"))
+	}
+	if w := requestFrom(t, se.h, ip, "GET", "/api/v1/users", nil, bearer(testAPIToken)); w.Code != 429 {
+		t.Fatalf("API after 3 bad tokens: %d", w.Code)
+	}
+	if w := requestFrom(t, se.h, ip, "GET", "/metrics", nil, bearer(metricsToken)); w.Code != 200 {
+		t.Errorf("metrics after bad API tokens: %d", w.Code)
+	}
+	if w := requestFrom(t, se.h, ip, "POST", "/push/gmail?token="+pushSecret, good, nil); w.Code != 204 {
+		t.Errorf("push after bad API tokens: %d %s", w.Code, w.Body)
+	}
+
+	// Bad metrics tokens from another address: metrics limited, API not.
+	const ip2 = "198.51.100.31"
+	for range 3 {
+		requestFrom(t, se.h, ip2, "GET", "/metrics", nil, bearer("guess"))
+	}
+	if w := requestFrom(t, se.h, ip2, "GET", "/metrics", nil, bearer(metricsToken)); w.Code != 429 {
+		t.Errorf("metrics after 3 bad tokens: %d", w.Code)
+	}
+	if w := requestFrom(t, se.h, ip2, "GET", "/api/v1/users", nil, bearer(testAPIToken)); w.Code != 200 {
+		t.Errorf("API after bad metrics tokens: %d", w.Code)
+	}
+
+	// Bad pushes on one subscription from a shared address.
+	const shared = "198.51.100.32"
+	for range 3 {
+		if w := requestFrom(t, se.h, shared, "POST", "/push/gmail?token=wrong", noisy, nil); w.Code != 401 {
+			t.Fatalf("bad push: %d", w.Code)
+		}
+	}
+	if w := requestFrom(t, se.h, shared, "POST", "/push/gmail?token="+pushSecret, noisy, nil); w.Code != 429 || w.Header().Get("Retry-After") == "" {
+		t.Errorf("shared-token push on the limited subscription: %d, want 429 with Retry-After", w.Code)
+	}
+	if w := requestFrom(t, se.h, shared, "POST", "/push/gmail", noisy, nil); w.Code != 429 {
+		t.Errorf("tokenless push on the limited subscription: %d, want 429", w.Code)
+	}
+	if w := requestFrom(t, se.h, shared, "POST", "/push/gmail?token="+pushSecret, good, nil); w.Code != 204 {
+		t.Errorf("push on another subscription from the same address: %d %s", w.Code, w.Body)
+	}
+	signed := map[string]string{"Authorization": "Bearer " + se.fake.SignPushToken(googlefake.IDTokenClaims{})}
+	if w := requestFrom(t, se.h, shared, "POST", "/push/gmail", noisy, signed); w.Code != 204 {
+		t.Errorf("Google-signed push on the limited subscription: %d %s", w.Code, w.Body)
+	}
+	forged := map[string]string{"Authorization": "Bearer " + se.fake.SignPushToken(googlefake.IDTokenClaims{}, googlefake.FlawBadSignature)}
+	if w := requestFrom(t, se.h, shared, "POST", "/push/gmail", noisy, forged); w.Code != 401 {
+		t.Errorf("forged push on the limited subscription: %d, want 401", w.Code)
+	}
+	if w := requestFrom(t, se.h, shared, "GET", "/api/v1/users", nil, bearer(testAPIToken)); w.Code != 200 {
+		t.Errorf("API after bad pushes: %d", w.Code)
+	}
+	if w := requestFrom(t, se.h, shared, "GET", "/metrics", nil, bearer(metricsToken)); w.Code != 200 {
+		t.Errorf("metrics after bad pushes: %d", w.Code)
 	}
 }
 

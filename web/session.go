@@ -12,6 +12,7 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -152,7 +153,7 @@ func (s *server) login(c *gin.Context) {
 	http.SetCookie(c.Writer, s.cookie(s.cookies.session, cookie, int(s.sessionTTL.Seconds())))
 	http.SetCookie(c.Writer, s.cookie(s.cookies.preSession, "", -1))
 	dev := randomToken(16)
-	http.SetCookie(c.Writer, s.cookie(s.cookies.device, dev+"."+s.keys.sign("device", dev), int((400*24*time.Hour).Seconds())))
+	http.SetCookie(c.Writer, s.cookie(s.cookies.device, dev+"."+s.keys.sign(s.devicePurpose(), dev), int((400*24*time.Hour).Seconds())))
 	s.log.Info("admin signed in", "client_ip", ip, "sessions_ended", ended)
 	Redirect(c, next)
 }
@@ -165,7 +166,15 @@ func (s *server) knownBrowser(c *gin.Context) bool {
 		return false
 	}
 	id, mac, _ := strings.Cut(ck.Value, ".")
-	return s.keys.verify("device", id, mac)
+	return s.keys.verify(s.devicePurpose(), id, mac)
+}
+
+// devicePurpose is what known-browser marks are signed for: "End all
+// sessions" moves it on, so every mark signed before stops counting (a
+// browser or a copied cookie the admin meant to shut out does not keep
+// its way past the sign-in limit).
+func (s *server) devicePurpose() string {
+	return "device/" + strconv.FormatUint(s.deviceEpoch.Load(), 10)
 }
 
 // checkPasswordBounded is checkPassword with at most one comparison at a
@@ -205,8 +214,10 @@ func (s *server) endSessions(c *gin.Context) {
 		Fail(c, fmt.Errorf("web: end sessions: %w", err))
 		return
 	}
+	s.deviceEpoch.Add(1)
 	s.log.Info("admin sessions ended", "sessions", n)
 	http.SetCookie(c.Writer, s.cookie(s.cookies.session, "", -1))
+	http.SetCookie(c.Writer, s.cookie(s.cookies.device, "", -1))
 	SetFlash(c, "ok", fmt.Sprintf("%s ended; sign in again.", plural(n, "session", "sessions")))
 	Redirect(c, "/admin/login")
 }

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -70,8 +71,11 @@ type Deps struct {
 	// LoginAccountLimit is the account-wide ceiling on failed logins per
 	// LoginWindow, from every client together. Zero: 4 × LoginLimit.
 	LoginAccountLimit int
-	// TokenFailLimit is how many failed bearer or push tokens one client IP
-	// may send per LoginWindow before it is answered 429. Zero: 20.
+	// TokenFailLimit is how many failed tokens one source may send per
+	// LoginWindow before it is answered 429. Zero: 20. Each door counts
+	// apart: API bearer tokens and /metrics per client IP, pushes per
+	// client IP and Pub/Sub subscription (a Google-signed push token is
+	// verified even then: a shared egress address cannot block real pushes).
 	TokenFailLimit int
 	// MetricsToken is MAILROOM_METRICS_TOKEN: when set, /metrics wants
 	// "Authorization: Bearer <it>". Empty: /metrics is open.
@@ -100,20 +104,25 @@ type NavItem struct {
 
 // server holds the built state of one handler; nothing here is global.
 type server struct {
-	deps       Deps
-	log        *slog.Logger
-	now        func() time.Time
-	pages      map[string]*template.Template
-	static     *staticFiles
-	nav        []NavItem
-	secure     bool
-	limiter    *loginLimiter
-	tokenFails *failLimiter
-	keys       cookieKeys
-	bcryptSem  chan struct{}
-	cookies    cookieNames
-	gatherer   prometheus.Gatherer
-	sessionTTL time.Duration
+	deps         Deps
+	log          *slog.Logger
+	now          func() time.Time
+	pages        map[string]*template.Template
+	static       *staticFiles
+	nav          []NavItem
+	secure       bool
+	limiter      *loginLimiter
+	tokenFails   *failLimiter // API bearer tokens, per client IP
+	metricsFails *failLimiter // /metrics, per client IP
+	pushFails    *failLimiter // pushes, per client IP and subscription
+	keys         cookieKeys
+	// deviceEpoch moves on at "End all sessions": known-browser marks
+	// signed before stop counting.
+	deviceEpoch atomic.Uint64
+	bcryptSem   chan struct{}
+	cookies     cookieNames
+	gatherer    prometheus.Gatherer
+	sessionTTL  time.Duration
 }
 
 // OverviewPanel is a titled row of figures on the overview page (the
@@ -178,6 +187,8 @@ func newServer(deps Deps) (*server, error) {
 		tokenLimit = 20
 	}
 	s.tokenFails = newFailLimiter(tokenLimit, window)
+	s.metricsFails = newFailLimiter(tokenLimit, window)
+	s.pushFails = newFailLimiter(tokenLimit, window)
 	s.bcryptSem = make(chan struct{}, 1)
 	s.keys = newCookieKeys()
 	if deps.Setup != nil {

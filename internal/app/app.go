@@ -171,13 +171,13 @@ func (a *App) openQueue(cfg *Config, logger *slog.Logger) error {
 // servers' manager: a queue's own server sleeps while it has nothing to do).
 func (a *App) ready(ctx context.Context) error {
 	if err := a.db.Ping(); err != nil {
-		return err
+		return &web.Unready{Part: "store", Err: err}
 	}
 	if err := a.broker.Ping(ctx); err != nil {
-		return err
+		return &web.Unready{Part: "broker", Err: err}
 	}
 	if !a.queue.Ready() {
-		return errors.New("task servers are not running")
+		return &web.Unready{Part: "task servers", Err: errors.New("task servers are not running")}
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"mailroom/internal/redact"
 	"mailroom/queue"
@@ -75,6 +76,11 @@ type Config struct {
 	SheetsProjectWritesPerMinute int
 	SheetsProjectReadsPerMinute  int
 	SheetsRecheckMax             time.Duration
+	SheetsMaxWaiting             int
+
+	SubmissionsPerForm int
+	SubmissionsPerUser int
+	SubmissionsWindow  time.Duration
 
 	RetryInitial    time.Duration
 	RetryMultiplier float64
@@ -198,6 +204,10 @@ func (c *Config) settings() []setting {
 		{"webhook-allow-private", "MAILROOM_WEBHOOK_ALLOW_PRIVATE", "allow webhook URLs that resolve to loopback, private or link-local addresses (a receiver on this host or network)", b(&c.WebhookAllowPrivate, false), false, false},
 		{"events-retention", "MAILROOM_EVENTS_RETENTION", "how long events are kept for GET /api/v1/events (older ones are pruned in the background)", d(&c.EventsRetention, 168*time.Hour), false, false},
 		{"sheets-retention", "MAILROOM_SHEETS_RETENTION", "a submission whose row is in its sheet is deleted this long after it came; 0 keeps them", d(&c.SheetsRetention, 30*24*time.Hour), false, false},
+		{"sheets-max-waiting", "MAILROOM_SHEETS_MAX_WAITING", "rows that may wait to be written for one form (a form in error keeps them); past it the form refuses submissions with 409 form_backlog_full", n(&c.SheetsMaxWaiting, 10000), false, false},
+		{"submissions-per-form", "MAILROOM_SUBMISSIONS_PER_FORM", "submissions one form accepts per --submissions-window; more are answered 429", n(&c.SubmissionsPerForm, 600), false, false},
+		{"submissions-per-user", "MAILROOM_SUBMISSIONS_PER_USER", "submissions all the forms of one user accept together per --submissions-window; more are answered 429", n(&c.SubmissionsPerUser, 1200), false, false},
+		{"submissions-window", "MAILROOM_SUBMISSIONS_WINDOW", "the sliding window of the submission limits", d(&c.SubmissionsWindow, time.Minute), false, false},
 		{"sheets-quota-window", "MAILROOM_SHEETS_QUOTA_WINDOW", "the window of --sheets-writes-per-minute (tests compress the minute)", d(&c.SheetsQuotaWindow, time.Minute), false, true},
 		{"retry-initial", "MAILROOM_RETRY_INITIAL", "first retry delay of a failed task", d(&c.RetryInitial, 30*time.Second), false, false},
 		{"retry-multiplier", "MAILROOM_RETRY_MULTIPLIER", "growth of the retry delay per failure", f(&c.RetryMultiplier, 2), false, false},
@@ -424,6 +434,11 @@ func (c *Config) validateAddresses() error {
 // validateSecrets checks the API token's length and that a push audience
 // names the one service account allowed to sign for it.
 func (c *Config) validateSecrets() error {
+	if c.APIToken != "" && strings.IndexFunc(c.APIToken, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0 {
+		// A bearer token cannot carry them (the header's spaces are
+		// trimmed), and spaces alone are no secret.
+		return bad("api-token", "must not contain spaces, tabs or other whitespace or control characters; make one with: openssl rand -hex 32")
+	}
 	if c.APIToken != "" && len(c.APIToken) < minAPITokenLen {
 		return bad("api-token", fmt.Sprintf("must be at least %d characters; make one with: openssl rand -hex 32", minAPITokenLen))
 	}
@@ -441,7 +456,7 @@ func (c *Config) validateTimings() error {
 	}{
 		{"reclassify-debounce", c.ReclassifyDebounce}, {"reclassify-max-wait", c.ReclassifyMaxWait},
 		{"reclassify-tick", c.ReclassifyTick}, {"rule-save-window", c.RuleSaveWindow},
-		{"sheets-flush-delay", c.SheetsFlushDelay}, {"sheets-quota-window", c.SheetsQuotaWindow}, {"sheets-recheck-max", c.SheetsRecheckMax}, {"retry-initial", c.RetryInitial}, {"retry-max", c.RetryMax},
+		{"sheets-flush-delay", c.SheetsFlushDelay}, {"sheets-quota-window", c.SheetsQuotaWindow}, {"sheets-recheck-max", c.SheetsRecheckMax}, {"submissions-window", c.SubmissionsWindow}, {"retry-initial", c.RetryInitial}, {"retry-max", c.RetryMax},
 		{"gmail-poll-interval", c.GmailPollInterval}, {"gmail-watch-renew", c.GmailWatchRenew}, {"gmail-quota-window", c.GmailQuotaWindow},
 		{"task-poll-interval", c.TaskPollInterval}, {"delayed-check-interval", c.DelayedCheckInterval},
 		{"task-server-linger", c.TaskServerLinger}, {"shutdown-timeout", c.ShutdownTimeout},
@@ -477,6 +492,9 @@ func (c *Config) validateCounts() error {
 		{"reclassify-batch", c.ReclassifyBatch, 1, 1000},
 		{"rule-save-limit", c.RuleSaveLimit, 1, 1 << 20},
 		{"sheets-flush-threshold", c.SheetsFlushThreshold, 1, 10000},
+		{"sheets-max-waiting", c.SheetsMaxWaiting, 1, 1 << 30},
+		{"submissions-per-form", c.SubmissionsPerForm, 1, 1 << 30},
+		{"submissions-per-user", c.SubmissionsPerUser, 1, 1 << 30},
 		{"sheets-writes-per-minute", c.SheetsWritesPerMinute, 1, 1 << 20},
 		{"sheets-reads-per-minute", c.SheetsReadsPerMinute, 1, 1 << 20},
 		{"sheets-project-writes-per-minute", c.SheetsProjectWritesPerMinute, 1, 1 << 20},

@@ -41,6 +41,13 @@ func TestConfigErrorsNameTheFlag(t *testing.T) {
 		{"MAILROOM_TRUSTED_PROXIES", "10.0.0.1,proxy.local", "--trusted-proxies"},
 		{"MAILROOM_TASK_SERVER_LINGER", "0s", "--task-server-linger"},
 		{"MAILROOM_TASK_SERVERS_ALWAYS_ON", "sometimes", "MAILROOM_TASK_SERVERS_ALWAYS_ON"},
+		{"MAILROOM_SUBMISSIONS_PER_FORM", "0", "--submissions-per-form"},
+		{"MAILROOM_SUBMISSIONS_PER_USER", "-5", "--submissions-per-user"},
+		{"MAILROOM_SUBMISSIONS_WINDOW", "0s", "--submissions-window"},
+		{"MAILROOM_SHEETS_MAX_WAITING", "0", "--sheets-max-waiting"},
+		{"MAILROOM_API_TOKEN", strings.Repeat(" ", 40), "--api-token"},
+		{"MAILROOM_API_TOKEN", "0123456789abcdef 0123456789abcdef", "--api-token"},
+		{"MAILROOM_API_TOKEN", "\t" + strings.Repeat("x", 40), "--api-token"},
 	}
 	for _, c := range cases {
 		env := map[string]string{c.env: c.value}

@@ -23,6 +23,10 @@ func (a *App) wireSheets(ctx context.Context) error {
 		ProjectWritesPerMinute: a.cfg.SheetsProjectWritesPerMinute,
 		ProjectReadsPerMinute:  a.cfg.SheetsProjectReadsPerMinute,
 		RecheckMax:             a.cfg.SheetsRecheckMax,
+		MaxWaiting:             a.cfg.SheetsMaxWaiting,
+		SubmitsPerForm:         a.cfg.SubmissionsPerForm,
+		SubmitsPerUser:         a.cfg.SubmissionsPerUser,
+		SubmitWindow:           a.cfg.SubmissionsWindow,
 		// Windows the broker lost resume as if fully spent.
 		SpentUntil: a.watch.SpentUntil,
 	}, sheets.Deps{DB: a.db, Queue: a.queue, Broker: a.broker.Client(), Clients: accountSheets{a.accounts}, Alerts: a.alerts})

@@ -7,14 +7,22 @@
 //
 //	behaviour                                     | Google's document                                        | test
 //	----------------------------------------------|----------------------------------------------------------|--------------------------------------
-//	a new sheet is 1,000 rows x 26 columns        | NOTES.md (measured); SheetProperties gridProperties      | TestSheetsGridRefusesOutside
-//	  (Options.SheetsGridRows/Columns, SetGridSize)|   (reference/rest/v4/spreadsheets/sheets)                |
+//	a new sheet is 1,000 rows x 26 columns        | SheetProperties gridProperties                           | TestSheetsGridRefusesOutside
+//	  (Options.SheetsGridRows/Columns, SetGridSize)|   (reference/rest/v4/spreadsheets/sheets); the size as   |
+//	                                               |   Google's answers show it (github.com/burnash/gspread   |
+//	                                               |   issue 371: 26 columns; cloudfour/lighthouse-parade     |
+//	                                               |   issue 151: "Max rows: 1000")                           |
 //	values.update / values.batchUpdate past the   | reference/rest/v4/spreadsheets.values/update; the 400    | TestSheetsGridRefusesOutside
-//	  grid: 400 INVALID_ARGUMENT "Range ('S'!A1001:| "exceeds grid limits" answer (NOTES.md, measured)       |
-//	  E1001) exceeds grid limits. Max rows: 1000,  |                                                          |
-//	  max columns: 26"; a batch is all or nothing  |                                                          |
-//	values.get starting past the grid: the same   | reference/rest/v4/spreadsheets.values/get                | TestSheetsGridRefusesOutside
-//	  400; one starting inside is cut at the edge  |                                                          |
+//	  grid: 400 INVALID_ARGUMENT "Range ('S'!A1001:| INVALID_ARGUMENT "Range (...) exceeds grid limits. Max   |
+//	  E1001) exceeds grid limits. Max rows: 1000,  |   rows: N, max columns: M" as Google answers it          |
+//	  max columns: 26"; a batch is all or nothing  |   (home-assistant/core issue 104198, lighthouse-parade   |
+//	                                               |   issue 151)                                             |
+//	values.get with any cell past the grid: the   | reference/rest/v4/spreadsheets.values/get (silent on a   | TestSheetsGridRefusesOutside
+//	  same 400 (a range crossing the edge too);    |   range past the grid: the stricter reading); reads past |
+//	  an open end ("A5:E", "Sheet1") reads to the  |   it answered 400 "exceeds grid limits" (airbytehq/      |
+//	  edge                                         |   airbyte issue 1740, values.batchGet; nithinmurali/     |
+//	                                               |   pygsheets issue 528, values.get); guides/concepts (A1  |
+//	                                               |   notation: an open end runs to the sheet's last row)    |
 //	values.append grows the grid (rows, columns)  | reference/rest/v4/spreadsheets.values/append ("the input | TestSheetsAppendGrowsGrid
 //	                                               |   data will be appended ... new rows or columns")        |
 //	spreadsheets.batchUpdate: appendDimension,    | reference/rest/v4/spreadsheets/request#AppendDimension-  | TestSheetsBatchUpdateGrid
@@ -29,8 +37,9 @@
 //	60 reads and 60 writes a minute per user, 300 | developers.google.com/workspace/sheets/api/limits        | TestSheetsReadAndProjectQuotas,
 //	  and 300 per project, over any rolling minute |   ("Per minute per user per project 60", "Per minute per | TestSheetsWriteQuota
 //	  (stricter than a refill each minute); over   |   project 300", reads and writes apart; over: "429: Too  |
-//	  either: 429 RESOURCE_EXHAUSTED; every request|   many requests"; get is a read, update/clear writes)    |
-//	  counts (refused ones too)                    |                                                          |
+//	  either: 429 RESOURCE_EXHAUSTED; every request|   many requests"; get is a read, update/clear writes);   |
+//	  counts, refused ones too, against the        |   the page counts requests, not accepted ones: the       |
+//	  account's window and the project's           |   stricter reading                                       |
 //	no retry time is named in a 429               | the same page: "use an exponential backoff algorithm"    | TestSheetsReadAndProjectQuotas
 //	a deleted spreadsheet: 404 NOT_FOUND          | reference/rest/v4/spreadsheets/get; Drive trash          | TestSheetsGoneMissingTabAndRevoked
 //	a renamed or deleted tab: 400 "Unable to parse| reference/rest/v4/spreadsheets.values (A1 notation)      | TestSheetsGoneMissingTabAndRevoked

@@ -53,7 +53,8 @@ func newEnv(t *testing.T, opts googlefake.Options) *env {
 }
 
 // tokenSource returns an x/oauth2 token source for a refresh token, with
-// its own HTTP client as NOTES.md recommends.
+// its own HTTP client (x/oauth2 refreshes under the context the source was
+// made with, through the oauth2.HTTPClient it carries, not the call's).
 func (e *env) tokenSource(t *testing.T, refresh string) oauth2.TokenSource {
 	t.Helper()
 	tr := &http.Transport{}

@@ -78,8 +78,24 @@ type windowKey struct {
 }
 
 type callWindow struct {
-	times []time.Time // accepted calls within the window, oldest first
-	max   int
+	// times are the calls within the window that count against its limit,
+	// refused ones too, oldest first (at most the limit's newest: whether
+	// a call is admitted depends on no more).
+	times []time.Time
+	// accepted are the accepted calls within the window, for max.
+	accepted []time.Time
+	max      int
+}
+
+// count records a call at now against w's limit (limit <= 0: none).
+func (w *callWindow) count(now time.Time, limit int) {
+	if limit <= 0 {
+		return
+	}
+	w.times = append(w.times, now)
+	if len(w.times) > limit {
+		w.times = w.times[len(w.times)-limit:]
+	}
 }
 
 type spreadsheet struct {
@@ -454,7 +470,7 @@ func (sh *Sheets) resetStats() {
 	defer sh.quotaMu.Unlock()
 	sh.stats = SheetsStats{}
 	for _, w := range sh.windows {
-		w.max = len(w.times)
+		w.max = len(w.accepted)
 	}
 }
 
@@ -464,8 +480,11 @@ func (sh *Sheets) resetStats() {
 // (developers.google.com/workspace/sheets/api/limits: 60 read and 60 write
 // requests per minute per user per project, 300 of each per minute per
 // project; "exceeding it results in a 429: Too many requests"). Every
-// request counts, whatever its outcome. Google's answer names no retry
-// time; neither does this one (the document says to back off
+// request counts, whatever its outcome: a refused one too, against the
+// account's window and the project's (the document counts requests, not
+// accepted ones, so the emulator takes the stricter reading, and a client
+// that keeps calling while refused stays refused). Google's answer names
+// no retry time; neither does this one (the document says to back off
 // exponentially).
 func (sh *Sheets) admit(account string, kind quotaKind) error {
 	now := sh.s.now()
@@ -478,6 +497,8 @@ func (sh *Sheets) admit(account string, kind quotaKind) error {
 	defer sh.quotaMu.Unlock()
 	user, project := sh.window(windowKey{kind, account}, now), sh.window(windowKey{kind, ""}, now)
 	refuse := func(limitName string) error {
+		user.count(now, userLimit)
+		project.count(now, projectLimit)
 		if kind == readCall {
 			sh.stats.RejectedReads++
 		} else {
@@ -495,9 +516,11 @@ func (sh *Sheets) admit(account string, kind quotaKind) error {
 	if projectLimit > 0 && len(project.times) >= projectLimit {
 		return refuse(metric + " requests per minute")
 	}
+	user.count(now, userLimit)
+	project.count(now, projectLimit)
 	for _, w := range []*callWindow{user, project} {
-		w.times = append(w.times, now)
-		w.max = max(w.max, len(w.times))
+		w.accepted = append(w.accepted, now)
+		w.max = max(w.max, len(w.accepted))
 	}
 	if kind == readCall {
 		sh.stats.ReadCalls++
@@ -520,12 +543,18 @@ func (sh *Sheets) window(k windowKey, now time.Time) *callWindow {
 		sh.windows[k] = w
 	}
 	cutoff := now.Add(-sh.s.opts.SheetsWindow)
+	w.times = dropUntil(w.times, cutoff)
+	w.accepted = dropUntil(w.accepted, cutoff)
+	return w
+}
+
+// dropUntil drops the times at or before cutoff from the sorted times.
+func dropUntil(times []time.Time, cutoff time.Time) []time.Time {
 	drop := 0
-	for drop < len(w.times) && !w.times[drop].After(cutoff) {
+	for drop < len(times) && !times[drop].After(cutoff) {
 		drop++
 	}
-	w.times = w.times[drop:]
-	return w
+	return times[drop:]
 }
 
 func (sh *Sheets) countRows(n int) {
@@ -940,13 +969,13 @@ func (sh *Sheets) getValues(c *call) (any, error) {
 	}
 	s := g.sheet
 	b := g.bounded()
-	// values.get of a range that starts past the grid is refused; one that
-	// starts inside it is cut at its edge.
-	if g.r0 >= s.rowCount || g.c0 >= s.colCount {
+	// values.get of a range with any cell past the grid is refused, as
+	// Google refuses reads that start past it (the stricter reading where
+	// its documents are silent: see doc_sheets.go). An open end ("A5:E",
+	// "Sheet1") reads to the grid's edge.
+	if g.r0 >= s.rowCount || g.c0 >= s.colCount || b.r1 > s.rowCount || b.c1 > s.colCount {
 		return nil, errGrid(s, b.r0, b.r1, b.c0, b.c1)
 	}
-	b.r1, b.c1 = min(b.r1, s.rowCount), min(b.c1, s.colCount)
-	g.r1, g.c1 = b.r1, b.c1
 	var rows [][]Cell
 	for r := b.r0; r < b.r1 && r < len(s.rows); r++ {
 		row := make([]Cell, 0)

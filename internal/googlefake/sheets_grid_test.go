@@ -43,8 +43,8 @@ func gridSize(t *testing.T, e *env, id, sheet string) (int, int) {
 }
 
 // A new sheet is 1,000 x 26; values.update and values.batchUpdate past it
-// are refused with Google's message and change nothing; values.get that
-// starts past it is refused, one that starts inside it is cut at its edge.
+// are refused with Google's message and change nothing; values.get with a
+// cell past it is refused too, one with an open end reads to the edge.
 func TestSheetsGridRefusesOutside(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, googlefake.Options{})
@@ -82,10 +82,24 @@ func TestSheetsGridRefusesOutside(t *testing.T) {
 	_, err = vals.Get(id, "Sheet1!A1001:E1001").Do()
 	wantAPIError(t, "get past the grid", err, 400, "INVALID_ARGUMENT",
 		"Range ('Sheet1'!A1001:E1001) exceeds grid limits. Max rows: 1000, max columns: 26")
-	got, err := vals.Get(id, "Sheet1!A990:E2000").Do()
+	_, err = vals.Get(id, "Sheet1!A990:E2000").Do()
+	wantAPIError(t, "get across the rows' edge", err, 400, "INVALID_ARGUMENT",
+		"Range ('Sheet1'!A990:E2000) exceeds grid limits. Max rows: 1000, max columns: 26")
+	_, err = vals.Get(id, "Sheet1!Y1:AB2").Do()
+	wantAPIError(t, "get across the columns' edge", err, 400, "INVALID_ARGUMENT",
+		"Range ('Sheet1'!Y1:AB2) exceeds grid limits. Max rows: 1000, max columns: 26")
+	// An open end reads to the edge.
+	for _, r := range []string{"Sheet1!A990:E", "Sheet1!A990:1000", "Sheet1"} {
+		got, err := vals.Get(id, r).Do()
+		check(t, err)
+		if last := got.Values[len(got.Values)-1]; len(last) != 5 || last[4] != "e" {
+			t.Errorf("get %s = %s %q, want it to end with row 1000", r, got.Range, got.Values)
+		}
+	}
+	got, err := vals.Get(id, "Sheet1!A990:E1000").Do()
 	check(t, err)
 	if got.Range != "Sheet1!A990:E1000" || len(got.Values) != 11 || got.Values[10][4] != "e" {
-		t.Errorf("get across the edge = %s %q, want Sheet1!A990:E1000 ending in row 1000", got.Range, got.Values)
+		t.Errorf("get up to the edge = %s %q, want Sheet1!A990:E1000 ending in row 1000", got.Range, got.Values)
 	}
 	if r, c := gridSize(t, e, id, "Sheet1"); r != 1000 || c != 26 {
 		t.Errorf("grid after refused writes = %dx%d, want 1000x26", r, c)
@@ -237,8 +251,10 @@ func TestSheetsReadAndProjectQuotas(t *testing.T) {
 	for range 3 {
 		check(t, write(e.sheets))
 	}
-	check(t, read(bobSheets)) // the project's 4th read
-	wantAPIError(t, "5th read of the project", read(bobSheets), 429, "RESOURCE_EXHAUSTED",
+	// Refused requests count too, against the project as well: Ann's two
+	// refused reads make four in the project's window, so Bob's first read
+	// is over the project's limit.
+	wantAPIError(t, "a read of the project after another user's refusals", read(bobSheets), 429, "RESOURCE_EXHAUSTED",
 		"Quota exceeded for quota metric 'Read requests' and limit 'Read requests per minute' of service 'sheets.googleapis.com' for consumer 'project_number:000000000000'.")
 	check(t, write(bobSheets))
 	check(t, write(bobSheets))
@@ -247,7 +263,7 @@ func TestSheetsReadAndProjectQuotas(t *testing.T) {
 	check(t, read(bobSheets))
 	check(t, write(e.sheets))
 	st := e.srv.Sheets.Stats()
-	if st.ProjectMaxReadsInWindow != 4 || st.ProjectMaxWritesInWindow != 5 || st.MaxReadsInWindow != 3 || st.MaxWritesInWindow != 3 {
+	if st.ProjectMaxReadsInWindow != 3 || st.ProjectMaxWritesInWindow != 5 || st.MaxReadsInWindow != 3 || st.MaxWritesInWindow != 3 {
 		t.Errorf("stats = %+v", st)
 	}
 	if e.srv.Sheets.MaxReadsInWindow(bob) != 1 || e.srv.Sheets.MaxWritesInWindow(bob) != 2 {

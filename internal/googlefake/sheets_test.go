@@ -186,15 +186,23 @@ func TestSheetsWriteQuota(t *testing.T) {
 	// Reads do not count.
 	_, err = e.sheets.Spreadsheets.Values.Get(id, "Sheet1").Do()
 	check(t, err)
-	// The window rolls: the first write leaves it at t=600ms.
+	// Refused calls count too (the stricter reading of "requests per
+	// minute"): at t=600ms the write of t=0 has left, but the window holds
+	// t=100..400 and the refusal of t=500: a refusal again.
 	clk.Advance(100 * time.Millisecond)
-	check(t, appendRow())
-	err = appendRow()
-	if code, _ := apiCode(t, err); code != 429 {
-		t.Fatalf("write after one slot freed: %d, want 429", code)
+	if code, _ := apiCode(t, appendRow()); code != 429 {
+		t.Fatalf("write at t=600ms, the refused one still counting: %d, want 429", code)
 	}
+	// At t=700ms: t=200..400 and the refusals of t=500 and t=600.
+	clk.Advance(100 * time.Millisecond)
+	if code, _ := apiCode(t, appendRow()); code != 429 {
+		t.Fatalf("write at t=700ms: %d, want 429", code)
+	}
+	// A client that stops calling for a window gets its turn.
+	clk.Advance(600 * time.Millisecond)
+	check(t, appendRow())
 	st := e.srv.Sheets.Stats()
-	if st.WriteCalls != 6 || st.RejectedWrites != 2 || st.RowsWritten != 6 || st.MaxWritesInWindow != 5 {
+	if st.WriteCalls != 6 || st.RejectedWrites != 3 || st.RowsWritten != 6 || st.MaxWritesInWindow != 5 {
 		t.Errorf("stats = %+v", st)
 	}
 	if got := len(must[[][]string](t)(e.srv.Sheets.Rows(id, "Sheet1"))); got != 6 {

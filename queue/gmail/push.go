@@ -179,8 +179,9 @@ func (p *Pipeline) authorizePush(ctx context.Context, r PushRequest) error {
 		}
 		return fmt.Errorf("%w: wrong push token", ErrPushUnauthorized)
 	}
-	bearer, ok := strings.CutPrefix(r.Authorization, "Bearer ")
-	if !ok || strings.TrimSpace(bearer) == "" || p.verifier == nil {
+	// The scheme is case-insensitive (RFC 9110 §11.1), as the API's.
+	scheme, bearer, _ := strings.Cut(strings.TrimSpace(r.Authorization), " ")
+	if !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(bearer) == "" || p.verifier == nil {
 		return fmt.Errorf("%w: no token", ErrPushUnauthorized)
 	}
 	err := p.verifier.Verify(ctx, strings.TrimSpace(bearer))

@@ -117,6 +117,9 @@ func TestPushAuth(t *testing.T) {
 		want  error
 	}{
 		{"good oidc", "Bearer " + fake.SignPushToken(googlefake.IDTokenClaims{}), "", nil},
+		{"good oidc, scheme in lower case", "bearer " + fake.SignPushToken(googlefake.IDTokenClaims{}), "", nil},
+		{"good oidc, scheme in upper case", "BEARER " + fake.SignPushToken(googlefake.IDTokenClaims{}), "", nil},
+		{"bearer with no token", "Bearer    ", "", gmail.ErrPushUnauthorized},
 		{"good shared token", "", "s3cret", nil},
 		{"missing", "", "", gmail.ErrPushUnauthorized},
 		{"not bearer", "Basic abc", "", gmail.ErrPushUnauthorized},

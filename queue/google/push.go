@@ -34,8 +34,12 @@ const (
 	// Keys are cached for the JWKS answer's max-age, within these bounds
 	// (the default when it gives none).
 	minKeysTTL, defaultKeysTTL, maxKeysTTL = time.Minute, 5 * time.Minute, 24 * time.Hour
-	// keysRetryAfter is how long a failed JWKS fetch is not repeated.
+	// keysRetryAfter is how long a failed JWKS fetch is not repeated,
+	// counted from the fetch's end.
 	keysRetryAfter = 5 * time.Second
+	// keysFetchTimeout bounds one JWKS fetch, whatever the HTTP client's
+	// own timeout.
+	keysFetchTimeout = 10 * time.Second
 	// minRSABits is the smallest signing key accepted.
 	minRSABits = 2048
 )
@@ -84,8 +88,9 @@ type PushVerifier struct {
 	mu        sync.Mutex
 	keys      map[string]*rsa.PublicKey
 	expires   time.Time // keys are fresh until then
-	failedAt  time.Time // last failed fetch
+	failedAt  time.Time // end of the last failed fetch
 	failedErr error
+	fetching  chan struct{} // non-nil while a fetch runs; closed when it ends
 }
 
 // NewPushVerifier returns a verifier for cfg. It makes no request: the
@@ -220,29 +225,64 @@ func unixTime(f float64) time.Time {
 
 // key returns the JWKS key kid, fetching the JWKS when the cache is stale.
 // An unknown kid with fresh keys is refused without a fetch.
+//
+// One fetch runs at a time, outside the lock, under its own timeout (not
+// the caller's context, so a caller that gives up does not fail the fetch
+// for the others). Callers that need it wait for its end or their own
+// context, whichever comes first. A failed fetch is stamped when it ends,
+// and is not repeated for keysRetryAfter: a key server that hangs costs
+// one fetch timeout per back-off, never one per caller.
 func (p *PushVerifier) key(ctx context.Context, kid string) (*rsa.PublicKey, error) {
+	for {
+		p.mu.Lock()
+		now := p.now()
+		stale := p.keys == nil || !now.Before(p.expires)
+		recentlyFailed := p.failedErr != nil && now.Sub(p.failedAt) < keysRetryAfter
+		// Stale keys, when there are some, serve while a fetch runs and
+		// until one works.
+		if k := p.keys[kid]; k != nil && (!stale || recentlyFailed || p.fetching != nil) {
+			p.mu.Unlock()
+			return k, nil
+		}
+		if !stale || recentlyFailed {
+			keys, failedErr := p.keys, p.failedErr
+			p.mu.Unlock()
+			if keys == nil {
+				return nil, fmt.Errorf("%w: signing keys unavailable: %w", ErrTokenInvalid, failedErr)
+			}
+			return nil, invalid("unknown kid %.60q", kid)
+		}
+		done := p.fetching
+		if done == nil {
+			done = make(chan struct{})
+			p.fetching = done
+			go p.refresh(context.WithoutCancel(ctx), done)
+		}
+		p.mu.Unlock()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: waiting for the signing keys: %w", ErrTokenInvalid, ctx.Err())
+		}
+	}
+}
+
+// refresh fetches the JWKS once and records the outcome, stamped at the
+// fetch's end, then closes done.
+func (p *PushVerifier) refresh(ctx context.Context, done chan struct{}) {
+	ctx, cancel := context.WithTimeout(ctx, keysFetchTimeout)
+	defer cancel()
+	keys, ttl, err := p.fetch(ctx)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := p.now()
-	stale := p.keys == nil || !now.Before(p.expires)
-	recentlyFailed := p.failedErr != nil && now.Sub(p.failedAt) < keysRetryAfter
-	if stale && !recentlyFailed {
-		keys, ttl, err := p.fetch(ctx)
-		if err != nil {
-			// Stale keys, when there are some, serve until a fetch works.
-			p.failedAt, p.failedErr = now, err
-		} else {
-			p.keys, p.expires, p.failedErr = keys, now.Add(ttl), nil
-		}
+	if err != nil {
+		p.failedAt, p.failedErr = now, err
+	} else {
+		p.keys, p.expires, p.failedErr = keys, now.Add(ttl), nil
 	}
-	if p.keys == nil {
-		return nil, fmt.Errorf("%w: signing keys unavailable: %w", ErrTokenInvalid, p.failedErr)
-	}
-	k := p.keys[kid]
-	if k == nil {
-		return nil, invalid("unknown kid %.60q", kid)
-	}
-	return k, nil
+	p.fetching = nil
+	close(done)
 }
 
 type jwk struct {

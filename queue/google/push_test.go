@@ -331,3 +331,109 @@ func TestPushVerifierNeedsServiceAccount(t *testing.T) {
 		t.Fatal("a verifier without a service account was made")
 	}
 }
+
+// TestPushVerifierKeyServerBlackholes: a key server that never answers
+// costs one fetch, however many pushes arrive meanwhile. Each fetch here
+// moves the verifier's clock on by 10 s (a slow Google with a 10 s client
+// timeout) and then hangs until the client gives up. Four concurrent
+// pushes share that one fetch and all end with it (before, each fetched
+// in turn under the lock and the fourth waited four timeouts), the
+// failure is stamped at the fetch's end so the next push within the
+// back-off makes no request, and a push whose context ends first returns
+// then.
+func TestPushVerifierKeyServerBlackholes(t *testing.T) {
+	t.Parallel()
+	const clientTimeout = 400 * time.Millisecond
+	var (
+		mu      sync.Mutex
+		offset  time.Duration
+		fetches int
+	)
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		fetches++
+		offset += 10 * time.Second
+		mu.Unlock()
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(release) })
+	base := time.Now()
+	clock := func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return base.Add(time.Since(base) + offset)
+	}
+	v, err := NewPushVerifier(context.Background(), PushVerifierConfig{
+		CertsURL: srv.URL, Audience: testAudience, ServiceAccount: testAccount,
+		HTTPClient: &http.Client{Timeout: clientTimeout},
+		Now:        clock,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := signRS256(t, key, map[string]any{"alg": "RS256", "kid": testKid}, goodClaims(time.Now()))
+
+	start := time.Now()
+	var wg sync.WaitGroup
+	took := make([]time.Duration, 4)
+	errs := make([]error, 4)
+	for i := range 4 {
+		wg.Go(func() {
+			errs[i] = v.Verify(context.Background(), token)
+			took[i] = time.Since(start)
+		})
+	}
+	wg.Wait()
+	for i := range 4 {
+		if !errors.Is(errs[i], ErrTokenInvalid) {
+			t.Errorf("push %d: %v, want ErrTokenInvalid", i, errs[i])
+		}
+		if took[i] > 3*clientTimeout {
+			t.Errorf("push %d waited %s, want about one fetch timeout (%s)", i, took[i], clientTimeout)
+		}
+	}
+	mu.Lock()
+	n := fetches
+	mu.Unlock()
+	if n != 1 {
+		t.Errorf("fetches for four concurrent pushes: %d, want 1", n)
+	}
+
+	// Within the back-off, counted from the fetch's end: no fetch, no wait.
+	t0 := time.Now()
+	if err := v.Verify(context.Background(), token); !errors.Is(err, ErrTokenInvalid) {
+		t.Errorf("push in the back-off: %v, want ErrTokenInvalid", err)
+	}
+	if d := time.Since(t0); d > clientTimeout/2 {
+		t.Errorf("push in the back-off waited %s", d)
+	}
+	mu.Lock()
+	n = fetches
+	offset += keysRetryAfter // the back-off passes
+	mu.Unlock()
+	if n != 1 {
+		t.Errorf("fetches after a push in the back-off: %d, want 1", n)
+	}
+
+	// After it, a new fetch hangs again; a push with a short deadline
+	// leaves when its context ends, not when the fetch does.
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	t0 = time.Now()
+	err = v.Verify(ctx, token)
+	if !errors.Is(err, ErrTokenInvalid) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("push with a short deadline: %v, want ErrTokenInvalid wrapping the deadline", err)
+	}
+	if d := time.Since(t0); d > clientTimeout/2 {
+		t.Errorf("push with a 50ms deadline waited %s", d)
+	}
+}

@@ -32,6 +32,16 @@ const (
 	// condition, in bytes. RE2 runs in linear time, but the compiled program
 	// grows with the pattern, and every rule is held compiled in memory.
 	MaxPatternLen = 256
+	// MaxPatternInsts bounds a matches pattern's compiled program, in
+	// instructions: a short pattern can compile large ((\w+\s?){1000} is
+	// 18 bytes and 6,000 instructions), and matching costs time in
+	// proportion to the program for every message, condition and rule. A
+	// case-insensitive word list of 256 bytes is about 180; a 256-byte
+	// literal about 256.
+	MaxPatternInsts = 300
+	// MaxPatternRepeat is the largest count a repeat ({n} or {n,m}) of a
+	// matches pattern may have (RE2 allows 1000).
+	MaxPatternRepeat = 100
 	// MaxLabelLen is the longest label name, in characters (Gmail's limit).
 	MaxLabelLen = 225
 	// MaxRuleBytes bounds the JSON text Parse accepts.
@@ -201,12 +211,50 @@ func (c Condition) validate(path string) error {
 		if _, err := regexp.Compile(c.Value); err != nil {
 			return invalid(path+".value", "This is not a valid regular expression (RE2 syntax): %s.", regexpProblem(err))
 		}
+		if problem := patternCost(c.Value); problem != "" {
+			return invalid(path+".value", "%s", problem)
+		}
 	case "":
 		return invalid(path+".op", "Choose how to compare: contains, not_contains, equals or matches.")
 	default:
 		return invalid(path+".op", "%q is not an operator; use contains, not_contains, equals or matches.", clip(c.Op))
 	}
 	return nil
+}
+
+// patternCost says what makes a valid pattern too costly to run on every
+// message (a repeat count over MaxPatternRepeat, or a compiled program
+// over MaxPatternInsts instructions), or "" when it is not. The program is
+// compiled as regexp compiles it: parsed with Perl flags, simplified.
+func patternCost(pattern string) string {
+	re, err := syntax.Parse(pattern, syntax.Perl)
+	if err != nil {
+		return "" // regexp.Compile has said what is wrong
+	}
+	if n := maxRepeat(re); n > MaxPatternRepeat {
+		return fmt.Sprintf("A repeat count may be at most %d; this pattern repeats %d times. Use + or * for \"any number\".", MaxPatternRepeat, n)
+	}
+	prog, err := syntax.Compile(re.Simplify())
+	if err != nil {
+		return "This regular expression is too large to run."
+	}
+	if n := len(prog.Inst); n > MaxPatternInsts {
+		return fmt.Sprintf("This regular expression compiles to %d steps, more than the %d allowed (each message is matched against it): make repeats smaller or the pattern shorter.", n, MaxPatternInsts)
+	}
+	return ""
+}
+
+// maxRepeat is the largest count of any {n,m} repeat in re (m, or n when
+// unbounded).
+func maxRepeat(re *syntax.Regexp) int {
+	n := 0
+	if re.Op == syntax.OpRepeat {
+		n = max(re.Min, re.Max)
+	}
+	for _, sub := range re.Sub {
+		n = max(n, maxRepeat(sub))
+	}
+	return n
 }
 
 // regexpProblem turns regexp's "error parsing regexp: missing closing ):

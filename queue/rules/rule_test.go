@@ -26,6 +26,9 @@ func TestParseValidatesWithFieldAndSentence(t *testing.T) {
 		{"long value", `{"label":"Dev","conditions":[{"field":"body","op":"contains","value":"` + strings.Repeat("a", MaxValueLen+1) + `"}]}`, "conditions[0].value", "at most 1000"},
 		{"bad regexp", `{"label":"Dev","conditions":[{"field":"subject","op":"matches","value":"(invoice"}]}`, "conditions[0].value", "missing closing )"},
 		{"long regexp", `{"label":"Dev","conditions":[{"field":"subject","op":"matches","value":"` + strings.Repeat("a", MaxPatternLen+1) + `"}]}`, "conditions[0].value", "at most 256"},
+		{"costly regexp", `{"label":"Dev","conditions":[{"field":"body","op":"matches","value":"(?i)(\\w+\\s?){1000}"}]}`, "conditions[0].value", "at most 100"},
+		{"nested repeats", `{"label":"Dev","conditions":[{"field":"from","op":"contains","value":"x"},{"field":"body","op":"matches","value":"((a{10}){10}){10}"}]}`, "conditions[1].value", "more than the 300 allowed"},
+		{"repeat under the bound, program over", `{"label":"Dev","conditions":[{"field":"body","op":"matches","value":"(?i)(\\w+\\s?){60}"}]}`, "conditions[0].value", "compiles to"},
 		{"unknown field", `{"label":"Dev","colour":"red","conditions":[{"field":"from","op":"contains","value":"x"}]}`, "colour", "no field"},
 		{"wrong type", `{"label":"Dev","conditions":[{"field":"from","op":"contains","value":7}]}`, "conditions[0].value", "wrong type"},
 		{"unknown action", `{"label":"Dev","conditions":[{"field":"from","op":"contains","value":"x"}],"actions":{"delete":true}}`, "actions.delete", "no field"},
@@ -49,6 +52,24 @@ func TestParseValidatesWithFieldAndSentence(t *testing.T) {
 				t.Errorf("message %q is not a sentence", ve.Message)
 			}
 		})
+	}
+}
+
+// TestPatternCostAllowsRealPatterns: the bounds on a pattern's program
+// leave room for the patterns people write.
+func TestPatternCostAllowsRealPatterns(t *testing.T) {
+	t.Parallel()
+	for _, p := range []string{
+		`^(invoice|receipt|bill)\s+#?\d{4,8}$`,
+		`[a-z0-9._%+-]+@[a-z0-9.-]+\.[a-z]{2,}`,
+		`(?i)(invoice|receipt|order|payment|statement|bill|subscription|renewal|confirmation|shipping|delivery|tracking|account|security|password|login|verify|alert|notification|update)`,
+		`(?i)` + strings.Repeat("a", MaxPatternLen-4),
+		`\d{1,100}`,
+		`(?i)(\w+\s?){20}`,
+	} {
+		if problem := patternCost(p); problem != "" {
+			t.Errorf("%s: %s", p, problem)
+		}
 	}
 }
 

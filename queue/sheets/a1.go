@@ -27,9 +27,16 @@ func quoteSheet(name string) string {
 // the submission id.
 func width(f store.Form) int { return len(f.Columns) + 2 }
 
-// columnsRange is the form's columns over the whole sheet ("'S'!A:D").
-func columnsRange(sheet string, columns int) string {
-	return fmt.Sprintf("%s!A:%s", quoteSheet(sheet), colName(columns+1))
+// columnsRange is the form's columns over the whole sheet ("'S'!A:D"),
+// cut at the grid's last column when the grid is narrower than the form's
+// rows (it grows before the first write; a read past it is refused).
+// gridCols 0: not known.
+func columnsRange(sheet string, columns, gridCols int) string {
+	last := columns + 1
+	if gridCols > 0 {
+		last = min(last, gridCols-1)
+	}
+	return fmt.Sprintf("%s!A:%s", quoteSheet(sheet), colName(max(last, 0)))
 }
 
 // writeRange is the A1 range of a planned write.

@@ -125,6 +125,19 @@ type Config struct {
 	// when the write needs it to (one grow serves many writes). Default
 	// max(1000, 4 x Threshold).
 	GrowStep int
+	// SubmitsPerForm and SubmitsPerUser: accepted submissions per
+	// SubmitWindow to one form, and to all the forms of one user
+	// together; more are refused (429). Defaults 600 and 1200
+	// (MAILROOM_SUBMISSIONS_PER_FORM, MAILROOM_SUBMISSIONS_PER_USER).
+	SubmitsPerForm, SubmitsPerUser int
+	// SubmitWindow is the sliding window of those limits. Default one
+	// minute (MAILROOM_SUBMISSIONS_WINDOW).
+	SubmitWindow time.Duration
+	// MaxWaiting is how many rows may wait to be written for one form; a
+	// form with that many (one in error, whose rows wait for its sheet to
+	// be fixed) refuses new submissions (409) until rows are written.
+	// Default 10000 (MAILROOM_SHEETS_MAX_WAITING).
+	MaxWaiting int
 	// SpentUntil, when set, says until when a quota window kept in the
 	// broker counts as fully spent because the broker lost its log
 	// (queue.Watch.SpentUntil); nil: the broker's log is trusted.
@@ -164,6 +177,18 @@ func (c *Config) defaults() {
 	}
 	if c.RecheckMax <= 0 {
 		c.RecheckMax = 10 * time.Minute
+	}
+	if c.SubmitsPerForm <= 0 {
+		c.SubmitsPerForm = 600
+	}
+	if c.SubmitsPerUser <= 0 {
+		c.SubmitsPerUser = 1200
+	}
+	if c.SubmitWindow <= 0 {
+		c.SubmitWindow = time.Minute
+	}
+	if c.MaxWaiting <= 0 {
+		c.MaxWaiting = 10000
 	}
 	if c.GrowStep <= 0 {
 		c.GrowStep = max(1000, 4*c.Threshold)
@@ -207,6 +232,8 @@ type Pipeline struct {
 
 	forms sync.Map // id -> store.Form (forms never change)
 
+	submits *submitLimiter
+
 	// afterWrite, when set (tests), runs after a successful write call and
 	// before its bookkeeping; an error stands for a crash in between.
 	afterWrite func() error
@@ -228,6 +255,7 @@ func New(cfg Config, deps Deps) (*Pipeline, error) {
 		alerts:  deps.Alerts,
 		queue:   deps.Queue,
 		log:     cfg.Logger.With("component", "sheets"),
+		submits: newSubmitLimiter(cfg.SubmitsPerForm, cfg.SubmitsPerUser, cfg.SubmitWindow),
 		quota: NewQuota(QuotaConfig{Kind: "writes", Limit: cfg.WritesPerMinute, ProjectLimit: cfg.ProjectWritesPerMinute,
 			Window: cfg.QuotaWindow, Now: cfg.Now, SpentUntil: cfg.SpentUntil}, deps.Broker),
 		reads: NewQuota(QuotaConfig{Kind: "reads", Limit: cfg.ReadsPerMinute, ProjectLimit: cfg.ProjectReadsPerMinute,
@@ -572,8 +600,23 @@ func (p *Pipeline) Submit(ctx context.Context, formID string, answers map[string
 	}
 	q := p.queue
 	now := p.cfg.Now().UTC()
+	if err := p.submits.take(f.ID, f.UserID, now); err != nil {
+		p.metrics.submissions.WithLabelValues("rate_limited").Inc()
+		return store.Submission{}, err
+	}
 	var sub store.Submission
 	err = p.db.Batch(func(tx *store.Tx) error {
+		w, err := tx.SheetWrites(f.ID)
+		if err != nil {
+			return err
+		}
+		if w.Buffered >= p.cfg.MaxWaiting {
+			full := &BacklogFullError{Waiting: w.Buffered, Limit: p.cfg.MaxWaiting}
+			if w.State == store.FormError {
+				full.LastError = w.LastError
+			}
+			return full
+		}
 		s, w, err := tx.SubmissionAdd(store.Submission{FormID: f.ID, SubmittedAt: now, Values: values})
 		if err != nil {
 			return err
@@ -581,6 +624,13 @@ func (p *Pipeline) Submit(ctx context.Context, formID string, answers map[string
 		sub = s
 		return p.scheduleFlush(tx, q, f.ID, w, now)
 	})
+	if err != nil {
+		p.submits.giveBack(f.ID, f.UserID, now)
+	}
+	if errors.Is(err, ErrBacklogFull) {
+		p.metrics.submissions.WithLabelValues("backlog_full").Inc()
+		return store.Submission{}, fmt.Errorf("sheets: form %s: %w", formID, err)
+	}
 	if errors.Is(err, store.ErrNotFound) {
 		// Deleted since it was read.
 		p.forms.Delete(formID)

@@ -253,7 +253,7 @@ func (p *Pipeline) checkSheet(ctx context.Context, acct store.Account, in FormIn
 	}
 	var used [][]string
 	err = p.spend(ctx, p.reads, acct.ID, "check:"+in.SpreadsheetID, waitUpTo, func(ctx context.Context) (err error) {
-		used, err = client.ReadRange(ctx, in.SpreadsheetID, columnsRange(tab.Title, len(in.Columns)))
+		used, err = client.ReadRange(ctx, in.SpreadsheetID, columnsRange(tab.Title, len(in.Columns), tab.Cols))
 		return err
 	})
 	if err != nil {
