@@ -15,7 +15,6 @@ import (
 
 	"mailroom/internal/redact"
 	"mailroom/queue"
-	"mailroom/queue/gmail"
 	"mailroom/store"
 )
 
@@ -99,36 +98,32 @@ type Config struct {
 	LogFormat            string
 	DebugTasks           bool
 
-	// Overrides are no flag's: benchmarks and tests set them.
+	// Overrides are no flag's: a program that embeds the app (the demo,
+	// the benchmarks) sets them.
 	Overrides Overrides
 }
 
-// Overrides are settings that no flag reaches. The benchmarks build the app
-// through New as serve does and set these, each naming in its note the
-// ones it uses.
+// Overrides are the settings no flag reaches, each one a program that
+// embeds the app may legitimately choose: how tasks are laid out on
+// queues and workers, the HTTP transport of Google calls, and running
+// against a Google whose quota is off or that restarts with the process
+// (an emulator). The benchmarks build the app through New as serve does
+// and name in their notes the ones they set.
 type Overrides struct {
-	// Tasks rewrites the rows of the task table (queues, workers).
+	// Tasks rewrites the rows of the task table: queues, workers, and
+	// task types of the embedding program's own, each with its handler.
 	Tasks func([]queue.TaskType) []queue.TaskType
-	// GmailQuotaOff runs without the Gmail budget (benchmarks that measure
-	// the pipelines against an emulator whose quota is off too).
+	// GmailQuotaOff runs without the Gmail budget, for a Google whose
+	// quota is off (an emulator).
 	GmailQuotaOff bool
 	// GoogleTransport, when set, carries the Google clients' HTTP requests
-	// instead of Go's default transport (the gmail-quota benchmark wraps
-	// it with the limiters of the design before the Gmail budget).
+	// instead of Go's default transport (a proxy, a recorder, a limiter).
 	GoogleTransport http.RoundTripper
 	// GmailQuotaRestartsWithProcess: the Google the app talks to starts
 	// with the process (the demo's emulator), so what it counted is lost
 	// with the broker's windows at a restart: the Gmail budget does not
 	// wait out a lost window (nor resume accounts at half).
 	GmailQuotaRestartsWithProcess bool
-	// GmailOnApplied is called after each Gmail event is applied.
-	GmailOnApplied func(gmail.Applied)
-	// RulesNaive runs the rules pipeline as the original design did
-	// (publish on every save, no stale skip): the benchmarks' baseline.
-	RulesNaive bool
-	// DebugDone, with DebugTasks, is called when a debug:record task
-	// succeeds, instead of recording its id in the data dir.
-	DebugDone func()
 }
 
 // setting is one row of the configuration table.
