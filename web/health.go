@@ -22,7 +22,7 @@ func (s *server) readyz(c *gin.Context) {
 		err = s.deps.DB.Ping()
 	}
 	if err != nil {
-		Fail(c, &Error{Status: http.StatusServiceUnavailable, Code: "not_ready", Message: "Not ready: " + err.Error(), RetryAfter: time.Second, Err: err})
+		s.fail(c, &httpError{Status: http.StatusServiceUnavailable, Code: "not_ready", Message: "Not ready: " + err.Error(), RetryAfter: time.Second, Err: err})
 		return
 	}
 	c.String(http.StatusOK, "ready")
