@@ -232,15 +232,9 @@ func ParseConfig(name string, args []string, getenv func(string) string, stderr 
 	fs.SetOutput(io.Discard) // a bad flag is one line, not the flag list
 	var flagErr error
 	for _, s := range c.settings() {
-		v := getenv(s.env)
-		if v == "" && s.secret {
-			if path := getenv(s.env + "_FILE"); path != "" {
-				raw, err := os.ReadFile(path)
-				if err != nil {
-					return nil, fmt.Errorf("%s_FILE: %w", s.env, err)
-				}
-				v = strings.TrimSpace(string(raw))
-			}
+		v, err := s.fromEnv(getenv)
+		if err != nil {
+			return nil, err
 		}
 		if v != "" {
 			if err := s.value.Set(v); err != nil {
@@ -271,6 +265,44 @@ func ParseConfig(name string, args []string, getenv func(string) string, stderr 
 		return nil, err
 	}
 	return c, nil
+}
+
+// fromEnv is the setting's value in the environment: its MAILROOM_*
+// variable, or for a secret the content of the file $ENV_FILE names;
+// empty when neither is set.
+func (s setting) fromEnv(getenv func(string) string) (string, error) {
+	v := getenv(s.env)
+	if v == "" && s.secret {
+		if path := getenv(s.env + "_FILE"); path != "" {
+			raw, err := os.ReadFile(path)
+			if err != nil {
+				return "", fmt.Errorf("%s_FILE: %w", s.env, err)
+			}
+			v = strings.TrimSpace(string(raw))
+		}
+	}
+	return v, nil
+}
+
+// Setting is one setting of serve's table, by flag name, for the commands
+// that read a few of serve's settings without serving (backup, compact):
+// its value from the environment, else its default, and its variable's
+// name. It does not validate the value.
+func Setting(flagName string, getenv func(string) string) (value, env string, err error) {
+	for _, s := range (&Config{}).settings() {
+		if s.flag != flagName {
+			continue
+		}
+		v, err := s.fromEnv(getenv)
+		if err != nil {
+			return "", s.env, err
+		}
+		if v == "" {
+			v = s.value.String()
+		}
+		return v, s.env, nil
+	}
+	return "", "", fmt.Errorf("config: no setting --%s", flagName)
 }
 
 // invalid is the error of a value the setting cannot take (a secret's
