@@ -205,24 +205,6 @@ func gmailWorkWaiting(db *store.DB, q *queue.Queue) (left bool, err error) {
 	return left, err
 }
 
-func waitFor(ctx context.Context, d time.Duration, what string, cond func() (bool, error)) error {
-	deadline := time.Now().Add(d)
-	for {
-		ok, err := cond()
-		if err != nil || ok {
-			return err
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("timed out after %s waiting for %s", d, what)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
-}
-
 // measureReads marks unread messages read one at a time, each followed by
 // its push, gap apart, and returns the push-to-applied times of the reads.
 func (g *gmailBench) measureReads(ctx context.Context, n int, gap time.Duration) ([]time.Duration, error) {
