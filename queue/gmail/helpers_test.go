@@ -261,18 +261,13 @@ func (e *env) got(accountID string) map[string]mirrorMsg {
 // task is left, and fails with the diff.
 func (e *env) waitConverged(accountID, email string, d time.Duration) {
 	e.t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		want, got := e.want(email), e.got(accountID)
-		diff := cmp.Diff(want, got)
+	testkit.EventuallyNil(e.t, d, "the mirror to converge", func() error {
+		diff := cmp.Diff(e.want(email), e.got(accountID))
 		if diff == "" && e.idle() {
-			return
+			return nil
 		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("mirror did not converge in %s (-mailbox +mirror):\n%s\noutbox: %v", d, truncate(diff, 4000), e.outbox())
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
+		return fmt.Errorf("(-mailbox +mirror):\n%s\noutbox: %v", truncate(diff, 4000), e.outbox())
+	})
 }
 
 // idle reports whether no gmail task is waiting in the outbox.
