@@ -128,14 +128,7 @@ func (g *gmailBench) close() {
 // watchReads records, every millisecond until ctx ends, the time from
 // each waiting read's push to its message standing read in the mirror.
 func (g *gmailBench) watchReads(ctx context.Context) {
-	t := time.NewTicker(time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	for sleepCtx(ctx, time.Millisecond) == nil {
 		g.mu.Lock()
 		ids := slices.Collect(maps.Keys(g.waiting))
 		g.mu.Unlock()

@@ -6,16 +6,9 @@ import (
 	"time"
 )
 
-// sleepCtx waits d, or until ctx ends.
+// sleepCtx waits d, or until ctx ends (sleepUntil, in bench_fairness.go).
 func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+	return sleepUntil(ctx, time.Now().Add(d))
 }
 
 // waitFor polls cond every 5 ms until it holds, returns an error, ctx
