@@ -91,7 +91,7 @@ func Scenarios() []Scenario {
 		{"sheets-memory", "Sheets buffers: broker bytes per waiting row and bbolt bytes per submission", benchSheetsMemory},
 		{"storage", "Data file bytes per mirrored message and per stored submission (the README's sizing)", benchStorage},
 		{"sheets-throughput", "Form submissions accepted per second through the API", benchSheetsThroughput},
-		{"rules-story", "Five saves of a rule in a minute on 3,000 threads (the naive original's figures recorded)", benchRulesStory},
+		{"rules-story", "Five saves of a rule in a minute on 3,000 threads: mailroom vs the naive original", benchRulesStory},
 		{"rules-throughput", "Reclassify of 100,000 threads against 20 rules", benchRulesThroughput},
 		{"gmail-quota", "A full sync of 10,000 messages, three rule saves and a new message a second on one account under Google's 6,000 Gmail units a minute: one budget vs the old two limiters", benchGmailQuota},
 		{"idle", "An idle serve's CPU and RSS, and CPU per 1,000 durable tasks: sleeping vs always-on task servers, both brokers", benchIdle},

@@ -124,19 +124,29 @@ type storyRun struct {
 	enqueued, worked, stale int
 	calls, units            int
 	final                   time.Duration // from the last save to the final labels in Gmail
+	// wrong counts messages whose label disagrees with the last version
+	// once every batch is done (naive only: its jobs' batches, each with
+	// its save's version, may run out of order, say when the relay hands
+	// them together under load; mailroom's run must end exact).
+	wrong int
 }
 
-// runStory makes the story's five saves, spaced gap apart, and measures.
-func runStory(ctx context.Context, threads int, scale time.Duration) (storyRun, error) {
+// runStory makes the story's five saves, spaced gap apart, and measures
+// mailroom, or with naive the naive original (naiveReclassify).
+func runStory(ctx context.Context, naive bool, threads int, scale time.Duration) (storyRun, error) {
 	var run storyRun
+	const email = "bench@example.com"
+	var n *naiveReclassify
 	// Intervals compressed with the story's time.
 	mutate := func(c *app.Config) {
 		c.ReclassifyDebounce, c.ReclassifyMaxWait, c.ReclassifyTick = 60*time.Second/scale, 10*time.Minute/scale, 10*time.Second/scale
 		c.TaskPollInterval, c.DelayedCheckInterval = 5*time.Millisecond, 100*time.Millisecond
 		c.RetryInitial, c.RetryMax = 100*time.Millisecond, time.Second
+		if n != nil {
+			n.configure(c)
+		}
 	}
 	// The story's mailbox is small: its emulator runs in this process.
-	const email = "bench@example.com"
 	// Gmail's quota is off here: both runs do all their work at once.
 	fake := googlefake.New(googlefake.Options{HistoryMaxRecords: 1000, GmailUserUnitsPerMinute: -1, GmailProjectUnitsPerMinute: -1})
 	if _, err := fake.Start(); err != nil {
@@ -148,11 +158,18 @@ func runStory(ctx context.Context, threads int, scale time.Duration) (storyRun, 
 		return run, err
 	}
 	fake.ResetCounters()
-	b, err := newRulesBench(ctx, mutate, benchGoogle{url: fake.URL(), tokenURL: fake.TokenURL(), refresh: refresh, seeded: viewOf(fake, email)}, email)
+	g := benchGoogle{url: fake.URL(), tokenURL: fake.TokenURL(), refresh: refresh, seeded: viewOf(fake, email)}
+	if naive {
+		n = &naiveReclassify{google: g, email: email}
+	}
+	b, err := newRulesBench(ctx, mutate, g, email)
 	if err != nil {
 		return run, err
 	}
 	defer b.close()
+	if n != nil {
+		n.db, n.q = b.db, b.q
+	}
 	versions := storyVersions()
 	gap := 12 * time.Second / scale
 	var id string
@@ -168,6 +185,11 @@ func runStory(ctx context.Context, threads int, scale time.Duration) (storyRun, 
 				return run, err
 			}
 		}
+		if n != nil {
+			if err := n.publish(b.account, v); err != nil {
+				return run, err
+			}
+		}
 		if i < len(versions)-1 {
 			time.Sleep(gap)
 		}
@@ -177,12 +199,33 @@ func runStory(ctx context.Context, threads int, scale time.Duration) (storyRun, 
 	if err != nil {
 		return run, err
 	}
-	if err := b.waitFinal(&run, fake, want, last); err != nil {
+	if n != nil {
+		err = n.wait(ctx, &run, fake, want, last)
+	} else {
+		err = b.waitFinal(&run, fake, want, last)
+	}
+	if err != nil {
 		return run, err
 	}
 	v := viewOf(fake, email)
 	run.calls, run.units = v.gmailCalls(), v.Units
 	return run, nil
+}
+
+// wait waits until every naive batch is done and records the run: the
+// batches, the time from last (the last save) and the messages whose label
+// then disagrees with want, the last version's matches.
+func (n *naiveReclassify) wait(ctx context.Context, run *storyRun, fake *googlefake.Server, want map[string]bool, last time.Time) error {
+	err := waitFor(ctx, 5*time.Minute, "the naive batches", func() (bool, error) {
+		return n.done.Load() == n.enqueued.Load(), nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w (%d of %d done)", err, n.done.Load(), n.enqueued.Load())
+	}
+	run.final = time.Since(last)
+	run.enqueued, run.worked = int(n.enqueued.Load()), int(n.done.Load())
+	run.wrong = differing(want, viewOf(fake, n.email).labelled("GitHub"))
+	return nil
 }
 
 // waitFinal waits until the labels are final (equal to want, the last
@@ -261,32 +304,26 @@ func equalSets(a, b map[string]bool) bool {
 	return true
 }
 
-// The naive original (publish on every save, no stale skip) ran beside
-// mailroom in this scenario until the rules pipeline lost its Naive mode
-// (last in the tree at commit b930994). Its figures from the last run,
-// 3,000 threads on 2026-12-02 (bench/RESULTS.md of commit b2afb18), stay
-// for comparison; the scenario no longer runs it.
-const (
-	naiveThreads  = 3000
-	naiveBatches  = 300
-	naiveCalls    = 841
-	naiveUnits    = 27305
-	naiveFinalSec = 0.37
-)
-
 // benchRulesStory is story 1 measured: five saves of one rule in a minute
-// on 3,000 threads, against the naive original's recorded figures.
+// on 3,000 threads, mailroom against the naive original (publish on every
+// save, no stale skip: naiveReclassify) in the same run.
 func benchRulesStory(ctx context.Context, o Options) (Result, error) {
 	var r Result
 	threads, scale := 3000, time.Duration(10)
 	if o.Quick {
 		threads, scale = 600, 100
 	}
-	o.progress("   mailroom: %d threads, five saves %s apart, debounce %s", threads, 12*time.Second/scale, 60*time.Second/scale)
-	m, err := runStory(ctx, threads, scale)
-	if err != nil {
-		return r, fmt.Errorf("mailroom: %w", err)
+	runs := map[bool]storyRun{}
+	for _, naive := range []bool{false, true} {
+		name := map[bool]string{false: "mailroom", true: "naive"}[naive]
+		o.progress("   %s: %d threads, five saves %s apart, debounce %s", name, threads, 12*time.Second/scale, 60*time.Second/scale)
+		run, err := runStory(ctx, naive, threads, scale)
+		if err != nil {
+			return r, fmt.Errorf("%s: %w", name, err)
+		}
+		runs[naive] = run
 	}
+	m, n := runs[false], runs[true]
 	batches := float64(threads / 50)
 	r.addTarget("mailroom: batch tasks enqueued", float64(m.enqueued), "tasks", batches, false)
 	r.addTarget("mailroom: batches that did Gmail work", float64(m.worked), "tasks", batches, false)
@@ -294,12 +331,17 @@ func benchRulesStory(ctx context.Context, o Options) (Result, error) {
 	r.add("mailroom: Gmail calls", float64(m.calls), "calls")
 	r.add("mailroom: Gmail quota units", float64(m.units), "units")
 	r.add("mailroom: time to final labels after the last save", m.final.Seconds(), "s")
+	r.add("naive: batch tasks enqueued", float64(n.enqueued), "tasks")
+	r.add("naive: batches that did Gmail work", float64(n.worked), "tasks")
+	r.add("naive: Gmail calls", float64(n.calls), "calls")
+	r.add("naive: Gmail quota units", float64(n.units), "units")
+	r.add("naive: messages labelled wrongly once its jobs were done", float64(n.wrong), "messages")
+	r.add("naive: time to final labels after the last save", n.final.Seconds(), "s")
+	r.addTarget("quota units, naive ÷ mailroom", float64(n.units)/float64(max(m.units, 1)), "ratio", 4, true)
 	r.add("mailroom: minutes of one user's Gmail quota (6,000 units/min)", float64(m.units)/6000, "min")
-	if threads == naiveThreads {
-		r.addTarget("quota units, naive (recorded, b2afb18) ÷ mailroom", float64(naiveUnits)/float64(max(m.units, 1)), "ratio", 4, true)
-	}
-	r.Notes = append(r.Notes, fmt.Sprintf("%d threads, batches of 50; time compressed %dx (saves %s apart, debounce %s, tick %s), so mailroom's time to final labels includes the compressed debounce; Gmail's quota off (emulator and budget) so the run does all its work at once; the app built by app.New with these settings overridden: MAILROOM_RECLASSIFY_DEBOUNCE, _MAX_WAIT and _TICK compressed as said, MAILROOM_TASK_POLL_INTERVAL=5ms, MAILROOM_DELAYED_CHECK_INTERVAL=100ms, MAILROOM_RETRY_INITIAL=100ms, MAILROOM_RETRY_MAX=1s, MAILROOM_GMAIL_POLL_INTERVAL=1h, no Gmail budget (Overrides.GmailQuotaOff)", threads, scale, 12*time.Second/scale, 60*time.Second/scale, 10*time.Second/scale))
-	r.Notes = append(r.Notes, fmt.Sprintf("the naive original (publish on every save, no stale skip), no longer run: its rules pipeline mode was removed from production code after commit b930994. Its last figures, %d threads on 2026-12-02 (bench/RESULTS.md of commit b2afb18), beside a mailroom of 60 batches, 121 calls and 3,065 units: %d batch tasks enqueued, all doing Gmail work; %d Gmail calls; %d quota units (%.2f min of one user's quota; the ratio row divides them by this run's units); %.2f s to final labels after the last save, 0 messages left labelled wrongly", naiveThreads, naiveBatches, naiveCalls, naiveUnits, float64(naiveUnits)/6000, naiveFinalSec))
+	r.add("naive: minutes of one user's Gmail quota (6,000 units/min)", float64(n.units)/6000, "min")
+	r.Notes = append(r.Notes, fmt.Sprintf("%d threads, batches of 50; time compressed %dx (saves %s apart, debounce %s, tick %s), so mailroom's time to final labels includes the compressed debounce; Gmail's quota off (emulator and budget) so both runs do all their work at once (against Google, naive's units above one minute of quota would stretch its time to final labels by that many minutes); the app built by app.New with these settings overridden: MAILROOM_RECLASSIFY_DEBOUNCE, _MAX_WAIT and _TICK compressed as said, MAILROOM_TASK_POLL_INTERVAL=5ms, MAILROOM_DELAYED_CHECK_INTERVAL=100ms, MAILROOM_RETRY_INITIAL=100ms, MAILROOM_RETRY_MAX=1s, MAILROOM_GMAIL_POLL_INTERVAL=1h, no Gmail budget (Overrides.GmailQuotaOff); for naive also MAILROOM_RECLASSIFY_DEBOUNCE and _MAX_WAIT 1h (the product's reclassify never fires) and its own batch task type added to the task table (Overrides.Tasks, the product's reclassify workers)", threads, scale, 12*time.Second/scale, 60*time.Second/scale, 10*time.Second/scale))
+	r.Notes = append(r.Notes, "naive: the original design built in the bench from public pieces (bench_rules_naive.go): each save publishes at once one batch task per 50 threads; each batch applies its own save's version, adding the label where it matches and removing it elsewhere in the batch (one batchModify each way), with no stale skip. Until commit b930994 the naive ran as a mode of the rules pipeline itself (the same batch handler: provenance, a getProfile per batch); its last figures (3,000 threads, 2026-12-02, bench/RESULTS.md of b2afb18): 300 batches, 841 Gmail calls, 27,305 units, 0.37 s to final labels, 0 messages labelled wrongly")
 	return r, nil
 }
 

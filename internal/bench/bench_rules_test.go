@@ -9,7 +9,7 @@ import (
 
 // TestBenchRulesQuick runs the rules benchmark scenarios in their quick
 // form, so that they never rot. The story's counts hold at any size: one
-// job of threads/50 batches.
+// job of threads/50 batches for mailroom, five for the naive original.
 func TestBenchRulesQuick(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the benchmark scenarios")
@@ -28,6 +28,10 @@ func TestBenchRulesQuick(t *testing.T) {
 			case "mailroom: batch tasks enqueued", "mailroom: batches that did Gmail work":
 				if m.Value != 12 {
 					t.Errorf("%s = %v, want 12 (600 threads in batches of 50, one job)", m.Name, m.Value)
+				}
+			case "naive: batch tasks enqueued", "naive: batches that did Gmail work":
+				if m.Value != 60 {
+					t.Errorf("%s = %v, want 60 (five jobs)", m.Name, m.Value)
 				}
 			}
 		}
