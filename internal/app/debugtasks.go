@@ -15,7 +15,7 @@ import (
 )
 
 // debugTasks is the debug:record task type, enabled by --debug-tasks for the
-// crash-safety tests and the core benchmark: each completion appends the
+// crash-safety tests and the idle benchmark: each completion appends the
 // task id to a file in the data dir.
 type debugTasks struct {
 	q    *queue.Queue

@@ -359,16 +359,15 @@ func startBenchRedis(ctx context.Context) (string, func(), error) {
 	}
 	stop := func() { cmd.Process.Kill(); cmd.Wait() }
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		if c, err := net.Dial("tcp", addr); err == nil {
+	if err := waitFor(ctx, 5*time.Second, "redis-server", func() (bool, error) {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
 			c.Close()
-			break
 		}
-		if time.Now().After(deadline) {
-			stop()
-			return "", nil, errors.New("redis-server did not start")
-		}
-		time.Sleep(20 * time.Millisecond)
+		return err == nil, nil
+	}); err != nil {
+		stop()
+		return "", nil, fmt.Errorf("redis-server did not start: %w", err)
 	}
 	return "redis://" + addr + "/0", stop, nil
 }

@@ -95,12 +95,13 @@ func (n *naiveReclassify) publish(accountID string, spec rules.Spec) error {
 // matches, off the others.
 func (n *naiveReclassify) handle(ctx context.Context, t *queue.Task) error {
 	var pl naivePayload
-	if err := json.Unmarshal(t.Payload, &pl); err != nil {
-		return queue.Permanent(fmt.Errorf("naive batch: %w", err))
+	var match *rules.Compiled
+	err := json.Unmarshal(t.Payload, &pl)
+	if err == nil {
+		match, err = rules.Compile(pl.Spec)
 	}
-	match, err := rules.Compile(pl.Spec)
 	if err != nil {
-		return queue.Permanent(err)
+		return queue.Permanent(fmt.Errorf("naive batch: %w", err))
 	}
 	var msgs []store.Message
 	if err := n.db.View(func(tx *store.Tx) (err error) {
