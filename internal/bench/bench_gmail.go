@@ -254,7 +254,7 @@ func benchGmailIsolation(ctx context.Context, o Options) (Result, error) {
 		backlog, reads = 200, 20
 	}
 	const fetch = 200 * time.Millisecond
-	r.Notes = append(r.Notes, fmt.Sprintf("%d reads, one push each %s apart; backlog: %d message-added events whose messages.get takes %s (emulator latency); default workers (message-added 3, each state queue 5, baseline one queue of 33: the task table's rows overridden); task poll interval 100ms (default); %s", reads, gap, backlog, fetch, gmailBenchOverrides))
+	r.Notes = append(r.Notes, fmt.Sprintf("%d reads, one push each %s apart; backlog: %d message-added events whose messages.get takes %s (emulator latency); default workers (message-added 3, each state queue 5, baseline one queue of 33: the task table's rows overridden through Overrides.Tasks); task poll interval 100ms (default); %s", reads, gap, backlog, fetch, gmailBenchOverrides))
 
 	run := func(name string, oneQueue bool, backlog int) ([]time.Duration, error) {
 		o.progress("   %s", name)
