@@ -122,16 +122,15 @@ func TestServersStayAwakeForScheduledAndRetryingTasks(t *testing.T) {
 			// The relay hands the task (and wakes the server) just after the
 			// enqueue commits.
 			testkit.Eventually(t, 5*time.Second, what+": the hand-over to wake the server", func() bool { return awake(h.q, "debug") || finished() })
-			deadline := time.Now().Add(15 * time.Second)
-			for !finished() {
+			testkit.Eventually(t, 15*time.Second, what+": the task to finish", func() bool {
+				if finished() {
+					return true
+				}
 				if !awake(h.q, "debug") && !finished() {
 					t.Fatalf("%s: the debug server slept with the task still in flight", what)
 				}
-				if time.Now().After(deadline) {
-					t.Fatalf("%s: never finished", what)
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
+				return false
+			})
 			testkit.Eventually(t, 10*time.Second, what+": the server to sleep after", func() bool { return !awake(h.q, "debug") })
 		}
 
@@ -275,9 +274,7 @@ func BenchmarkWakeCycle(b *testing.B) {
 				}
 				defer q.Stop()
 				asleep := func() bool { return alwaysOn || !awake(q, "debug") }
-				for !asleep() {
-					time.Sleep(time.Millisecond)
-				}
+				testkit.Eventually(b, 10*time.Second, "the debug server to sleep", asleep)
 				cpu0 := processCPU(b)
 				b.ResetTimer()
 				for range b.N {

@@ -3,6 +3,7 @@ package web
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"net/url"
 	"sort"
 
@@ -64,20 +65,20 @@ func (s *server) typeCounts() ([]typeCount, int, error) {
 func (s *server) deadLettersPage(c *gin.Context) {
 	q, err := s.parseDeadLetterQuery(c)
 	if err != nil {
-		Fail(c, err)
+		s.fail(c, err)
 		return
 	}
 	types, total, err := s.typeCounts()
 	if err != nil {
-		Fail(c, err)
+		s.fail(c, err)
 		return
 	}
 	items, next, err := s.deadLetters(q)
 	if err != nil {
-		Fail(c, err)
+		s.fail(c, err)
 		return
 	}
-	Render(c, "deadletters", deadLettersView{
+	s.render(c, http.StatusOK, "deadletters", deadLettersView{
 		Types: types, Type: q.Type, Total: total, Items: items, Cursor: q.Cursor, Next: next,
 		CanRedrive: s.deps.Queue != nil, CanAlert: s.deps.Alerts != nil,
 	})
@@ -86,64 +87,64 @@ func (s *server) deadLettersPage(c *gin.Context) {
 func (s *server) deadLetterPage(c *gin.Context) {
 	d, err := s.deadLetter(c.Param("id"))
 	if err != nil {
-		Fail(c, err)
+		s.fail(c, err)
 		return
 	}
-	Render(c, "deadletter", deadLetterView{Letter: d, Payload: prettyJSON(payloadJSON(d.Payload)), CanRedrive: s.deps.Queue != nil})
+	s.render(c, http.StatusOK, "deadletter", deadLetterView{Letter: d, Payload: prettyJSON(payloadJSON(d.Payload)), CanRedrive: s.deps.Queue != nil})
 }
 
 func (s *server) adminRedriveOne(c *gin.Context) {
 	id := c.Param("id")
 	n, _, err := s.redriveIDs([]string{id})
 	if err != nil {
-		Fail(c, err)
+		s.fail(c, err)
 		return
 	}
 	if n == 0 {
-		SetFlash(c, "error", fmt.Sprintf("Dead letter %s is gone: it was already redriven or discarded.", id))
+		s.setFlash(c, "error", fmt.Sprintf("Dead letter %s is gone: it was already redriven or discarded.", id))
 	} else {
-		SetFlash(c, "ok", fmt.Sprintf("Dead letter %s is queued again.", id))
+		s.setFlash(c, "ok", fmt.Sprintf("Dead letter %s is queued again.", id))
 	}
-	Redirect(c, "/admin/deadletters")
+	redirect(c, "/admin/deadletters")
 }
 
 func (s *server) adminDiscard(c *gin.Context) {
 	id := c.Param("id")
 	err := s.discard(id)
-	var e *Error
+	var e *httpError
 	switch {
 	case errors.As(err, &e) && e.Status == 404:
-		SetFlash(c, "error", fmt.Sprintf("Dead letter %s is gone: it was already redriven or discarded.", id))
+		s.setFlash(c, "error", fmt.Sprintf("Dead letter %s is gone: it was already redriven or discarded.", id))
 	case err != nil:
-		Fail(c, err)
+		s.fail(c, err)
 		return
 	default:
-		SetFlash(c, "ok", fmt.Sprintf("Dead letter %s is discarded.", id))
+		s.setFlash(c, "ok", fmt.Sprintf("Dead letter %s is discarded.", id))
 	}
-	Redirect(c, "/admin/deadletters")
+	redirect(c, "/admin/deadletters")
 }
 
 func (s *server) adminRedriveType(c *gin.Context) {
 	typ := c.PostForm("type")
 	if typ == "" {
-		Fail(c, Invalid("type", "Choose a task type to redrive."))
+		s.fail(c, invalid("type", "Choose a task type to redrive."))
 		return
 	}
 	n, err := s.redriveType(typ)
 	if err != nil {
-		Fail(c, err)
+		s.fail(c, err)
 		return
 	}
-	SetFlash(c, "ok", fmt.Sprintf("%s of type %s queued again.", plural(n, "dead letter", "dead letters"), typ))
-	Redirect(c, "/admin/deadletters?type="+url.QueryEscape(typ))
+	s.setFlash(c, "ok", fmt.Sprintf("%s of type %s queued again.", plural(n, "dead letter", "dead letters"), typ))
+	redirect(c, "/admin/deadletters?type="+url.QueryEscape(typ))
 }
 
 func (s *server) adminTestAlert(c *gin.Context) {
 	if s.deps.Alerts == nil {
-		Fail(c, Unavailable("Alerts are not wired in this server."))
+		s.fail(c, unavailable("Alerts are not wired in this server."))
 		return
 	}
 	kind, text := sendTestAlert(c.Request.Context(), s.deps.Alerts)
-	SetFlash(c, kind, text)
-	Redirect(c, "/admin/deadletters")
+	s.setFlash(c, kind, text)
+	redirect(c, "/admin/deadletters")
 }

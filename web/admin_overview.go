@@ -68,7 +68,7 @@ type dataFileView struct {
 type overviewView struct {
 	// Panels are figures of the pipelines (the Gmail quota; page only,
 	// not refreshed).
-	Panels   []OverviewPanel `json:"-"`
+	Panels   []overviewPanel `json:"-"`
 	Running  bool            `json:"running"`
 	Problems []Problem       `json:"problems"`
 	Queues   []queueRow      `json:"queues"`
@@ -152,7 +152,7 @@ func queueStatus(st queue.QueueStats) (label, class string) {
 func (s *server) overviewPage(c *gin.Context) {
 	v, err := s.overview(c)
 	if err != nil {
-		Fail(c, err)
+		s.fail(c, err)
 		return
 	}
 	if s.deps.Gmail != nil {
@@ -160,22 +160,22 @@ func (s *server) overviewPage(c *gin.Context) {
 		p, err := gmailOverview(ctx, s.deps.Gmail)
 		cancel()
 		if err != nil {
-			Fail(c, err)
+			s.fail(c, err)
 			return
 		}
 		if len(p.Figures) > 0 {
 			v.Panels = append(v.Panels, p)
 		}
 	}
-	Render(c, "overview", v)
+	s.render(c, http.StatusOK, "overview", v)
 }
 
 func (s *server) overviewJSON(c *gin.Context) {
 	v, err := s.overview(c)
 	if err != nil {
-		Fail(c, err)
+		s.fail(c, err)
 		return
 	}
 	c.Header("Cache-Control", "no-store")
-	JSON(c, http.StatusOK, v)
+	s.writeJSON(c, http.StatusOK, v)
 }

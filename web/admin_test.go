@@ -190,7 +190,7 @@ func TestCSRF(t *testing.T) {
 		t.Errorf("discard with CSRF header: %d", w.Code)
 	}
 	// An oversized form is 413, not a silent 403.
-	big := url.Values{"csrf": {s.csrf}, "name": {strings.Repeat("x", MaxBodyBytes)}}
+	big := url.Values{"csrf": {s.csrf}, "name": {strings.Repeat("x", maxBodyBytes)}}
 	if w := request(t, e.h, http.MethodPost, "/admin/tokens", big, s.headers()); w.Code != http.StatusRequestEntityTooLarge {
 		t.Errorf("oversized form: %d", w.Code)
 	}

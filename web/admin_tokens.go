@@ -60,15 +60,15 @@ func (s *server) createTokenFrom(req tokenRequest) (store.APIToken, string, erro
 	name := strings.TrimSpace(req.Name)
 	switch {
 	case name == "":
-		return store.APIToken{}, "", Invalid("name", "Give the token a name, such as the script or machine that will use it.")
+		return store.APIToken{}, "", invalid("name", "Give the token a name, such as the script or machine that will use it.")
 	case !utf8.ValidString(name) || utf8.RuneCountInString(name) > 100:
-		return store.APIToken{}, "", Invalid("name", "The name must be at most 100 characters of text.")
+		return store.APIToken{}, "", invalid("name", "The name must be at most 100 characters of text.")
 	}
 	var expiresAt time.Time
 	if v := strings.TrimSpace(req.ExpiresIn); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 || d > maxTokenLife {
-			return store.APIToken{}, "", Invalid("expiresIn", "expiresIn must be a Go duration such as 720h, more than zero and at most 87600h (ten years).")
+			return store.APIToken{}, "", invalid("expiresIn", "expiresIn must be a Go duration such as 720h, more than zero and at most 87600h (ten years).")
 		}
 		expiresAt = s.now().Add(d)
 	}
@@ -79,7 +79,7 @@ func (s *server) createTokenFrom(req tokenRequest) (store.APIToken, string, erro
 		return err
 	})
 	if errors.Is(err, store.ErrNotFound) {
-		return store.APIToken{}, "", &Error{Status: http.StatusNotFound, Code: "not_found", Field: "userId", Message: "There is no such user."}
+		return store.APIToken{}, "", &httpError{Status: http.StatusNotFound, Code: "not_found", Field: "userId", Message: "There is no such user."}
 	}
 	if err != nil {
 		return store.APIToken{}, "", fmt.Errorf("web: create API token: %w", err)
@@ -130,17 +130,17 @@ func toTokenJSON(t store.APIToken) tokenJSON {
 // apiCreateToken is POST /api/v1/tokens → 201 {"id","name","userId","expiresAt","token"}.
 func (s *server) apiCreateToken(c *gin.Context) {
 	var req tokenRequest
-	if err := BindJSON(c, &req); err != nil {
-		Fail(c, err)
+	if err := bindJSON(c, &req); err != nil {
+		s.fail(c, err)
 		return
 	}
 	t, token, err := s.createTokenFrom(req)
 	if err != nil {
-		Fail(c, err)
+		s.fail(c, err)
 		return
 	}
 	j := toTokenJSON(t)
-	JSON(c, http.StatusCreated, struct {
+	s.writeJSON(c, http.StatusCreated, struct {
 		ID        string     `json:"id"`
 		Name      string     `json:"name"`
 		UserID    *string    `json:"userId"`
@@ -153,14 +153,14 @@ func (s *server) apiCreateToken(c *gin.Context) {
 func (s *server) apiListTokens(c *gin.Context) {
 	list, err := s.tokens()
 	if err != nil {
-		Fail(c, err)
+		s.fail(c, err)
 		return
 	}
 	out := make([]tokenJSON, 0, len(list))
 	for _, t := range list {
 		out = append(out, toTokenJSON(t))
 	}
-	JSON(c, http.StatusOK, gin.H{"tokens": out})
+	s.writeJSON(c, http.StatusOK, gin.H{"tokens": out})
 }
 
 // apiDeleteToken is DELETE /api/v1/tokens/{id} → 204; the token stops
@@ -169,10 +169,10 @@ func (s *server) apiDeleteToken(c *gin.Context) {
 	id := c.Param("id")
 	if err := s.deps.DB.Update(func(tx *store.Tx) error { return tx.APITokenDelete(id) }); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
-			Fail(c, NotFound("There is no such token."))
+			s.fail(c, notFound("There is no such token."))
 			return
 		}
-		Fail(c, fmt.Errorf("web: revoke API token: %w", err))
+		s.fail(c, fmt.Errorf("web: revoke API token: %w", err))
 		return
 	}
 	s.log.Info("API token revoked", "token_id", id)
@@ -184,11 +184,11 @@ func (s *server) apiDeleteToken(c *gin.Context) {
 func (s *server) renderTokens(c *gin.Context, status int, v tokensView) {
 	list, err := s.tokens()
 	if err != nil {
-		Fail(c, err)
+		s.fail(c, err)
 		return
 	}
 	if err := s.deps.DB.View(func(tx *store.Tx) (err error) { v.Users, err = tx.Users(); return err }); err != nil {
-		Fail(c, fmt.Errorf("web: list users: %w", err))
+		s.fail(c, fmt.Errorf("web: list users: %w", err))
 		return
 	}
 	emails := make(map[string]string, len(v.Users))
@@ -206,7 +206,7 @@ func (s *server) renderTokens(c *gin.Context, status int, v tokensView) {
 		}
 		v.Tokens = append(v.Tokens, row)
 	}
-	RenderStatus(c, status, "tokens", v)
+	s.render(c, status, "tokens", v)
 }
 
 func (s *server) tokensPage(c *gin.Context) { s.renderTokens(c, http.StatusOK, tokensView{}) }
@@ -214,13 +214,13 @@ func (s *server) tokensPage(c *gin.Context) { s.renderTokens(c, http.StatusOK, t
 func (s *server) createToken(c *gin.Context) {
 	req := tokenRequest{Name: c.PostForm("name"), UserID: c.PostForm("userId"), ExpiresIn: c.PostForm("expiresIn")}
 	t, token, err := s.createTokenFrom(req)
-	var e *Error
+	var e *httpError
 	if errors.As(err, &e) && e.Status < 500 {
 		s.renderTokens(c, e.Status, tokensView{Error: e.Message, Name: req.Name, UserID: req.UserID, ExpiresIn: req.ExpiresIn})
 		return
 	}
 	if err != nil {
-		Fail(c, err)
+		s.fail(c, err)
 		return
 	}
 	nt := &newToken{Name: t.Name, Token: token, ExpiresAt: t.ExpiresAt, BaseURL: s.baseURL(c), Example: "/api/v1/queues"}
@@ -240,15 +240,15 @@ func (s *server) revokeToken(c *gin.Context) {
 	err := s.deps.DB.Update(func(tx *store.Tx) error { return tx.APITokenDelete(id) })
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		SetFlash(c, "error", "That token was already revoked.")
+		s.setFlash(c, "error", "That token was already revoked.")
 	case err != nil:
-		Fail(c, fmt.Errorf("web: revoke API token: %w", err))
+		s.fail(c, fmt.Errorf("web: revoke API token: %w", err))
 		return
 	default:
 		s.log.Info("API token revoked", "token_id", id)
-		SetFlash(c, "ok", "The token is revoked; requests using it are refused from now on.")
+		s.setFlash(c, "ok", "The token is revoked; requests using it are refused from now on.")
 	}
-	Redirect(c, "/admin/tokens")
+	redirect(c, "/admin/tokens")
 }
 
 // baseURL is MAILROOM_PUBLIC_URL, or the URL this request came to.

@@ -64,17 +64,17 @@ func (s *server) parseDeadLetterQuery(c *gin.Context) (deadLetterQuery, error) {
 	if v := c.Query("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > maxDeadLetterLimit {
-			return q, Invalid("limit", fmt.Sprintf("limit must be a whole number from 1 to %d.", maxDeadLetterLimit))
+			return q, invalid("limit", fmt.Sprintf("limit must be a whole number from 1 to %d.", maxDeadLetterLimit))
 		}
 		q.Limit = n
 	}
 	if q.Cursor != "" {
 		if _, err := store.Seq(q.Cursor); err != nil {
-			return q, Invalid("cursor", "cursor is not one this server gave out; use the \"next\" value of the previous page.")
+			return q, invalid("cursor", "cursor is not one this server gave out; use the \"next\" value of the previous page.")
 		}
 	}
 	if q.Type != "" && !s.knownType(q.Type) {
-		return q, Invalid("type", fmt.Sprintf("There is no task type %q.", q.Type))
+		return q, invalid("type", fmt.Sprintf("There is no task type %q.", q.Type))
 	}
 	return q, nil
 }
@@ -108,7 +108,7 @@ func (s *server) deadLetter(id string) (queue.DeadLetter, error) {
 	}
 	d, err := s.deps.Queue.DeadLetter(id)
 	if errors.Is(err, store.ErrNotFound) {
-		return d, NotFound(fmt.Sprintf("There is no dead letter %q (it may have been redriven or discarded).", id))
+		return d, notFound(fmt.Sprintf("There is no dead letter %q (it may have been redriven or discarded).", id))
 	}
 	return d, err
 }
@@ -119,13 +119,13 @@ func (s *server) discard(id string) error {
 	}
 	err := s.deps.Queue.Discard(id)
 	if errors.Is(err, store.ErrNotFound) {
-		return NotFound(fmt.Sprintf("There is no dead letter %q (it may have been redriven or discarded).", id))
+		return notFound(fmt.Sprintf("There is no dead letter %q (it may have been redriven or discarded).", id))
 	}
 	return err
 }
 
 func errNoQueue() error {
-	return Unavailable("The task queues are not running, so their dead letters cannot be read, redriven or discarded now.")
+	return unavailable("The task queues are not running, so their dead letters cannot be read, redriven or discarded now.")
 }
 
 func (s *server) redriveIDs(ids []string) (int, []string, error) {
@@ -144,7 +144,7 @@ func (s *server) redriveType(typ string) (int, error) {
 		return 0, errNoQueue()
 	}
 	if !s.knownType(typ) {
-		return 0, Invalid("type", fmt.Sprintf("There is no task type %q.", typ))
+		return 0, invalid("type", fmt.Sprintf("There is no task type %q.", typ))
 	}
 	n, err := s.deps.Queue.RedriveType(typ)
 	if err != nil {
@@ -156,33 +156,33 @@ func (s *server) redriveType(typ string) (int, error) {
 func (s *server) apiListDeadLetters(c *gin.Context) {
 	q, err := s.parseDeadLetterQuery(c)
 	if err != nil {
-		Fail(c, err)
+		s.fail(c, err)
 		return
 	}
 	list, next, err := s.deadLetters(q)
 	if err != nil {
-		Fail(c, err)
+		s.fail(c, err)
 		return
 	}
 	out := make([]deadLetterJSON, 0, len(list))
 	for _, d := range list {
 		out = append(out, toDeadLetterJSON(d))
 	}
-	JSON(c, http.StatusOK, gin.H{"deadletters": out, "next": next})
+	s.writeJSON(c, http.StatusOK, gin.H{"deadletters": out, "next": next})
 }
 
 func (s *server) apiGetDeadLetter(c *gin.Context) {
 	d, err := s.deadLetter(c.Param("id"))
 	if err != nil {
-		Fail(c, err)
+		s.fail(c, err)
 		return
 	}
-	JSON(c, http.StatusOK, toDeadLetterJSON(d))
+	s.writeJSON(c, http.StatusOK, toDeadLetterJSON(d))
 }
 
 func (s *server) apiDiscardDeadLetter(c *gin.Context) {
 	if err := s.discard(c.Param("id")); err != nil {
-		Fail(c, err)
+		s.fail(c, err)
 		return
 	}
 	c.Status(http.StatusNoContent)
@@ -197,14 +197,14 @@ func (s *server) apiRedriveOne(c *gin.Context) {
 	id := c.Param("id")
 	n, _, err := s.redriveIDs([]string{id})
 	if err != nil {
-		Fail(c, err)
+		s.fail(c, err)
 		return
 	}
 	if n == 0 {
-		Fail(c, NotFound(fmt.Sprintf("There is no dead letter %q (it may have been redriven or discarded).", id)))
+		s.fail(c, notFound(fmt.Sprintf("There is no dead letter %q (it may have been redriven or discarded).", id)))
 		return
 	}
-	JSON(c, http.StatusAccepted, redriveAnswer{Redriven: n})
+	s.writeJSON(c, http.StatusAccepted, redriveAnswer{Redriven: n})
 }
 
 type redriveRequest struct {
@@ -215,27 +215,27 @@ type redriveRequest struct {
 func (r redriveRequest) validate() error {
 	switch {
 	case r.Type == nil && r.IDs == nil:
-		return Invalid("type", `Send {"type":"T"} to redrive every dead letter of a type, or {"ids":[...]} for some.`)
+		return invalid("type", `Send {"type":"T"} to redrive every dead letter of a type, or {"ids":[...]} for some.`)
 	case r.Type != nil && r.IDs != nil:
-		return Invalid("ids", `Send either "type" or "ids", not both.`)
+		return invalid("ids", `Send either "type" or "ids", not both.`)
 	case r.Type != nil && *r.Type == "":
-		return Invalid("type", "type must not be empty.")
+		return invalid("type", "type must not be empty.")
 	case r.IDs != nil && len(*r.IDs) == 0:
-		return Invalid("ids", "ids must hold at least one id.")
+		return invalid("ids", "ids must hold at least one id.")
 	case r.IDs != nil && len(*r.IDs) > maxRedriveIDs:
-		return Invalid("ids", fmt.Sprintf("ids may hold at most %d ids; redrive in several calls.", maxRedriveIDs))
+		return invalid("ids", fmt.Sprintf("ids may hold at most %d ids; redrive in several calls.", maxRedriveIDs))
 	}
 	return nil
 }
 
 func (s *server) apiRedrive(c *gin.Context) {
 	var req redriveRequest
-	if err := BindJSON(c, &req); err != nil {
-		Fail(c, err)
+	if err := bindJSON(c, &req); err != nil {
+		s.fail(c, err)
 		return
 	}
 	if err := req.validate(); err != nil {
-		Fail(c, err)
+		s.fail(c, err)
 		return
 	}
 	var ans redriveAnswer
@@ -246,17 +246,17 @@ func (s *server) apiRedrive(c *gin.Context) {
 		ans.Redriven, ans.Missing, err = s.redriveIDs(*req.IDs)
 	}
 	if err != nil {
-		Fail(c, err)
+		s.fail(c, err)
 		return
 	}
-	JSON(c, http.StatusOK, ans)
+	s.writeJSON(c, http.StatusOK, ans)
 }
 
 func (s *server) apiQueues(c *gin.Context) {
 	stats, err := s.queueStats(c)
 	if err != nil {
-		Fail(c, err)
+		s.fail(c, err)
 		return
 	}
-	JSON(c, http.StatusOK, gin.H{"queues": stats})
+	s.writeJSON(c, http.StatusOK, gin.H{"queues": stats})
 }

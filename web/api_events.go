@@ -41,7 +41,7 @@ func parseEventsQuery(c *gin.Context) (eventsQuery, error) {
 	default:
 		seq, ok := store.ParseEventCursor(after)
 		if !ok {
-			return e, Invalid("after", `after must be a cursor this server gave out (an answer's "next"), or "now".`)
+			return e, invalid("after", `after must be a cursor this server gave out (an answer's "next"), or "now".`)
 		}
 		e.q.After = seq
 	}
@@ -54,7 +54,7 @@ func parseEventsQuery(c *gin.Context) (eventsQuery, error) {
 		for _, t := range strings.Split(v, ",") {
 			t = strings.TrimSpace(t)
 			if !known[t] {
-				return e, Invalid("types", "types must be a comma-separated list of event types ("+strings.Join(store.EventTypes(), ", ")+"); "+strconv.Quote(t)+" is not one.")
+				return e, invalid("types", "types must be a comma-separated list of event types ("+strings.Join(store.EventTypes(), ", ")+"); "+strconv.Quote(t)+" is not one.")
 			}
 			e.q.Types[t] = true
 		}
@@ -62,14 +62,14 @@ func parseEventsQuery(c *gin.Context) (eventsQuery, error) {
 	if v := c.Query("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > maxEventsLimit {
-			return e, Invalid("limit", "limit must be a whole number from 1 to 1000.")
+			return e, invalid("limit", "limit must be a whole number from 1 to 1000.")
 		}
 		e.q.Limit = n
 	}
 	if v := c.Query("wait"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d < 0 || d > maxEventsWait {
-			return e, Invalid("wait", `wait must be a duration from 0s to 30s, such as "20s".`)
+			return e, invalid("wait", `wait must be a duration from 0s to 30s, such as "20s".`)
 		}
 		e.wait = d
 	}
@@ -82,7 +82,7 @@ func parseEventsQuery(c *gin.Context) (eventsQuery, error) {
 func (s *server) apiEvents(c *gin.Context) {
 	e, err := parseEventsQuery(c)
 	if err != nil {
-		Fail(c, err)
+		s.fail(c, err)
 		return
 	}
 	deadline := time.Now().Add(e.wait)
@@ -101,24 +101,24 @@ func (s *server) apiEvents(c *gin.Context) {
 			return err
 		})
 		if errors.Is(err, store.ErrCursorExpired) {
-			Fail(c, &Error{Status: http.StatusGone, Code: "cursor_expired", Field: "after",
+			s.fail(c, &httpError{Status: http.StatusGone, Code: "cursor_expired", Field: "after",
 				Message: "The events after this cursor are older than MAILROOM_EVENTS_RETENTION and no longer kept; start again without after (from the oldest kept) or with after=now."})
 			return
 		}
 		if err != nil {
-			Fail(c, err)
+			s.fail(c, err)
 			return
 		}
 		e.q.After = next
 		if len(events) > 0 || next < head {
 			// Found some, or a filter stopped the scan early: answer, and
 			// the reader continues from next.
-			JSON(c, http.StatusOK, gin.H{"events": events, "next": store.EventCursor(next)})
+			s.writeJSON(c, http.StatusOK, gin.H{"events": events, "next": store.EventCursor(next)})
 			return
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
-			JSON(c, http.StatusOK, gin.H{"events": events, "next": store.EventCursor(next)})
+			s.writeJSON(c, http.StatusOK, gin.H{"events": events, "next": store.EventCursor(next)})
 			return
 		}
 		t := time.NewTimer(left)

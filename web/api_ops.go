@@ -30,25 +30,25 @@ type debugTasksRequest struct {
 // apiDebugTasks is POST /api/v1/debug/tasks (--debug-tasks only).
 func (s *server) apiDebugTasks(c *gin.Context) {
 	var req debugTasksRequest
-	if err := BindJSON(c, &req); err != nil {
-		Fail(c, err)
+	if err := bindJSON(c, &req); err != nil {
+		s.fail(c, err)
 		return
 	}
 	switch {
 	case req.Count < 1 || req.Count > 1_000_000:
-		Fail(c, Invalid("count", "count must be between 1 and 1,000,000."))
+		s.fail(c, invalid("count", "count must be between 1 and 1,000,000."))
 		return
 	case req.Fail != "" && req.Fail != "retry" && req.Fail != "permanent":
-		Fail(c, Invalid("fail", `fail must be "", "retry" or "permanent".`))
+		s.fail(c, invalid("fail", `fail must be "", "retry" or "permanent".`))
 		return
 	case req.SleepMS < 0 || req.SleepMS > 60_000:
-		Fail(c, Invalid("sleepMs", "sleepMs must be between 0 and 60000."))
+		s.fail(c, invalid("sleepMs", "sleepMs must be between 0 and 60000."))
 		return
 	}
 	n, err := s.deps.DebugTasks.EnqueueDebug(req.Count, req.Fail, req.SleepMS)
 	if err != nil {
-		Fail(c, err)
+		s.fail(c, err)
 		return
 	}
-	JSON(c, http.StatusAccepted, gin.H{"enqueued": n})
+	s.writeJSON(c, http.StatusAccepted, gin.H{"enqueued": n})
 }

@@ -172,8 +172,8 @@ func TestUsersAPI(t *testing.T) {
 		{"empty body", ``, 400, "malformed_json", ""},
 		{"array body", `[1,2]`, 400, "invalid_type", ""},
 		{"two values", `{"email":"b@example.com"} {}`, 400, "malformed_json", ""},
-		{"oversized", `{"email":"b@example.com","name":"` + strings.Repeat("x", MaxBodyBytes) + `"}`, 413, "too_large", ""},
-		{"oversized, not json", strings.Repeat("x", MaxBodyBytes+1), 413, "too_large", ""},
+		{"oversized", `{"email":"b@example.com","name":"` + strings.Repeat("x", maxBodyBytes) + `"}`, 413, "too_large", ""},
+		{"oversized, not json", strings.Repeat("x", maxBodyBytes+1), 413, "too_large", ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

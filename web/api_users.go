@@ -28,13 +28,13 @@ type createUserRequest struct {
 func (r *createUserRequest) validate() error {
 	r.Email, r.Name = strings.TrimSpace(r.Email), strings.TrimSpace(r.Name)
 	if r.Email == "" {
-		return Invalid("email", "email is required.")
+		return invalid("email", "email is required.")
 	}
 	if err := validEmail(r.Email); err != nil {
 		return err
 	}
 	if utf8.RuneCountInString(r.Name) > 200 {
-		return Invalid("name", "name must be at most 200 characters.")
+		return invalid("name", "name must be at most 200 characters.")
 	}
 	return nil
 }
@@ -43,19 +43,19 @@ func (r *createUserRequest) validate() error {
 func validEmail(email string) error {
 	a, err := mail.ParseAddress(email)
 	if err != nil || a.Name != "" || a.Address != email || len(email) > 254 || !strings.Contains(email[strings.LastIndexByte(email, '@')+1:], ".") {
-		return Invalid("email", "email must be a plain address such as ada@example.com.")
+		return invalid("email", "email must be a plain address such as ada@example.com.")
 	}
 	return nil
 }
 
 func (s *server) createUser(c *gin.Context) {
 	var req createUserRequest
-	if err := BindJSON(c, &req); err != nil {
-		Fail(c, err)
+	if err := bindJSON(c, &req); err != nil {
+		s.fail(c, err)
 		return
 	}
 	if err := req.validate(); err != nil {
-		Fail(c, err)
+		s.fail(c, err)
 		return
 	}
 	var u store.User
@@ -65,14 +65,14 @@ func (s *server) createUser(c *gin.Context) {
 		return err
 	})
 	if errors.Is(err, store.ErrConflict) {
-		Fail(c, Conflict("email", "A user with that email already exists."))
+		s.fail(c, conflict("email", "A user with that email already exists."))
 		return
 	}
 	if err != nil {
-		Fail(c, err)
+		s.fail(c, err)
 		return
 	}
-	JSON(c, http.StatusCreated, toUserJSON(u))
+	s.writeJSON(c, http.StatusCreated, toUserJSON(u))
 }
 
 func (s *server) listUsers(c *gin.Context) {
@@ -82,12 +82,12 @@ func (s *server) listUsers(c *gin.Context) {
 		users, err = tx.Users()
 		return err
 	}); err != nil {
-		Fail(c, err)
+		s.fail(c, err)
 		return
 	}
 	out := make([]userJSON, 0, len(users))
 	for _, u := range users {
 		out = append(out, toUserJSON(u))
 	}
-	JSON(c, http.StatusOK, gin.H{"users": out})
+	s.writeJSON(c, http.StatusOK, gin.H{"users": out})
 }

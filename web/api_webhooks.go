@@ -62,20 +62,23 @@ func toWebhookJSON(w store.Webhook) webhookJSON {
 }
 
 // mapWebhooksError maps the webhooks pipeline's errors; nil for others.
-func mapWebhooksError(err error) *Error {
+func mapWebhooksError(err error) *httpError {
 	var inv *webhooks.InvalidError
 	switch {
 	case errors.As(err, &inv):
-		return Invalid(inv.Field, inv.Message)
+		return invalid(inv.Field, inv.Message)
 	case errors.Is(err, webhooks.ErrNotFound):
-		return &Error{Status: http.StatusNotFound, Code: "not_found", Message: "There is no such webhook.", Err: err}
+		return &httpError{Status: http.StatusNotFound, Code: "not_found", Message: "There is no such webhook.", Err: err}
 	case errors.Is(err, store.ErrCursorExpired):
-		return &Error{Status: http.StatusGone, Code: "cursor_expired", Field: "after", Message: "The events after this cursor are older than MAILROOM_EVENTS_RETENTION and no longer kept.", Err: err}
+		return &httpError{Status: http.StatusGone, Code: "cursor_expired", Field: "after", Message: "The events after this cursor are older than MAILROOM_EVENTS_RETENTION and no longer kept.", Err: err}
 	}
 	return nil
 }
 
-type webhookHandlers struct{ p Webhooks }
+type webhookHandlers struct {
+	*server
+	p Webhooks
+}
 
 // apiCreate is POST /api/v1/webhooks; a user token's webhook is its user's.
 func (h webhookHandlers) apiCreate(c *gin.Context) {
@@ -84,58 +87,58 @@ func (h webhookHandlers) apiCreate(c *gin.Context) {
 		Types  []string `json:"types"`
 		UserID string   `json:"userId"`
 	}
-	if err := BindJSON(c, &req); err != nil {
-		Fail(c, err)
+	if err := bindJSON(c, &req); err != nil {
+		h.fail(c, err)
 		return
 	}
 	if who := callerOf(c); !who.admin {
 		req.UserID = who.userID
 	} else if req.UserID != "" {
-		if !userExists(c, req.UserID) {
-			Fail(c, &Error{Status: http.StatusNotFound, Code: "not_found", Field: "userId", Message: "There is no such user."})
+		if !h.userExists(req.UserID) {
+			h.fail(c, &httpError{Status: http.StatusNotFound, Code: "not_found", Field: "userId", Message: "There is no such user."})
 			return
 		}
 	}
 	w, secret, err := h.p.Create(c.Request.Context(), webhooks.CreateRequest{URL: req.URL, Types: req.Types, UserID: req.UserID})
 	if err != nil {
-		Fail(c, err)
+		h.fail(c, err)
 		return
 	}
 	j := toWebhookJSON(w)
 	j.Secret = secret
-	JSON(c, http.StatusCreated, j)
+	h.writeJSON(c, http.StatusCreated, j)
 }
 
-func userExists(c *gin.Context, id string) bool {
-	return serverOf(c).deps.DB.View(func(tx *store.Tx) error { _, err := tx.UserGet(id); return err }) == nil
+func (h webhookHandlers) userExists(id string) bool {
+	return h.deps.DB.View(func(tx *store.Tx) error { _, err := tx.UserGet(id); return err }) == nil
 }
 
 // apiList is GET /api/v1/webhooks (a user token: its user's).
 func (h webhookHandlers) apiList(c *gin.Context) {
 	hooks, err := h.p.Webhooks(c.Query("userId"))
 	if err != nil {
-		Fail(c, err)
+		h.fail(c, err)
 		return
 	}
 	out := make([]webhookJSON, 0, len(hooks))
 	for _, w := range hooks {
 		out = append(out, toWebhookJSON(w))
 	}
-	JSON(c, http.StatusOK, gin.H{"webhooks": out})
+	h.writeJSON(c, http.StatusOK, gin.H{"webhooks": out})
 }
 
 func (h webhookHandlers) apiGet(c *gin.Context) {
 	w, err := h.p.Webhook(c.Param("id"))
 	if err != nil {
-		Fail(c, err)
+		h.fail(c, err)
 		return
 	}
-	JSON(c, http.StatusOK, toWebhookJSON(w))
+	h.writeJSON(c, http.StatusOK, toWebhookJSON(w))
 }
 
 func (h webhookHandlers) apiDelete(c *gin.Context) {
 	if err := h.p.Delete(c.Param("id")); err != nil {
-		Fail(c, err)
+		h.fail(c, err)
 		return
 	}
 	c.Status(http.StatusNoContent)
@@ -149,8 +152,8 @@ func (h webhookHandlers) apiReplay(c *gin.Context) {
 		After string `json:"after"`
 	}
 	if c.Request.ContentLength != 0 {
-		if err := BindJSON(c, &req); err != nil {
-			Fail(c, err)
+		if err := bindJSON(c, &req); err != nil {
+			h.fail(c, err)
 			return
 		}
 	}
@@ -158,16 +161,16 @@ func (h webhookHandlers) apiReplay(c *gin.Context) {
 	if req.After != "" {
 		seq, ok := store.ParseEventCursor(req.After)
 		if !ok {
-			Fail(c, Invalid("after", `after must be a cursor this server gave out (an events answer's "next").`))
+			h.fail(c, invalid("after", `after must be a cursor this server gave out (an events answer's "next").`))
 			return
 		}
 		after = seq
 	}
 	if err := h.p.Replay(c.Param("id"), after); err != nil {
-		Fail(c, err)
+		h.fail(c, err)
 		return
 	}
-	JSON(c, http.StatusAccepted, gin.H{"replaying": true})
+	h.writeJSON(c, http.StatusAccepted, gin.H{"replaying": true})
 }
 
 // webhookIn: the webhook whose id is the path parameter param.
@@ -175,6 +178,6 @@ func webhookIn(param string) scopeRule {
 	return func(s *server, c *gin.Context) (scopeCheck, error) {
 		id := c.Param(param)
 		owner, err := ownerOf(s, func(tx *store.Tx) (string, error) { w, err := tx.WebhookGet(id); return w.UserID, err })
-		return scopeCheck{owner, &Error{Status: http.StatusNotFound, Code: "not_found", Message: "There is no such webhook."}}, err
+		return scopeCheck{owner, &httpError{Status: http.StatusNotFound, Code: "not_found", Message: "There is no such webhook."}}, err
 	}
 }

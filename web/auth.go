@@ -46,7 +46,7 @@ func callerOf(c *gin.Context) caller {
 // writes it again (one write per token per interval, not per request).
 const touchEvery = time.Minute
 
-var errTokenInvalid = &Error{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "The API token is not valid (unknown, expired or revoked)."}
+var errTokenInvalid = &httpError{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "The API token is not valid (unknown, expired or revoked)."}
 
 // apiAuth requires "Authorization: Bearer <token>": MAILROOM_API_TOKEN
 // (constant-time compare, an admin token) or a token made in the admin page
@@ -56,14 +56,14 @@ var errTokenInvalid = &Error{Status: http.StatusUnauthorized, Code: "unauthorize
 func (s *server) apiAuth(c *gin.Context) {
 	ip, now := c.ClientIP(), s.now()
 	if wait := s.tokenFails.wait(ip, now); wait > 0 {
-		Fail(c, tooManyTokenFailures(wait))
+		s.fail(c, tooManyTokenFailures(wait))
 		return
 	}
 	token, ok := bearerToken(c.GetHeader("Authorization"))
 	if !ok {
 		c.Header("WWW-Authenticate", `Bearer realm="mailroom"`)
 		s.tokenFails.fail(ip, now)
-		Fail(c, &Error{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "Send an API token as \"Authorization: Bearer <token>\"."})
+		s.fail(c, &httpError{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "Send an API token as \"Authorization: Bearer <token>\"."})
 		return
 	}
 	if s.deps.APIToken != "" {
@@ -81,13 +81,13 @@ func (s *server) apiAuth(c *gin.Context) {
 		return err
 	})
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		Fail(c, err)
+		s.fail(c, err)
 		return
 	}
 	if err != nil || t.Expired(now) || (!t.Admin && t.UserID == "") {
 		c.Header("WWW-Authenticate", `Bearer realm="mailroom", error="invalid_token"`)
 		s.tokenFails.fail(ip, now)
-		Fail(c, errTokenInvalid)
+		s.fail(c, errTokenInvalid)
 		return
 	}
 	if now.Sub(t.LastUsed) >= touchEvery {
@@ -99,8 +99,8 @@ func (s *server) apiAuth(c *gin.Context) {
 	c.Next()
 }
 
-func tooManyTokenFailures(wait time.Duration) *Error {
-	return &Error{Status: http.StatusTooManyRequests, Code: "rate_limited", RetryAfter: wait,
+func tooManyTokenFailures(wait time.Duration) *httpError {
+	return &httpError{Status: http.StatusTooManyRequests, Code: "rate_limited", RetryAfter: wait,
 		Message: fmt.Sprintf("Too many requests with a missing or wrong token from your address; try again in %d seconds.", int(math.Ceil(wait.Seconds())))}
 }
 
@@ -117,7 +117,7 @@ func bearerToken(h string) (string, bool) {
 // adminOnly lets admin tokens through and answers user tokens 403.
 func (s *server) adminOnly(c *gin.Context) {
 	if !callerOf(c).admin {
-		Fail(c, &Error{Status: http.StatusForbidden, Code: "forbidden", Message: "This endpoint needs an admin token; a user token reaches only its own user's resources."})
+		s.fail(c, &httpError{Status: http.StatusForbidden, Code: "forbidden", Message: "This endpoint needs an admin token; a user token reaches only its own user's resources."})
 		return
 	}
 	c.Next()
@@ -147,11 +147,11 @@ func (s *server) scope(rule scopeRule) gin.HandlerFunc {
 		}
 		got, err := rule(s, c)
 		if err != nil {
-			Fail(c, err)
+			s.fail(c, err)
 			return
 		}
 		if who.userID == "" || got.owner != who.userID {
-			Fail(c, got.notFound)
+			s.fail(c, got.notFound)
 			return
 		}
 		c.Next()
@@ -232,12 +232,12 @@ func inQuery(param string) scopeRule {
 // body it cannot read is answered 400 (or 413) here.
 func inBody(s *server, c *gin.Context) (scopeCheck, error) {
 	who := callerOf(c)
-	if c.Request.Body == nil || c.Request.ContentLength > MaxBodyBytes {
+	if c.Request.Body == nil || c.Request.ContentLength > maxBodyBytes {
 		return scopeCheck{owner: who.userID}, nil
 	}
-	raw, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, MaxBodyBytes))
+	raw, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, maxBodyBytes))
 	if err != nil {
-		return scopeCheck{}, jsonError(err, MaxBodyBytes)
+		return scopeCheck{}, jsonError(err, maxBodyBytes)
 	}
 	c.Request.Body = io.NopCloser(bytes.NewReader(raw))
 	var named struct {
@@ -245,10 +245,10 @@ func inBody(s *server, c *gin.Context) (scopeCheck, error) {
 		AccountID string `json:"accountId"`
 	}
 	if err := json.Unmarshal(raw, &named); err != nil {
-		return scopeCheck{}, jsonError(err, MaxBodyBytes) // closed: a body it cannot read is not let through
+		return scopeCheck{}, jsonError(err, maxBodyBytes) // closed: a body it cannot read is not let through
 	}
 	if named.UserID != "" && named.UserID != who.userID {
-		return scopeCheck{named.UserID, &Error{Status: http.StatusNotFound, Code: "not_found", Field: "userId", Message: "There is no such user."}}, nil
+		return scopeCheck{named.UserID, &httpError{Status: http.StatusNotFound, Code: "not_found", Field: "userId", Message: "There is no such user."}}, nil
 	}
 	if named.AccountID != "" {
 		owner, err := ownerOf(s, func(tx *store.Tx) (string, error) { a, err := tx.AccountGet(named.AccountID); return a.UserID, err })
@@ -256,7 +256,7 @@ func inBody(s *server, c *gin.Context) (scopeCheck, error) {
 			return scopeCheck{}, err
 		}
 		if owner != who.userID {
-			return scopeCheck{owner, &Error{Status: http.StatusNotFound, Code: "not_found", Field: "accountId", Message: "There is no such Google account."}}, nil
+			return scopeCheck{owner, &httpError{Status: http.StatusNotFound, Code: "not_found", Field: "accountId", Message: "There is no such Google account."}}, nil
 		}
 	}
 	return scopeCheck{owner: who.userID}, nil
@@ -271,7 +271,7 @@ func (s *server) metricsAuth(c *gin.Context) {
 	}
 	ip, now := c.ClientIP(), s.now()
 	if wait := s.metricsFails.wait(ip, now); wait > 0 {
-		Fail(c, tooManyTokenFailures(wait))
+		s.fail(c, tooManyTokenFailures(wait))
 		return
 	}
 	token, _ := bearerToken(c.GetHeader("Authorization"))
@@ -279,7 +279,7 @@ func (s *server) metricsAuth(c *gin.Context) {
 	if subtle.ConstantTimeCompare(want[:], got[:]) != 1 {
 		s.metricsFails.fail(ip, now)
 		c.Header("WWW-Authenticate", `Bearer realm="mailroom metrics"`)
-		Fail(c, &Error{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "Scrape /metrics with \"Authorization: Bearer\" and the value of MAILROOM_METRICS_TOKEN."})
+		s.fail(c, &httpError{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "Scrape /metrics with \"Authorization: Bearer\" and the value of MAILROOM_METRICS_TOKEN."})
 		return
 	}
 	c.Next()
@@ -296,7 +296,7 @@ func (s *server) metricsAuth(c *gin.Context) {
 func (s *server) pushLimit(c *gin.Context) {
 	body, err := io.ReadAll(io.LimitReader(c.Request.Body, gmail.MaxPushBody+1))
 	if err != nil {
-		Fail(c, &Error{Status: http.StatusBadRequest, Code: "malformed_push", Message: "The push body could not be read.", Err: err})
+		s.fail(c, &httpError{Status: http.StatusBadRequest, Code: "malformed_push", Message: "The push body could not be read.", Err: err})
 		return
 	}
 	c.Request.Body = io.NopCloser(bytes.NewReader(body))
@@ -304,7 +304,7 @@ func (s *server) pushLimit(c *gin.Context) {
 	if wait := s.pushFails.wait(source, now); wait > 0 {
 		scheme, token, _ := strings.Cut(strings.TrimSpace(c.GetHeader("Authorization")), " ")
 		if !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" || c.Query("token") != "" {
-			Fail(c, tooManyTokenFailures(wait))
+			s.fail(c, tooManyTokenFailures(wait))
 			return
 		}
 	}

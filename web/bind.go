@@ -14,20 +14,20 @@ import (
 	"github.com/gin-gonic/gin"
 )
 
-// MaxBodyBytes is the request body limit unless a route says otherwise.
-const MaxBodyBytes = 1 << 20
+// maxBodyBytes is the request body limit unless a route says otherwise.
+const maxBodyBytes = 1 << 20
 
-// BindJSON decodes the request body, at most MaxBodyBytes, into v (a
+// bindJSON decodes the request body, at most maxBodyBytes, into v (a
 // pointer). The body must be one JSON value with no unknown fields. The
-// error it returns is an *Error ready for Fail: 413 too_large when the body
+// error it returns is an *httpError ready for fail: 413 too_large when the body
 // is over the limit, 400 malformed_json, unknown_field or invalid_type
 // naming the field where it can.
-func BindJSON(c *gin.Context, v any) error {
-	return BindJSONLimit(c, v, MaxBodyBytes)
+func bindJSON(c *gin.Context, v any) error {
+	return bindJSONLimit(c, v, maxBodyBytes)
 }
 
-// BindJSONLimit is BindJSON with another limit (the push endpoint: 64 KiB).
-func BindJSONLimit(c *gin.Context, v any, limit int64) error {
+// bindJSONLimit is bindJSON with another limit (the push endpoint: 64 KiB).
+func bindJSONLimit(c *gin.Context, v any, limit int64) error {
 	if c.Request.Body == nil {
 		return decodeJSON(strings.NewReader(""), v, limit)
 	}
@@ -44,12 +44,12 @@ func BindJSONLimit(c *gin.Context, v any, limit int64) error {
 	// JSON is UTF-8; Go's decoder would quietly turn bad bytes into U+FFFD
 	// and store them.
 	if !utf8.Valid(body) {
-		return &Error{Status: http.StatusBadRequest, Code: "malformed_json", Message: "The request body is not valid UTF-8."}
+		return &httpError{Status: http.StatusBadRequest, Code: "malformed_json", Message: "The request body is not valid UTF-8."}
 	}
 	return decodeJSON(bytes.NewReader(body), v, limit)
 }
 
-// decodeJSON is BindJSON's decoding, apart from HTTP (fuzzed).
+// decodeJSON is bindJSON's decoding, apart from HTTP (fuzzed).
 func decodeJSON(r io.Reader, v any, limit int64) error {
 	dec := json.NewDecoder(r)
 	dec.DisallowUnknownFields()
@@ -61,7 +61,7 @@ func decodeJSON(r io.Reader, v any, limit int64) error {
 		if errors.As(err, &tooBig) {
 			return tooLarge(limit)
 		}
-		return &Error{Status: http.StatusBadRequest, Code: "malformed_json", Message: "The request body must hold exactly one JSON value; there is more after it."}
+		return &httpError{Status: http.StatusBadRequest, Code: "malformed_json", Message: "The request body must hold exactly one JSON value; there is more after it."}
 	}
 	return nil
 }
@@ -73,7 +73,7 @@ func jsonError(err error, limit int64) error {
 		tooBig  *http.MaxBytesError
 		invalid *json.InvalidUnmarshalError
 		bad     = func(code, msg, field string) error {
-			return &Error{Status: http.StatusBadRequest, Code: code, Message: msg, Field: field}
+			return &httpError{Status: http.StatusBadRequest, Code: code, Message: msg, Field: field}
 		}
 	)
 	switch {
@@ -81,7 +81,7 @@ func jsonError(err error, limit int64) error {
 		return tooLarge(limit)
 	case errors.As(err, &invalid):
 		// A programmer error: the handler passed a non-pointer.
-		return &Error{Status: http.StatusInternalServerError, Code: "internal", Message: "Something went wrong on our side; the error is logged.", Err: err}
+		return &httpError{Status: http.StatusInternalServerError, Code: "internal", Message: "Something went wrong on our side; the error is logged.", Err: err}
 	case errors.Is(err, io.EOF):
 		return bad("malformed_json", "The request body is empty; send a JSON object.", "")
 	case errors.Is(err, io.ErrUnexpectedEOF):

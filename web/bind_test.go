@@ -43,10 +43,10 @@ func TestDecodeJSONFields(t *testing.T) {
 	}
 	for _, c := range cases {
 		var v bindTarget
-		err := decodeJSON(strings.NewReader(c.body), &v, MaxBodyBytes)
-		var e *Error
+		err := decodeJSON(strings.NewReader(c.body), &v, maxBodyBytes)
+		var e *httpError
 		if !errors.As(err, &e) {
-			t.Errorf("%s: error %v is not *Error", c.body, err)
+			t.Errorf("%s: error %v is not *httpError", c.body, err)
 			continue
 		}
 		if e.Status != c.status || e.Code != c.code || e.Field != c.field {
@@ -54,7 +54,7 @@ func TestDecodeJSONFields(t *testing.T) {
 		}
 	}
 	var v bindTarget
-	if err := decodeJSON(strings.NewReader(` {"email":"a@b.c","on":true,"ids":["1"]} `), &v, MaxBodyBytes); err != nil || v.Email != "a@b.c" || !*v.On {
+	if err := decodeJSON(strings.NewReader(` {"email":"a@b.c","on":true,"ids":["1"]} `), &v, maxBodyBytes); err != nil || v.Email != "a@b.c" || !*v.On {
 		t.Errorf("good body: %v %+v", err, v)
 	}
 }
@@ -73,9 +73,9 @@ func FuzzBindJSON(f *testing.F) {
 		var v bindTarget
 		err := decodeJSON(bytes.NewReader(body), &v, 4096)
 		if err != nil {
-			var e *Error
+			var e *httpError
 			if !errors.As(err, &e) {
-				t.Fatalf("error %v (%T) is not *Error", err, err)
+				t.Fatalf("error %v (%T) is not *httpError", err, err)
 			}
 			if (e.Status != 400 && e.Status != 413) || e.Code == "" || e.Message == "" {
 				t.Fatalf("body %q: %d %s %q", body, e.Status, e.Code, e.Message)

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
@@ -85,7 +86,10 @@ type DemoAlert struct {
 // demoPages are the demo-only admin pages: the emulated mailboxes with
 // their labels, the emulated spreadsheets, and the alerts the demo webhook
 // received.
-type demoPages struct{ src DemoSource }
+type demoPages struct {
+	*server
+	src DemoSource
+}
 
 const (
 	demoPageSize  = 50
@@ -108,21 +112,21 @@ func (d demoPages) mailbox(c *gin.Context) {
 	boxes := d.src.DemoMailboxes()
 	v := demoMailboxView{Mailboxes: boxes, Page: 1}
 	if len(boxes) == 0 {
-		Render(c, "demo_mailbox", v)
+		d.render(c, http.StatusOK, "demo_mailbox", v)
 		return
 	}
 	v.Current = boxes[0]
 	if want := c.Query("account"); want != "" {
 		i := slices.IndexFunc(boxes, func(b DemoMailbox) bool { return b.Email == want })
 		if i < 0 {
-			Fail(c, NotFound("The demo has no mailbox "+want+"."))
+			d.fail(c, notFound("The demo has no mailbox "+want+"."))
 			return
 		}
 		v.Current = boxes[i]
 	}
 	page, err := strconv.Atoi(c.DefaultQuery("page", "1"))
 	if err != nil || page < 1 {
-		Fail(c, Invalid("page", "page must be a whole number from 1."))
+		d.fail(c, invalid("page", "page must be a whole number from 1."))
 		return
 	}
 	v.Page = page
@@ -138,7 +142,7 @@ func (d demoPages) mailbox(c *gin.Context) {
 		v.NextURL = link(v.Page + 1)
 	}
 	v.Live = v.Page == 1
-	Render(c, "demo_mailbox", v)
+	d.render(c, http.StatusOK, "demo_mailbox", v)
 }
 
 type demoSheetsView struct {
@@ -147,7 +151,7 @@ type demoSheetsView struct {
 }
 
 func (d demoPages) sheets(c *gin.Context) {
-	Render(c, "demo_sheets", demoSheetsView{Sheets: d.src.DemoSheets(demoSheetRows), Shown: demoSheetRows})
+	d.render(c, http.StatusOK, "demo_sheets", demoSheetsView{Sheets: d.src.DemoSheets(demoSheetRows), Shown: demoSheetRows})
 }
 
 type demoAlertsView struct {
@@ -155,5 +159,5 @@ type demoAlertsView struct {
 }
 
 func (d demoPages) alerts(c *gin.Context) {
-	Render(c, "demo_alerts", demoAlertsView{Alerts: d.src.DemoAlerts()})
+	d.render(c, http.StatusOK, "demo_alerts", demoAlertsView{Alerts: d.src.DemoAlerts()})
 }

@@ -20,10 +20,10 @@ import (
 	"mailroom/store"
 )
 
-// Error is an answer that is not a success, in the contract's shape:
+// httpError is an answer that is not a success, in the contract's shape:
 // {"error":{"code","message","field"}} with Status. Handlers pass it (or any
-// error) to Fail.
-type Error struct {
+// error) to fail.
+type httpError struct {
 	Status  int
 	Code    string // snake_case
 	Message string // a human sentence
@@ -35,7 +35,7 @@ type Error struct {
 	Err error
 }
 
-func (e *Error) Error() string {
+func (e *httpError) Error() string {
 	msg := fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message)
 	if e.Field != "" {
 		msg += " (field " + e.Field + ")"
@@ -46,41 +46,40 @@ func (e *Error) Error() string {
 	return msg
 }
 
-func (e *Error) Unwrap() error { return e.Err }
+func (e *httpError) Unwrap() error { return e.Err }
 
-// Invalid is a 400 "invalid" naming the field.
-func Invalid(field, message string) *Error {
-	return &Error{Status: http.StatusBadRequest, Code: "invalid", Message: message, Field: field}
+// invalid is a 400 "invalid" naming the field.
+func invalid(field, message string) *httpError {
+	return &httpError{Status: http.StatusBadRequest, Code: "invalid", Message: message, Field: field}
 }
 
-// NotFound is a 404 "not_found".
-func NotFound(message string) *Error {
-	return &Error{Status: http.StatusNotFound, Code: "not_found", Message: message}
+// notFound is a 404 "not_found".
+func notFound(message string) *httpError {
+	return &httpError{Status: http.StatusNotFound, Code: "not_found", Message: message}
 }
 
-// Conflict is a 409 "conflict".
-func Conflict(field, message string) *Error {
-	return &Error{Status: http.StatusConflict, Code: "conflict", Message: message, Field: field}
+// conflict is a 409 "conflict".
+func conflict(field, message string) *httpError {
+	return &httpError{Status: http.StatusConflict, Code: "conflict", Message: message, Field: field}
 }
 
-// Unavailable is a 503 "not_ready".
-func Unavailable(message string) *Error {
-	return &Error{Status: http.StatusServiceUnavailable, Code: "not_ready", Message: message}
+// unavailable is a 503 "not_ready".
+func unavailable(message string) *httpError {
+	return &httpError{Status: http.StatusServiceUnavailable, Code: "not_ready", Message: message}
 }
 
-// AbortError answers with the contract's error shape (JSON, or the HTML
+// abortError answers with the contract's error shape (JSON, or the HTML
 // error page under /admin) and stops the handler chain.
-func AbortError(c *gin.Context, status int, code, message, field string) {
-	Fail(c, &Error{Status: status, Code: code, Message: message, Field: field})
+func (s *server) abortError(c *gin.Context, status int, code, message, field string) {
+	s.fail(c, &httpError{Status: status, Code: code, Message: message, Field: field})
 }
 
-// Fail answers err and stops the handler chain. *Error answers as itself;
+// fail answers err and stops the handler chain. *httpError answers as itself;
 // the pipelines' errors are mapped next (mapGmailError, mapRulesError,
 // mapFormsError); then store.ErrNotFound is 404,
 // store.ErrConflict 409, a queue rate limit 429 with Retry-After, an
 // oversized body 413; anything else is a logged 500.
-func Fail(c *gin.Context, err error) {
-	s := serverOf(c)
+func (s *server) fail(c *gin.Context, err error) {
 	e := s.mapError(err)
 	if e.Status == http.StatusInternalServerError {
 		s.logger().Error("request failed", "method", c.Request.Method, "path", c.Request.URL.Path, "status", e.Status, "err", err)
@@ -93,11 +92,11 @@ func Fail(c *gin.Context, err error) {
 	if e.RetryAfter > 0 {
 		c.Header("Retry-After", strconv.Itoa(int(math.Ceil(e.RetryAfter.Seconds()))))
 	}
-	if s != nil && wantsHTML(c) {
+	if wantsHTML(c) {
 		s.renderError(c, e)
 		return
 	}
-	writeError(c, e)
+	s.writeError(c, e)
 }
 
 func (s *server) logger() *slog.Logger {
@@ -107,11 +106,11 @@ func (s *server) logger() *slog.Logger {
 	return s.log
 }
 
-func (s *server) mapError(err error) *Error {
-	var e *Error
+func (s *server) mapError(err error) *httpError {
+	var e *httpError
 	if errors.As(err, &e) {
 		if e.Status < 400 || e.Status > 599 || e.Code == "" {
-			return &Error{Status: http.StatusInternalServerError, Code: "internal", Message: "Something went wrong on our side; the error is logged.", Err: err}
+			return &httpError{Status: http.StatusInternalServerError, Code: "internal", Message: "Something went wrong on our side; the error is logged.", Err: err}
 		}
 		return e
 	}
@@ -137,23 +136,23 @@ func (s *server) mapError(err error) *Error {
 	case errors.As(err, &tooBig):
 		return tooLarge(tooBig.Limit)
 	case errors.As(err, &limited):
-		return &Error{Status: http.StatusTooManyRequests, Code: "rate_limited", Message: "Too many requests; retry after the time in Retry-After.", RetryAfter: limited.After, Err: err}
+		return &httpError{Status: http.StatusTooManyRequests, Code: "rate_limited", Message: "Too many requests; retry after the time in Retry-After.", RetryAfter: limited.After, Err: err}
 	case errors.Is(err, store.ErrNotFound):
-		return &Error{Status: http.StatusNotFound, Code: "not_found", Message: "No such item.", Err: err}
+		return &httpError{Status: http.StatusNotFound, Code: "not_found", Message: "No such item.", Err: err}
 	case errors.Is(err, store.ErrConflict):
-		return &Error{Status: http.StatusConflict, Code: "conflict", Message: "It already exists.", Err: err}
+		return &httpError{Status: http.StatusConflict, Code: "conflict", Message: "It already exists.", Err: err}
 	case errors.Is(err, store.ErrUnavailable):
-		return &Error{Status: http.StatusServiceUnavailable, Code: "store_unavailable", Message: "mailroom cannot write to its data file now (disk full or I/O error); nothing of this request was stored. Try again later.", RetryAfter: 10 * time.Second, Err: err}
+		return &httpError{Status: http.StatusServiceUnavailable, Code: "store_unavailable", Message: "mailroom cannot write to its data file now (disk full or I/O error); nothing of this request was stored. Try again later.", RetryAfter: 10 * time.Second, Err: err}
 	case errors.Is(err, queue.ErrBrokerUnavailable):
-		return &Error{Status: http.StatusServiceUnavailable, Code: "broker_unavailable", Message: "The task broker (Redis) does not answer; work already accepted is kept and resumes when it returns. Try again shortly.", RetryAfter: 5 * time.Second, Err: err}
+		return &httpError{Status: http.StatusServiceUnavailable, Code: "broker_unavailable", Message: "The task broker (Redis) does not answer; work already accepted is kept and resumes when it returns. Try again shortly.", RetryAfter: 5 * time.Second, Err: err}
 	case errors.Is(err, context.DeadlineExceeded):
-		return &Error{Status: http.StatusServiceUnavailable, Code: "not_ready", Message: "The server took too long to answer; try again.", RetryAfter: time.Second, Err: err}
+		return &httpError{Status: http.StatusServiceUnavailable, Code: "not_ready", Message: "The server took too long to answer; try again.", RetryAfter: time.Second, Err: err}
 	}
-	return &Error{Status: http.StatusInternalServerError, Code: "internal", Message: "Something went wrong on our side; the error is logged.", Err: err}
+	return &httpError{Status: http.StatusInternalServerError, Code: "internal", Message: "Something went wrong on our side; the error is logged.", Err: err}
 }
 
-func tooLarge(limit int64) *Error {
-	return &Error{Status: http.StatusRequestEntityTooLarge, Code: "too_large", Message: fmt.Sprintf("The request body is larger than the limit of %s.", humanBytes(limit))}
+func tooLarge(limit int64) *httpError {
+	return &httpError{Status: http.StatusRequestEntityTooLarge, Code: "too_large", Message: fmt.Sprintf("The request body is larger than the limit of %s.", humanBytes(limit))}
 }
 
 func humanBytes(n int64) string {
@@ -176,16 +175,16 @@ type errorDetail struct {
 	Field   string `json:"field,omitempty"`
 }
 
-func writeError(c *gin.Context, e *Error) {
-	JSON(c, e.Status, errorBody{errorDetail{Code: e.Code, Message: e.Message, Field: e.Field}})
+func (s *server) writeError(c *gin.Context, e *httpError) {
+	s.writeJSON(c, e.Status, errorBody{errorDetail{Code: e.Code, Message: e.Message, Field: e.Field}})
 }
 
-// JSON writes v as the JSON answer with status. It encodes before writing,
-// so an encoding failure is a clean 500, never half a body.
-func JSON(c *gin.Context, status int, v any) {
+// writeJSON writes v as the JSON answer with status. It encodes before
+// writing, so an encoding failure is a clean 500, never half a body.
+func (s *server) writeJSON(c *gin.Context, status int, v any) {
 	raw, err := json.Marshal(v)
 	if err != nil {
-		serverOf(c).logger().Error("encode JSON answer", "path", c.Request.URL.Path, "err", err)
+		s.logger().Error("encode JSON answer", "path", c.Request.URL.Path, "err", err)
 		status = http.StatusInternalServerError
 		raw = []byte(`{"error":{"code":"internal","message":"Something went wrong on our side; the error is logged."}}`)
 	}
@@ -200,11 +199,11 @@ func wantsHTML(c *gin.Context) bool {
 }
 
 func (s *server) notFound(c *gin.Context) {
-	Fail(c, NotFound("There is no such page or route: "+c.Request.Method+" "+c.Request.URL.Path+"."))
+	s.fail(c, notFound("There is no such page or route: "+c.Request.Method+" "+c.Request.URL.Path+"."))
 }
 
 func (s *server) methodNotAllowed(c *gin.Context) {
-	Fail(c, &Error{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed",
+	s.fail(c, &httpError{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed",
 		Message: fmt.Sprintf("%s is not allowed on %s; allowed: %s.", c.Request.Method, c.Request.URL.Path, c.Writer.Header().Get("Allow"))})
 }
 
@@ -224,7 +223,7 @@ func (s *server) recovery(c *gin.Context) {
 			c.Abort()
 			return
 		}
-		Fail(c, &Error{Status: http.StatusInternalServerError, Code: "internal", Message: "Something went wrong on our side; the error is logged.", Err: fmt.Errorf("panic: %v", r)})
+		s.fail(c, &httpError{Status: http.StatusInternalServerError, Code: "internal", Message: "Something went wrong on our side; the error is logged.", Err: fmt.Errorf("panic: %v", r)})
 	}()
 	c.Next()
 }

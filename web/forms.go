@@ -15,11 +15,14 @@ import (
 
 // formsHandlers are the Google Sheets pipeline's routes: the forms API of
 // the contract (forms and submissions) and the admin Forms page.
-type formsHandlers struct{ p FormsPipeline }
+type formsHandlers struct {
+	*server
+	p FormsPipeline
+}
 
 // mapFormsError turns the Sheets pipeline's errors into the contract's
 // answers; nil for others.
-func mapFormsError(err error) *Error {
+func mapFormsError(err error) *httpError {
 	var (
 		invalid *sheets.InputError
 		waiting *sheets.WaitingError
@@ -32,25 +35,25 @@ func mapFormsError(err error) *Error {
 		if limited.Scope == "user" {
 			whose = "the forms of this form's user together"
 		}
-		return &Error{Status: http.StatusTooManyRequests, Code: "rate_limited", RetryAfter: limited.RetryAfter, Err: err,
+		return &httpError{Status: http.StatusTooManyRequests, Code: "rate_limited", RetryAfter: limited.RetryAfter, Err: err,
 			Message: fmt.Sprintf("Too many submissions: %s took %d in the last %s; retry after the time in Retry-After.", whose, limited.Limit, limited.Window)}
 	case errors.As(err, &full):
 		msg := fmt.Sprintf("%d rows of this form wait to be written to its sheet, the most one form may have waiting; new submissions are refused until rows are written (nothing accepted is lost).", full.Waiting)
 		if full.LastError != "" {
 			msg += " The form is in error: " + full.LastError + " Fix the sheet, then POST /api/v1/forms/{id}/retry."
 		}
-		return &Error{Status: http.StatusConflict, Code: "form_backlog_full", Message: msg, Err: err}
+		return &httpError{Status: http.StatusConflict, Code: "form_backlog_full", Message: msg, Err: err}
 	case errors.As(err, &invalid):
-		return &Error{Status: http.StatusBadRequest, Code: invalid.Code, Message: invalid.Message, Field: invalid.Field}
+		return &httpError{Status: http.StatusBadRequest, Code: invalid.Code, Message: invalid.Message, Field: invalid.Field}
 	case errors.Is(err, sheets.ErrFormNotFound):
-		return &Error{Status: http.StatusNotFound, Code: "not_found", Message: "There is no such form.", Err: err}
+		return &httpError{Status: http.StatusNotFound, Code: "not_found", Message: "There is no such form.", Err: err}
 	case errors.As(err, &waiting):
-		return &Error{Status: http.StatusConflict, Code: "rows_waiting", Err: err,
+		return &httpError{Status: http.StatusConflict, Code: "rows_waiting", Err: err,
 			Message: fmt.Sprintf("%d rows of this form still wait to be written to the sheet; delete it once they are written (GET shows buffered), or add ?discardWaiting=true to drop them.", waiting.Rows)}
 	case errors.Is(err, sheets.ErrSheetTaken):
-		return &Error{Status: http.StatusConflict, Code: "conflict", Field: "sheet", Message: "Another form already writes this sheet; give each form its own sheet.", Err: err}
+		return &httpError{Status: http.StatusConflict, Code: "conflict", Field: "sheet", Message: "Another form already writes this sheet; give each form its own sheet.", Err: err}
 	case errors.Is(err, sheets.ErrGoogleUnavailable):
-		return &Error{Status: http.StatusServiceUnavailable, Code: "google_unavailable", RetryAfter: 5 * time.Second,
+		return &httpError{Status: http.StatusServiceUnavailable, Code: "google_unavailable", RetryAfter: 5 * time.Second,
 			Message: "Google Sheets did not answer while the spreadsheet was checked; try again.", Err: err}
 	}
 	return nil
@@ -58,56 +61,56 @@ func mapFormsError(err error) *Error {
 
 func (e *formsHandlers) apiCreate(c *gin.Context) {
 	var in sheets.FormInput
-	if err := BindJSON(c, &in); err != nil {
-		Fail(c, err)
+	if err := bindJSON(c, &in); err != nil {
+		e.fail(c, err)
 		return
 	}
 	f, err := e.p.CreateForm(c.Request.Context(), in)
 	if err != nil {
-		Fail(c, err)
+		e.fail(c, err)
 		return
 	}
-	JSON(c, http.StatusCreated, f)
+	e.writeJSON(c, http.StatusCreated, f)
 }
 
 func (e *formsHandlers) apiList(c *gin.Context) {
 	forms, err := e.p.Forms(c.Query("userId"))
 	if err != nil {
-		Fail(c, err)
+		e.fail(c, err)
 		return
 	}
 	if forms == nil {
 		forms = []sheets.FormView{}
 	}
 	e.p.WithQuota(c.Request.Context(), forms)
-	JSON(c, http.StatusOK, gin.H{"forms": forms})
+	e.writeJSON(c, http.StatusOK, gin.H{"forms": forms})
 }
 
 func (e *formsHandlers) apiGet(c *gin.Context) {
 	f, err := e.p.Form(c.Param("id"))
 	if err != nil {
-		Fail(c, err)
+		e.fail(c, err)
 		return
 	}
 	one := []sheets.FormView{f}
 	e.p.WithQuota(c.Request.Context(), one)
-	JSON(c, http.StatusOK, one[0])
+	e.writeJSON(c, http.StatusOK, one[0])
 }
 
 // apiRepoint is PUT /api/v1/forms/{id} {"spreadsheetId","sheet"}: 200
 // with the form; the rows not yet written go to that sheet from now on.
 func (e *formsHandlers) apiRepoint(c *gin.Context) {
 	var in sheets.FormTarget
-	if err := BindJSON(c, &in); err != nil {
-		Fail(c, err)
+	if err := bindJSON(c, &in); err != nil {
+		e.fail(c, err)
 		return
 	}
 	f, err := e.p.Repoint(c.Request.Context(), c.Param("id"), in)
 	if err != nil {
-		Fail(c, err)
+		e.fail(c, err)
 		return
 	}
-	JSON(c, http.StatusOK, f)
+	e.writeJSON(c, http.StatusOK, f)
 }
 
 // apiRetry is POST /api/v1/forms/{id}/retry: 202; the form (one in error
@@ -115,17 +118,17 @@ func (e *formsHandlers) apiRepoint(c *gin.Context) {
 func (e *formsHandlers) apiRetry(c *gin.Context) {
 	f, err := e.p.Retry(c.Param("id"))
 	if err != nil {
-		Fail(c, err)
+		e.fail(c, err)
 		return
 	}
-	JSON(c, http.StatusAccepted, f)
+	e.writeJSON(c, http.StatusAccepted, f)
 }
 
 // apiDelete is DELETE /api/v1/forms/{id}[?discardWaiting=true]: 204.
 func (e *formsHandlers) apiDelete(c *gin.Context) {
 	discard, err := boolParam(c, "discardWaiting")
 	if err != nil {
-		Fail(c, err)
+		e.fail(c, err)
 		return
 	}
 	dropAtMost := 0
@@ -133,7 +136,7 @@ func (e *formsHandlers) apiDelete(c *gin.Context) {
 		dropAtMost = math.MaxInt
 	}
 	if _, err := e.p.DeleteForm(c.Param("id"), dropAtMost); err != nil {
-		Fail(c, err)
+		e.fail(c, err)
 		return
 	}
 	c.Status(http.StatusNoContent)
@@ -146,14 +149,14 @@ type submissionRequest struct {
 
 func (e *formsHandlers) apiSubmit(c *gin.Context) {
 	var req submissionRequest
-	if err := BindJSON(c, &req); err != nil {
-		Fail(c, err)
+	if err := bindJSON(c, &req); err != nil {
+		e.fail(c, err)
 		return
 	}
 	s, err := e.p.Submit(c.Request.Context(), c.Param("id"), req.Answers)
 	if err != nil {
-		Fail(c, err)
+		e.fail(c, err)
 		return
 	}
-	JSON(c, http.StatusAccepted, gin.H{"id": s.ID})
+	e.writeJSON(c, http.StatusAccepted, gin.H{"id": s.ID})
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"html/template"
+	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
@@ -23,26 +24,26 @@ func (e *formsHandlers) adminDelete(c *gin.Context) {
 	var waiting *sheets.WaitingError
 	switch {
 	case errors.As(err, &waiting):
-		SetFlash(c, "error", fmt.Sprintf("The form was not deleted: %d rows wait to be written now; look again and confirm.", waiting.Rows))
+		e.setFlash(c, "error", fmt.Sprintf("The form was not deleted: %d rows wait to be written now; look again and confirm.", waiting.Rows))
 	case err != nil:
-		Fail(c, err)
+		e.fail(c, err)
 		return
 	case dropped > 0:
-		SetFlash(c, "ok", fmt.Sprintf("Form %s deleted; %d waiting rows dropped. The rows already in the sheet stay.", c.Param("id"), dropped))
+		e.setFlash(c, "ok", fmt.Sprintf("Form %s deleted; %d waiting rows dropped. The rows already in the sheet stay.", c.Param("id"), dropped))
 	default:
-		SetFlash(c, "ok", fmt.Sprintf("Form %s deleted. The rows already in the sheet stay.", c.Param("id")))
+		e.setFlash(c, "ok", fmt.Sprintf("Form %s deleted. The rows already in the sheet stay.", c.Param("id")))
 	}
-	Redirect(c, "/admin/forms")
+	redirect(c, "/admin/forms")
 }
 
 // adminRetry is the Forms page's "Retry now": the form is checked at once.
 func (e *formsHandlers) adminRetry(c *gin.Context) {
 	if _, err := e.p.Retry(c.Param("id")); err != nil {
-		Fail(c, err)
+		e.fail(c, err)
 		return
 	}
-	SetFlash(c, "ok", fmt.Sprintf("Form %s is being checked now; reload in a moment.", c.Param("id")))
-	Redirect(c, "/admin/forms")
+	e.setFlash(c, "ok", fmt.Sprintf("Form %s is being checked now; reload in a moment.", c.Param("id")))
+	redirect(c, "/admin/forms")
 }
 
 // formRow is one form on the admin Forms page.
@@ -84,7 +85,7 @@ type formsPage struct {
 func (e *formsHandlers) formsPage(c *gin.Context) {
 	o, err := e.p.Overview(c.Request.Context())
 	if err != nil {
-		Fail(c, err)
+		e.fail(c, err)
 		return
 	}
 	cfg := e.p.Config()
@@ -116,7 +117,7 @@ func (e *formsHandlers) formsPage(c *gin.Context) {
 	for _, a := range o.Accounts {
 		d.Accounts = append(d.Accounts, quotaRow{AccountQuota: a, Meter: quotaMeter(a.Used, a.Limit, "writes"), ReadMeter: quotaMeter(a.Reads.Used, a.Reads.Limit, "reads")})
 	}
-	Render(c, "forms", d)
+	e.render(c, http.StatusOK, "forms", d)
 }
 
 // Chart geometry, in SVG user units.

@@ -27,28 +27,29 @@ type GmailOptions struct {
 // gmailHandlers are the Gmail pipeline's routes: the accounts and messages
 // API, the push endpoint, the OAuth consent routes and the Accounts pages.
 type gmailHandlers struct {
+	*server
 	p    GmailPipeline
 	opts GmailOptions
 }
 
 // mapGmailError answers the Gmail pipeline's errors; nil for others.
-func mapGmailError(err error) *Error {
+func mapGmailError(err error) *httpError {
 	var inv *gmail.InvalidError
 	switch {
 	case errors.As(err, &inv):
-		return &Error{Status: http.StatusBadRequest, Code: "invalid", Message: capitalize(inv.Message) + ".", Field: inv.Field, Err: err}
+		return &httpError{Status: http.StatusBadRequest, Code: "invalid", Message: capitalize(inv.Message) + ".", Field: inv.Field, Err: err}
 	case errors.Is(err, gmail.ErrPushUnauthorized):
-		return &Error{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "The push carries no token, or one that cannot be verified.", Err: err}
+		return &httpError{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "The push carries no token, or one that cannot be verified.", Err: err}
 	case errors.Is(err, gmail.ErrPushForbidden):
-		return &Error{Status: http.StatusForbidden, Code: "forbidden", Message: "The push token is not accepted here (audience, email or setup).", Err: err}
+		return &httpError{Status: http.StatusForbidden, Code: "forbidden", Message: "The push token is not accepted here (audience, email or setup).", Err: err}
 	case errors.Is(err, gmail.ErrPushTooLarge):
 		return tooLarge(gmail.MaxPushBody)
 	case errors.Is(err, gmail.ErrPushMalformed):
-		return &Error{Status: http.StatusBadRequest, Code: "malformed_push", Message: "The push body is not a Pub/Sub envelope with a Gmail notification: " + strings.TrimPrefix(err.Error(), gmail.ErrPushMalformed.Error()+": ") + ".", Err: err}
+		return &httpError{Status: http.StatusBadRequest, Code: "malformed_push", Message: "The push body is not a Pub/Sub envelope with a Gmail notification: " + strings.TrimPrefix(err.Error(), gmail.ErrPushMalformed.Error()+": ") + ".", Err: err}
 	case errors.Is(err, gmail.ErrOAuthUnavailable):
-		return &Error{Status: http.StatusServiceUnavailable, Code: "not_configured", Message: "Connecting through Google needs an OAuth client: set MAILROOM_GOOGLE_CLIENT_ID and MAILROOM_GOOGLE_CLIENT_SECRET.", Err: err}
+		return &httpError{Status: http.StatusServiceUnavailable, Code: "not_configured", Message: "Connecting through Google needs an OAuth client: set MAILROOM_GOOGLE_CLIENT_ID and MAILROOM_GOOGLE_CLIENT_SECRET.", Err: err}
 	case errors.Is(err, google.ErrRevoked):
-		return &Error{Status: http.StatusBadRequest, Code: "google_refused", Message: "Google refused the sign-in; start again.", Err: err}
+		return &httpError{Status: http.StatusBadRequest, Code: "google_refused", Message: "Google refused the sign-in; start again.", Err: err}
 	}
 	return nil
 }
@@ -70,23 +71,23 @@ type connectRequest struct {
 
 func (g *gmailHandlers) apiConnect(c *gin.Context) {
 	var req connectRequest
-	if err := BindJSON(c, &req); err != nil {
-		Fail(c, err)
+	if err := bindJSON(c, &req); err != nil {
+		g.fail(c, err)
 		return
 	}
 	acc, _, err := g.p.Connect(c.Request.Context(), gmail.ConnectRequest{
 		UserID: req.UserID, Email: req.Email, Token: google.Token{RefreshToken: req.RefreshToken},
 	})
 	if err != nil {
-		Fail(c, err)
+		g.fail(c, err)
 		return
 	}
 	v, err := g.p.Account(acc.ID)
 	if err != nil {
-		Fail(c, err)
+		g.fail(c, err)
 		return
 	}
-	JSON(c, http.StatusCreated, v)
+	g.writeJSON(c, http.StatusCreated, v)
 }
 
 // apiAccounts is GET /api/v1/accounts[?userId=U]: every account, or one
@@ -97,7 +98,7 @@ func (g *gmailHandlers) apiAccounts(c *gin.Context) {
 		err = g.p.WithQuota(c.Request.Context(), accs)
 	}
 	if err != nil {
-		Fail(c, err)
+		g.fail(c, err)
 		return
 	}
 	out := make([]gmail.AccountView, 0, len(accs))
@@ -106,7 +107,7 @@ func (g *gmailHandlers) apiAccounts(c *gin.Context) {
 			out = append(out, a)
 		}
 	}
-	JSON(c, http.StatusOK, gin.H{"accounts": out})
+	g.writeJSON(c, http.StatusOK, gin.H{"accounts": out})
 }
 
 func (g *gmailHandlers) apiAccount(c *gin.Context) {
@@ -115,25 +116,25 @@ func (g *gmailHandlers) apiAccount(c *gin.Context) {
 		v.GmailQuota, err = g.p.Quota(c.Request.Context(), v.ID)
 	}
 	if err != nil {
-		Fail(c, err)
+		g.fail(c, err)
 		return
 	}
-	JSON(c, http.StatusOK, v)
+	g.writeJSON(c, http.StatusOK, v)
 }
 
 func (g *gmailHandlers) apiResync(c *gin.Context) {
 	if err := g.p.Resync(c.Request.Context(), c.Param("id")); err != nil {
-		Fail(c, err)
+		g.fail(c, err)
 		return
 	}
-	JSON(c, http.StatusAccepted, gin.H{"id": c.Param("id"), "resync": "queued"})
+	g.writeJSON(c, http.StatusAccepted, gin.H{"id": c.Param("id"), "resync": "queued"})
 }
 
 func (g *gmailHandlers) apiDelete(c *gin.Context) {
 	// A grant Google did not revoke is logged by the pipeline; the
 	// contract's answer stays 204.
 	if _, err := g.p.Delete(c.Request.Context(), c.Param("id")); err != nil {
-		Fail(c, err)
+		g.fail(c, err)
 		return
 	}
 	c.Status(http.StatusNoContent)
@@ -147,7 +148,7 @@ func boolParam(c *gin.Context, name string) (*bool, error) {
 	}
 	b, err := strconv.ParseBool(v)
 	if err != nil || (v != "true" && v != "false") {
-		return nil, Invalid(name, name+" must be true or false.")
+		return nil, invalid(name, name+" must be true or false.")
 	}
 	return &b, nil
 }
@@ -169,45 +170,45 @@ func validCursor(s string) bool {
 func (g *gmailHandlers) apiMessages(c *gin.Context) {
 	q := gmail.MessageQuery{Label: c.Query("label"), Cursor: c.Query("cursor")}
 	if !validCursor(q.Cursor) {
-		Fail(c, Invalid("cursor", "cursor is not one this server gave out; use the \"next\" value of the previous page."))
+		g.fail(c, invalid("cursor", "cursor is not one this server gave out; use the \"next\" value of the previous page."))
 		return
 	}
 	if !utf8.ValidString(q.Label) || len(q.Label) > 256 {
-		Fail(c, Invalid("label", "label must be a label name or id of at most 256 bytes of text."))
+		g.fail(c, invalid("label", "label must be a label name or id of at most 256 bytes of text."))
 		return
 	}
 	var err error
 	if q.Unread, err = boolParam(c, "unread"); err != nil {
-		Fail(c, err)
+		g.fail(c, err)
 		return
 	}
 	if q.Trashed, err = boolParam(c, "trashed"); err != nil {
-		Fail(c, err)
+		g.fail(c, err)
 		return
 	}
 	if v := c.Query("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > gmail.MaxMessagesPage {
-			Fail(c, Invalid("limit", "limit must be a whole number from 1 to "+strconv.Itoa(gmail.MaxMessagesPage)+"."))
+			g.fail(c, invalid("limit", "limit must be a whole number from 1 to "+strconv.Itoa(gmail.MaxMessagesPage)+"."))
 			return
 		}
 		q.Limit = n
 	}
 	msgs, next, err := g.p.Messages(c.Param("id"), q)
 	if err != nil {
-		Fail(c, err)
+		g.fail(c, err)
 		return
 	}
-	JSON(c, http.StatusOK, gin.H{"messages": msgs, "next": next})
+	g.writeJSON(c, http.StatusOK, gin.H{"messages": msgs, "next": next})
 }
 
 func (g *gmailHandlers) apiMessage(c *gin.Context) {
 	m, err := g.p.Message(c.Param("id"), c.Param("messageId"))
 	if err != nil {
-		Fail(c, err)
+		g.fail(c, err)
 		return
 	}
-	JSON(c, http.StatusOK, m)
+	g.writeJSON(c, http.StatusOK, m)
 }
 
 // ---- push ----
@@ -222,7 +223,7 @@ func (g *gmailHandlers) push(c *gin.Context) {
 		var err error
 		body, err = io.ReadAll(io.LimitReader(c.Request.Body, gmail.MaxPushBody+1))
 		if err != nil {
-			Fail(c, &Error{Status: http.StatusBadRequest, Code: "malformed_push", Message: "The push body could not be read.", Err: err})
+			g.fail(c, &httpError{Status: http.StatusBadRequest, Code: "malformed_push", Message: "The push body could not be read.", Err: err})
 			return
 		}
 		tooLarge = len(body) > gmail.MaxPushBody
@@ -234,7 +235,7 @@ func (g *gmailHandlers) push(c *gin.Context) {
 		c.Header("WWW-Authenticate", `Bearer realm="mailroom push"`)
 	}
 	if err != nil {
-		Fail(c, err)
+		g.fail(c, err)
 		return
 	}
 	c.Status(http.StatusNoContent)
@@ -246,7 +247,7 @@ func (g *gmailHandlers) push(c *gin.Context) {
 // admin to Google's consent page.
 func (g *gmailHandlers) oauthStart(c *gin.Context) {
 	// The consent is bound to this admin session (its CSRF secret).
-	u, err := g.p.OAuthStart(c.Query("userId"), c.Query("email"), CSRFToken(c))
+	u, err := g.p.OAuthStart(c.Query("userId"), c.Query("email"), csrfToken(c))
 	if err != nil {
 		g.oauthFailed(c, err)
 		return
@@ -259,17 +260,17 @@ func (g *gmailHandlers) oauthStart(c *gin.Context) {
 func (g *gmailHandlers) oauthCallback(c *gin.Context) {
 	if e := c.Query("error"); e != "" {
 		// The text is never echoed: anyone can send the admin this link.
-		SetFlash(c, "error", oauthErrorText(e))
-		Redirect(c, "/admin/accounts")
+		g.setFlash(c, "error", oauthErrorText(e))
+		redirect(c, "/admin/accounts")
 		return
 	}
-	acc, err := g.p.OAuthCallback(c.Request.Context(), c.Query("code"), c.Query("state"), CSRFToken(c))
+	acc, err := g.p.OAuthCallback(c.Request.Context(), c.Query("code"), c.Query("state"), csrfToken(c))
 	if err != nil {
 		g.oauthFailed(c, err)
 		return
 	}
-	SetFlash(c, "ok", acc.Email+" is connected; its first sync is running.")
-	Redirect(c, "/admin/accounts/"+acc.ID)
+	g.setFlash(c, "ok", acc.Email+" is connected; its first sync is running.")
+	redirect(c, "/admin/accounts/"+acc.ID)
 }
 
 // oauthErrorText says what an OAuth error code from Google means, in our
@@ -289,11 +290,11 @@ func oauthErrorText(code string) string {
 // oauthFailed tells the admin on the Accounts page what went wrong, or
 // answers the error page for server-side failures.
 func (g *gmailHandlers) oauthFailed(c *gin.Context, err error) {
-	e := serverOf(c).mapError(err)
+	e := g.server.mapError(err)
 	if e.Status >= 500 && !errors.Is(err, gmail.ErrOAuthUnavailable) {
-		Fail(c, err)
+		g.fail(c, err)
 		return
 	}
-	SetFlash(c, "error", e.Message)
-	Redirect(c, "/admin/accounts")
+	g.setFlash(c, "error", e.Message)
+	redirect(c, "/admin/accounts")
 }

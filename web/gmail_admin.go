@@ -3,6 +3,7 @@ package web
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -43,19 +44,19 @@ func (g *gmailHandlers) accountsPage(c *gin.Context) {
 		err = g.p.WithQuota(c.Request.Context(), accs)
 	}
 	if err != nil {
-		Fail(c, err)
+		g.fail(c, err)
 		return
 	}
 	var users []store.User
-	if err := serverOf(c).deps.DB.View(func(tx *store.Tx) (err error) { users, err = tx.Users(); return err }); err != nil {
-		Fail(c, fmt.Errorf("web: list users: %w", err))
+	if err := g.server.deps.DB.View(func(tx *store.Tx) (err error) { users, err = tx.Users(); return err }); err != nil {
+		g.fail(c, fmt.Errorf("web: list users: %w", err))
 		return
 	}
 	var project *gmail.QuotaView
 	if len(accs) > 0 {
 		project = accs[0].GmailQuota
 	}
-	Render(c, "accounts", accountsView{
+	g.render(c, http.StatusOK, "accounts", accountsView{
 		Accounts: accs, Users: users, Project: project, OAuth: g.p.OAuthConfigured(), Watch: g.p.WatchEnabled(),
 		PollInterval: g.p.PollInterval(), PushURL: g.opts.PublicURL + "/push/gmail",
 		PushAudience: g.opts.PushAudience, PushToken: g.opts.PushToken,
@@ -65,56 +66,56 @@ func (g *gmailHandlers) accountsPage(c *gin.Context) {
 func (g *gmailHandlers) accountPage(c *gin.Context) {
 	d, err := g.p.Detail(c.Param("id"), 30)
 	if err != nil {
-		Fail(c, err)
+		g.fail(c, err)
 		return
 	}
 	if d.GmailQuota, err = g.p.Quota(c.Request.Context(), d.ID); err != nil {
-		Fail(c, err)
+		g.fail(c, err)
 		return
 	}
 	v := accountPageView{Account: d, Watch: g.p.WatchEnabled(), PollInterval: g.p.PollInterval()}
-	_ = serverOf(c).deps.DB.View(func(tx *store.Tx) (err error) { v.User, err = tx.UserGet(d.UserID); return err })
-	Render(c, "account", v)
+	_ = g.server.deps.DB.View(func(tx *store.Tx) (err error) { v.User, err = tx.UserGet(d.UserID); return err })
+	g.render(c, http.StatusOK, "account", v)
 }
 
 func (g *gmailHandlers) adminResync(c *gin.Context) {
 	id := c.Param("id")
 	if err := g.p.Resync(c.Request.Context(), id); err != nil {
-		Fail(c, err)
+		g.fail(c, err)
 		return
 	}
-	SetFlash(c, "ok", "A full sync is queued.")
-	Redirect(c, "/admin/accounts/"+id)
+	g.setFlash(c, "ok", "A full sync is queued.")
+	redirect(c, "/admin/accounts/"+id)
 }
 
 func (g *gmailHandlers) adminDelete(c *gin.Context) {
 	v, err := g.p.Account(c.Param("id"))
 	if err != nil {
-		Fail(c, err)
+		g.fail(c, err)
 		return
 	}
 	d, err := g.p.Delete(c.Request.Context(), v.ID)
 	if err != nil {
-		Fail(c, err)
+		g.fail(c, err)
 		return
 	}
 	if d.RevokeErr != nil {
-		SetFlash(c, "error", v.Email+" is disconnected and its mirror deleted, but Google did not revoke mailroom's access ("+d.RevokeErr.Error()+"); remove it in the Google account's security settings.")
+		g.setFlash(c, "error", v.Email+" is disconnected and its mirror deleted, but Google did not revoke mailroom's access ("+d.RevokeErr.Error()+"); remove it in the Google account's security settings.")
 	} else {
-		SetFlash(c, "ok", v.Email+" is disconnected, its mirror deleted and its Google grant revoked.")
+		g.setFlash(c, "ok", v.Email+" is disconnected, its mirror deleted and its Google grant revoked.")
 	}
-	Redirect(c, "/admin/accounts")
+	redirect(c, "/admin/accounts")
 }
 
 // gmailOverview is the Gmail quota on the overview page: the project's units in
 // the last minute and today, and the accounts waiting for quota.
-func gmailOverview(ctx context.Context, p GmailPipeline) (OverviewPanel, error) {
+func gmailOverview(ctx context.Context, p GmailPipeline) (overviewPanel, error) {
 	accs, err := p.Accounts()
 	if err == nil {
 		err = p.WithQuota(ctx, accs)
 	}
 	if err != nil || len(accs) == 0 || accs[0].GmailQuota == nil {
-		return OverviewPanel{}, err
+		return overviewPanel{}, err
 	}
 	q := accs[0].GmailQuota
 	waiting, busiest, top := 0, "", -1
@@ -126,7 +127,7 @@ func gmailOverview(ctx context.Context, p GmailPipeline) (OverviewPanel, error) 
 			busiest, top = a.Email, a.GmailQuota.UnitsLastMinute
 		}
 	}
-	return OverviewPanel{Title: "Gmail quota", Figures: []OverviewFigure{
+	return overviewPanel{Title: "Gmail quota", Figures: []overviewFigure{
 		{Label: "Gmail units, last minute", Value: thousands(q.ProjectUnitsLastMinute),
 			Note: fmt.Sprintf("of the project's %s; busiest %s (%s of %s)", thousands(q.ProjectLimit), busiest, thousands(top), thousands(q.Setting)), Link: "/admin/accounts"},
 		{Label: "Gmail units today (UTC)", Value: thousands(int(q.ProjectUnitsToday)),

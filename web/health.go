@@ -42,7 +42,7 @@ func (s *server) readyz(c *gin.Context) {
 			part = u.Part
 		}
 		s.log.Warn("not ready", "part", part, "err", err)
-		Fail(c, &Error{Status: http.StatusServiceUnavailable, Code: "not_ready", Message: "Not ready: " + part + " unavailable.", RetryAfter: time.Second})
+		s.fail(c, &httpError{Status: http.StatusServiceUnavailable, Code: "not_ready", Message: "Not ready: " + part + " unavailable.", RetryAfter: time.Second})
 		return
 	}
 	c.String(http.StatusOK, "ready")

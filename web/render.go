@@ -14,47 +14,33 @@ import (
 	"github.com/gin-gonic/gin"
 )
 
-// Page is what every template receives: the layout's needs, and the
+// layoutPage is what every template receives: the layout's needs, and the
 // handler's data in Data.
-type Page struct {
+type layoutPage struct {
 	// Name is the template's name.
 	Name string
 	// Active is the nav entry the request falls under.
 	Active string
-	Nav    []NavItem
+	Nav    []navItem
 	// CSRF is the session's token; every state-changing form carries it
 	// ({{template "csrf" .}}).
 	CSRF      string
 	LoggedIn  bool
 	Demo      bool
 	PublicURL string
-	Flash     *Flash
+	Flash     *flashNote
 	Now       time.Time
 	Data      any
 }
 
-// Flash is a one-time notice shown on the next page.
-type Flash struct {
+// flashNote is a one-time notice shown on the next page.
+type flashNote struct {
 	Kind string // "ok" or "error"
 	Text string
 }
 
-// Render writes the page template name (templates/NAME.html) with data in
-// the shared layout, status 200.
-func Render(c *gin.Context, name string, data any) {
-	RenderStatus(c, http.StatusOK, name, data)
-}
-
-// RenderStatus is Render with another status.
-func RenderStatus(c *gin.Context, status int, name string, data any) {
-	s := serverOf(c)
-	if s == nil {
-		c.String(http.StatusInternalServerError, "web: Render outside the web handler")
-		return
-	}
-	s.render(c, status, name, data)
-}
-
+// render writes the page template name (templates/NAME.html) with data in
+// the shared layout, with status.
 func (s *server) render(c *gin.Context, status int, name string, data any) {
 	t, ok := s.pages[name]
 	if !ok {
@@ -63,7 +49,7 @@ func (s *server) render(c *gin.Context, status int, name string, data any) {
 		c.Abort()
 		return
 	}
-	p := Page{
+	p := layoutPage{
 		Name:      name,
 		Active:    s.active(c.Request.URL.Path),
 		Nav:       s.nav,
@@ -88,7 +74,7 @@ func (s *server) render(c *gin.Context, status int, name string, data any) {
 }
 
 // renderError draws the error page for e.
-func (s *server) renderError(c *gin.Context, e *Error) {
+func (s *server) renderError(c *gin.Context, e *httpError) {
 	s.render(c, e.Status, "error", e)
 }
 
@@ -103,26 +89,22 @@ func (s *server) active(path string) string {
 	return best
 }
 
-// SetFlash shows text once on the next admin page (kind "ok" or "error").
+// setFlash shows text once on the next admin page (kind "ok" or "error").
 // The cookie is signed with the server's key, so a flash that another site
 // or a sibling subdomain planted is never shown.
-func SetFlash(c *gin.Context, kind, text string) {
-	s := serverOf(c)
-	if s == nil {
-		return
-	}
-	raw, _ := json.Marshal(Flash{Kind: kind, Text: text})
+func (s *server) setFlash(c *gin.Context, kind, text string) {
+	raw, _ := json.Marshal(flashNote{Kind: kind, Text: text})
 	v := base64.RawURLEncoding.EncodeToString(raw)
 	http.SetCookie(c.Writer, s.cookie(s.cookies.flash, v+"."+s.keys.sign("flash", v), 60))
 }
 
-// Redirect answers 303 See Other (after a form post).
-func Redirect(c *gin.Context, location string) {
+// redirect answers 303 See Other (after a form post).
+func redirect(c *gin.Context, location string) {
 	c.Redirect(http.StatusSeeOther, location)
 	c.Abort()
 }
 
-func (s *server) takeFlash(c *gin.Context) *Flash {
+func (s *server) takeFlash(c *gin.Context) *flashNote {
 	ck, err := c.Request.Cookie(s.cookies.flash)
 	if err != nil {
 		return nil
@@ -136,7 +118,7 @@ func (s *server) takeFlash(c *gin.Context) *Flash {
 	if err != nil {
 		return nil
 	}
-	var f Flash
+	var f flashNote
 	if json.Unmarshal(raw, &f) != nil || f.Text == "" {
 		return nil
 	}

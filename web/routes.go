@@ -17,7 +17,7 @@ import "github.com/gin-gonic/gin"
 //   - API, user-scoped: an admin token, or a user token for its own user
 //     (another user's resource: 404 not_found, as if it did not exist).
 func (s *server) routes(e *gin.Engine) {
-	h := handlers{gm: &gmailHandlers{p: s.deps.Gmail, opts: s.deps.GmailOptions}, rl: &rulesHandlers{p: s.deps.Rules}, fm: &formsHandlers{p: s.deps.Forms}}
+	h := handlers{gm: &gmailHandlers{server: s, p: s.deps.Gmail, opts: s.deps.GmailOptions}, rl: &rulesHandlers{server: s, p: s.deps.Rules}, fm: &formsHandlers{server: s, p: s.deps.Forms}}
 	s.publicRoutes(e, h)
 	s.adminRoutes(e, h)
 	api := e.Group("/api/v1", s.apiAuth)
@@ -40,7 +40,7 @@ func (s *server) publicRoutes(e *gin.Engine, h handlers) {
 	e.HEAD("/readyz", s.readyz)
 	e.GET("/metrics", s.metricsAuth, s.metricsHandler())
 	e.GET("/static/*filepath", s.serveStatic)
-	e.GET("/", func(c *gin.Context) { Redirect(c, "/admin") })
+	e.GET("/", func(c *gin.Context) { redirect(c, "/admin") })
 	e.GET("/admin/login", s.loginPage)
 	e.POST("/admin/login", s.login)
 
@@ -91,14 +91,14 @@ func (s *server) adminRoutes(e *gin.Engine, h handlers) {
 		admin.POST("/forms/:id/retry", fm.adminRetry)
 	}
 	if d := s.deps.DemoSource; d != nil {
-		dp := demoPages{src: d}
+		dp := demoPages{server: s, src: d}
 		admin.GET("/demo", dp.mailbox)
 		admin.GET("/demo/mailbox", dp.mailbox)
 		admin.GET("/demo/sheets", dp.sheets)
 		admin.GET("/demo/alerts", dp.alerts)
 	}
 	if o := s.deps.Setup; o != nil {
-		x := &setupHandlers{opts: *o}
+		x := &setupHandlers{server: s, opts: *o}
 		admin.GET("/setup", x.page)
 		admin.POST("/setup/alert", x.testAlert)
 		admin.POST("/setup/google", x.checkGoogle)
@@ -130,7 +130,7 @@ func (s *server) userAPIRoutes(api *gin.RouterGroup, h handlers) {
 	gm, rl, fm := h.gm, h.rl, h.fm
 	api.GET("/events", s.scope(inQuery("userId")), s.apiEvents)
 	if p := s.deps.Webhooks; p != nil {
-		wh := webhookHandlers{p}
+		wh := webhookHandlers{server: s, p: p}
 		api.POST("/webhooks", s.scope(inBody), wh.apiCreate)
 		api.GET("/webhooks", s.scope(inQuery("userId")), wh.apiList)
 		api.GET("/webhooks/:id", s.scope(webhookIn("id")), wh.apiGet)
@@ -166,22 +166,22 @@ func (s *server) userAPIRoutes(api *gin.RouterGroup, h handlers) {
 }
 
 // buildNav is the admin navigation, in the order of the pages above.
-func (s *server) buildNav() []NavItem {
-	nav := []NavItem{{Title: "Overview", Path: "/admin"}, {Title: "Dead letters", Path: "/admin/deadletters"}}
+func (s *server) buildNav() []navItem {
+	nav := []navItem{{Title: "Overview", Path: "/admin"}, {Title: "Dead letters", Path: "/admin/deadletters"}}
 	if s.deps.DemoSource != nil {
-		nav = append(nav, NavItem{Title: "Demo mailbox", Path: "/admin/demo"}, NavItem{Title: "Demo sheets", Path: "/admin/demo/sheets"})
+		nav = append(nav, navItem{Title: "Demo mailbox", Path: "/admin/demo"}, navItem{Title: "Demo sheets", Path: "/admin/demo/sheets"})
 	}
 	if s.deps.Gmail != nil {
-		nav = append(nav, NavItem{Title: "Accounts", Path: "/admin/accounts"})
+		nav = append(nav, navItem{Title: "Accounts", Path: "/admin/accounts"})
 	}
 	if s.deps.Rules != nil {
-		nav = append(nav, NavItem{Title: "Rules", Path: "/admin/rules"})
+		nav = append(nav, navItem{Title: "Rules", Path: "/admin/rules"})
 	}
 	if s.deps.Forms != nil {
-		nav = append(nav, NavItem{Title: "Forms", Path: "/admin/forms"})
+		nav = append(nav, navItem{Title: "Forms", Path: "/admin/forms"})
 	}
 	if s.deps.Setup != nil {
-		nav = append(nav, NavItem{Title: "Setup", Path: "/admin/setup"})
+		nav = append(nav, navItem{Title: "Setup", Path: "/admin/setup"})
 	}
-	return append(nav, NavItem{Title: "API tokens", Path: "/admin/tokens"})
+	return append(nav, navItem{Title: "API tokens", Path: "/admin/tokens"})
 }

@@ -16,11 +16,14 @@ import (
 
 // rulesHandlers are the label rules pipeline's routes: the rules API of
 // the contract and the admin Rules page.
-type rulesHandlers struct{ p RulesPipeline }
+type rulesHandlers struct {
+	*server
+	p RulesPipeline
+}
 
 // mapRulesError turns the rules pipeline's errors into the contract's
 // answers (cfg words the rate limit); nil for others.
-func mapRulesError(cfg rules.Config, err error) *Error {
+func mapRulesError(cfg rules.Config, err error) *httpError {
 	var (
 		invalid *rules.ValidationError
 		refused *rules.RefusedError
@@ -31,15 +34,15 @@ func mapRulesError(cfg rules.Config, err error) *Error {
 		if code == "" {
 			code = "invalid"
 		}
-		return &Error{Status: http.StatusBadRequest, Code: code, Message: invalid.Message, Field: invalid.Field}
+		return &httpError{Status: http.StatusBadRequest, Code: code, Message: invalid.Message, Field: invalid.Field}
 	case errors.As(err, &refused):
-		return &Error{Status: http.StatusTooManyRequests, Code: "rate_limited", RetryAfter: refused.RetryAfter,
+		return &httpError{Status: http.StatusTooManyRequests, Code: "rate_limited", RetryAfter: refused.RetryAfter,
 			Message: fmt.Sprintf("Too many rule saves: at most %d per %s for a user. Try again in %d seconds.",
 				cfg.SaveLimit, humanWindow(cfg.SaveWindow), int(math.Ceil(refused.RetryAfter.Seconds())))}
 	case errors.Is(err, rules.ErrLabelTaken):
-		return &Error{Status: http.StatusConflict, Code: "conflict", Field: "label", Message: "This user already has a rule for that label; edit that rule instead."}
+		return &httpError{Status: http.StatusConflict, Code: "conflict", Field: "label", Message: "This user already has a rule for that label; edit that rule instead."}
 	case errors.Is(err, rules.ErrNotFound):
-		return &Error{Status: http.StatusNotFound, Code: "not_found", Message: "There is no such user or rule.", Err: err}
+		return &httpError{Status: http.StatusNotFound, Code: "not_found", Message: "There is no such user or rule.", Err: err}
 	}
 	return nil
 }
@@ -94,12 +97,12 @@ type savedJSON struct {
 	Reclassify *reclassifyPendingJSON `json:"reclassify"`
 }
 
-// readRule reads a rule from the request body: at most MaxBodyBytes, one
+// readRule reads a rule from the request body: at most maxBodyBytes, one
 // JSON value, parsed strictly so that errors name the field as a path
 // ("conditions[2].value").
 func (e *rulesHandlers) readRule(c *gin.Context) (rules.Spec, error) {
 	var raw json.RawMessage
-	if err := BindJSON(c, &raw); err != nil {
+	if err := bindJSON(c, &raw); err != nil {
 		return rules.Spec{}, err
 	}
 	return e.p.ParseSpec(raw)
@@ -108,56 +111,56 @@ func (e *rulesHandlers) readRule(c *gin.Context) (rules.Spec, error) {
 func (e *rulesHandlers) apiList(c *gin.Context) {
 	rs, err := e.p.Rules(c.Param("uid"))
 	if err != nil {
-		Fail(c, err)
+		e.fail(c, err)
 		return
 	}
 	out := make([]ruleJSON, 0, len(rs))
 	for _, r := range rs {
 		out = append(out, toRuleJSON(r))
 	}
-	JSON(c, http.StatusOK, gin.H{"rules": out})
+	e.writeJSON(c, http.StatusOK, gin.H{"rules": out})
 }
 
 func (e *rulesHandlers) apiGet(c *gin.Context) {
 	r, err := e.p.Rule(c.Param("id"))
 	if err != nil {
-		Fail(c, err)
+		e.fail(c, err)
 		return
 	}
-	JSON(c, http.StatusOK, toRuleJSON(r))
+	e.writeJSON(c, http.StatusOK, toRuleJSON(r))
 }
 
 func (e *rulesHandlers) apiCreate(c *gin.Context) {
 	spec, err := e.readRule(c)
 	if err != nil {
-		Fail(c, err)
+		e.fail(c, err)
 		return
 	}
 	saved, err := e.p.Create(c.Request.Context(), c.Param("uid"), spec)
 	if err != nil {
-		Fail(c, err)
+		e.fail(c, err)
 		return
 	}
-	JSON(c, http.StatusCreated, savedJSON{Rule: toRuleJSON(saved.Rule), Reclassify: toPendingJSON(saved.Pending)})
+	e.writeJSON(c, http.StatusCreated, savedJSON{Rule: toRuleJSON(saved.Rule), Reclassify: toPendingJSON(saved.Pending)})
 }
 
 func (e *rulesHandlers) apiUpdate(c *gin.Context) {
 	spec, err := e.readRule(c)
 	if err != nil {
-		Fail(c, err)
+		e.fail(c, err)
 		return
 	}
 	saved, err := e.p.Update(c.Request.Context(), c.Param("id"), spec)
 	if err != nil {
-		Fail(c, err)
+		e.fail(c, err)
 		return
 	}
-	JSON(c, http.StatusOK, savedJSON{Rule: toRuleJSON(saved.Rule), Reclassify: toPendingJSON(saved.Pending)})
+	e.writeJSON(c, http.StatusOK, savedJSON{Rule: toRuleJSON(saved.Rule), Reclassify: toPendingJSON(saved.Pending)})
 }
 
 func (e *rulesHandlers) apiDelete(c *gin.Context) {
 	if _, err := e.p.Delete(c.Request.Context(), c.Param("id")); err != nil {
-		Fail(c, err)
+		e.fail(c, err)
 		return
 	}
 	c.Status(http.StatusNoContent)
@@ -215,8 +218,8 @@ const recentJobs = 20
 func (e *rulesHandlers) apiStatus(c *gin.Context) {
 	st, err := e.p.Status(c.Param("uid"), recentJobs)
 	if err != nil {
-		Fail(c, err)
+		e.fail(c, err)
 		return
 	}
-	JSON(c, http.StatusOK, toReclassifyJSON(st))
+	e.writeJSON(c, http.StatusOK, toReclassifyJSON(st))
 }

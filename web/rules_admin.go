@@ -31,27 +31,27 @@ type rulesUsersView struct {
 }
 
 func (e *rulesHandlers) usersPage(c *gin.Context) {
-	s := serverOf(c)
+	s := e.server
 	var users []store.User
 	if err := s.deps.DB.View(func(tx *store.Tx) (err error) { users, err = tx.Users(); return err }); err != nil {
-		Fail(c, err)
+		e.fail(c, err)
 		return
 	}
 	v := rulesUsersView{}
 	for _, u := range users {
 		rs, err := e.p.Rules(u.ID)
 		if err != nil {
-			Fail(c, err)
+			e.fail(c, err)
 			return
 		}
 		st, err := e.p.Status(u.ID, 1)
 		if err != nil {
-			Fail(c, err)
+			e.fail(c, err)
 			return
 		}
 		v.Users = append(v.Users, rulesUserRow{User: u, Rules: len(rs), Pending: st.Pending})
 	}
-	Render(c, "rules_users", v)
+	e.render(c, http.StatusOK, "rules_users", v)
 }
 
 // conditionRow is one row of the editor's conditions.
@@ -133,14 +133,14 @@ var (
 const previewSample = 5
 
 func (e *rulesHandlers) view(c *gin.Context, uid string, ed ruleEditor) (rulesView, error) {
-	s := serverOf(c)
+	s := e.server
 	cfg := e.p.Config()
 	v := rulesView{Editor: ed, Settings: cfg, Fields: ruleFields, Ops: ruleOps, Labels: map[string]string{},
 		Debounce: spell(cfg.Debounce), MaxWait: spell(cfg.MaxWait), SaveWindow: spell(cfg.SaveWindow)}
 	err := s.deps.DB.View(func(tx *store.Tx) error {
 		u, err := tx.UserGet(uid)
 		if err != nil {
-			return NotFound("There is no user with that id.")
+			return notFound("There is no user with that id.")
 		}
 		v.User = u
 		return nil
@@ -202,17 +202,17 @@ func (e *rulesHandlers) rulesPage(c *gin.Context) {
 	if id := c.Query("edit"); id != "" {
 		r, err := e.p.Rule(id)
 		if err != nil || r.UserID != uid {
-			Fail(c, NotFound("There is no such rule for this user."))
+			e.fail(c, notFound("There is no such rule for this user."))
 			return
 		}
 		ed = editorOf(r)
 	}
 	v, err := e.view(c, uid, ed)
 	if err != nil {
-		Fail(c, err)
+		e.fail(c, err)
 		return
 	}
-	Render(c, "rules", v)
+	e.render(c, http.StatusOK, "rules", v)
 }
 
 // editorFromForm reads the editor's form.
@@ -300,8 +300,8 @@ func (e *rulesHandlers) saveForm(c *gin.Context) {
 	)
 	switch {
 	case err == nil:
-		SetFlash(c, "ok", fmt.Sprintf("Saved %q (version %d). Existing mail is relabelled %s.", saved.Rule.Spec.Label, saved.Rule.Version, firesIn(serverOf(c).now(), saved.Pending.FiresAt)))
-		Redirect(c, "/admin/rules/"+uid)
+		e.setFlash(c, "ok", fmt.Sprintf("Saved %q (version %d). Existing mail is relabelled %s.", saved.Rule.Spec.Label, saved.Rule.Version, firesIn(e.server.now(), saved.Pending.FiresAt)))
+		redirect(c, "/admin/rules/"+uid)
 		return
 	case errors.As(err, &invalid):
 		ed.showError(invalid, rowOf)
@@ -311,15 +311,15 @@ func (e *rulesHandlers) saveForm(c *gin.Context) {
 		ed.Error = mapRulesError(e.p.Config(), err).Message
 		c.Header("Retry-After", strconv.Itoa(int((refused.RetryAfter+time.Second-1)/time.Second)))
 	default:
-		Fail(c, err)
+		e.fail(c, err)
 		return
 	}
 	v, verr := e.view(c, uid, ed)
 	if verr != nil {
-		Fail(c, verr)
+		e.fail(c, verr)
 		return
 	}
-	RenderStatus(c, mapRulesError(e.p.Config(), err).Status, "rules", v)
+	e.render(c, mapRulesError(e.p.Config(), err).Status, "rules", v)
 }
 
 // spell says a setting's duration in words: "60 seconds", "10 minutes".
@@ -347,21 +347,21 @@ func (e *rulesHandlers) deleteForm(c *gin.Context) {
 	uid, id := c.Param("uid"), c.PostForm("id")
 	r, err := e.p.Rule(id)
 	if err != nil || r.UserID != uid {
-		Fail(c, NotFound("There is no such rule for this user."))
+		e.fail(c, notFound("There is no such rule for this user."))
 		return
 	}
 	saved, err := e.p.Delete(c.Request.Context(), id)
 	var refused *rules.RefusedError
 	switch {
 	case errors.As(err, &refused):
-		SetFlash(c, "error", mapRulesError(e.p.Config(), err).Message)
+		e.setFlash(c, "error", mapRulesError(e.p.Config(), err).Message)
 	case err != nil:
-		Fail(c, err)
+		e.fail(c, err)
 		return
 	default:
-		SetFlash(c, "ok", fmt.Sprintf("Deleted %q. The labels it applied are removed %s; labels put on by hand stay.", r.Spec.Label, firesIn(serverOf(c).now(), saved.Pending.FiresAt)))
+		e.setFlash(c, "ok", fmt.Sprintf("Deleted %q. The labels it applied are removed %s; labels put on by hand stay.", r.Spec.Label, firesIn(e.server.now(), saved.Pending.FiresAt)))
 	}
-	Redirect(c, "/admin/rules/"+uid)
+	redirect(c, "/admin/rules/"+uid)
 }
 
 type previewJSONAnswer struct {
@@ -386,8 +386,8 @@ type previewMessageJS struct {
 // not needed to preview.
 func (e *rulesHandlers) previewJSON(c *gin.Context) {
 	var spec rules.Spec
-	if err := BindJSON(c, &spec); err != nil {
-		Fail(c, err)
+	if err := bindJSON(c, &spec); err != nil {
+		e.fail(c, err)
 		return
 	}
 	if strings.TrimSpace(spec.Label) == "" {
@@ -396,11 +396,11 @@ func (e *rulesHandlers) previewJSON(c *gin.Context) {
 	pv, err := e.p.Preview(c.Param("uid"), spec, previewSample)
 	var invalid *rules.ValidationError
 	if errors.As(err, &invalid) {
-		JSON(c, http.StatusOK, previewJSONAnswer{Error: &errorDetail{Code: "invalid", Message: invalid.Message, Field: invalid.Field}, Sample: []previewMessageJS{}})
+		e.writeJSON(c, http.StatusOK, previewJSONAnswer{Error: &errorDetail{Code: "invalid", Message: invalid.Message, Field: invalid.Field}, Sample: []previewMessageJS{}})
 		return
 	}
 	if err != nil {
-		Fail(c, err)
+		e.fail(c, err)
 		return
 	}
 	out := previewJSONAnswer{Valid: true, Threads: pv.Threads, MatchedThreads: pv.MatchedThreads, Messages: pv.Messages,
@@ -408,16 +408,16 @@ func (e *rulesHandlers) previewJSON(c *gin.Context) {
 	for _, m := range pv.Sample {
 		out.Sample = append(out.Sample, previewMessageJS{From: m.From, Subject: m.Subject, Date: datetime(m.Date)})
 	}
-	JSON(c, http.StatusOK, out)
+	e.writeJSON(c, http.StatusOK, out)
 }
 
 func (e *rulesHandlers) statusJSON(c *gin.Context) {
 	st, err := e.p.Status(c.Param("uid"), recentJobs)
 	if err != nil {
-		Fail(c, err)
+		e.fail(c, err)
 		return
 	}
-	JSON(c, http.StatusOK, toReclassifyJSON(st))
+	e.writeJSON(c, http.StatusOK, toReclassifyJSON(st))
 }
 
 // Job chart geometry, in SVG user units.

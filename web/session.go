@@ -89,7 +89,7 @@ func (s *server) renderLogin(c *gin.Context, status int, v loginView) {
 	pre := randomToken(24)
 	http.SetCookie(c.Writer, s.cookie(s.cookies.preSession, pre, int(loginFormTTL.Seconds())))
 	v.CSRF = s.keys.sign("login", pre)
-	RenderStatus(c, status, "login", v)
+	s.render(c, status, "login", v)
 }
 
 // loginFormTTL is how long a login form stays valid.
@@ -97,7 +97,7 @@ const loginFormTTL = time.Hour
 
 func (s *server) loginPage(c *gin.Context) {
 	if _, _, ok := s.loadSession(c); ok {
-		Redirect(c, safeNext(c.Query("next")))
+		redirect(c, safeNext(c.Query("next")))
 		return
 	}
 	s.renderLogin(c, http.StatusOK, loginView{Next: safeNext(c.Query("next")), NoPassword: !s.passwordSet()})
@@ -111,7 +111,7 @@ func (s *server) loginPage(c *gin.Context) {
 func (s *server) login(c *gin.Context) {
 	c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, 64<<10)
 	if err := c.Request.ParseForm(); err != nil {
-		Fail(c, formError(err))
+		s.fail(c, formError(err))
 		return
 	}
 	next := safeNext(c.Request.PostForm.Get("next"))
@@ -136,7 +136,7 @@ func (s *server) login(c *gin.Context) {
 		return
 	}
 	if err != nil {
-		Fail(c, err)
+		s.fail(c, err)
 		return
 	}
 	if !ok {
@@ -147,7 +147,7 @@ func (s *server) login(c *gin.Context) {
 	s.limiter.succeeded(ip, counted)
 	cookie, ended, err := s.newSession(now, "")
 	if err != nil {
-		Fail(c, err)
+		s.fail(c, err)
 		return
 	}
 	http.SetCookie(c.Writer, s.cookie(s.cookies.session, cookie, int(s.sessionTTL.Seconds())))
@@ -155,7 +155,7 @@ func (s *server) login(c *gin.Context) {
 	dev := randomToken(16)
 	http.SetCookie(c.Writer, s.cookie(s.cookies.device, dev+"."+s.keys.sign(s.devicePurpose(), dev), int((400*24*time.Hour).Seconds())))
 	s.log.Info("admin signed in", "client_ip", ip, "sessions_ended", ended)
-	Redirect(c, next)
+	redirect(c, next)
 }
 
 // knownBrowser reports whether the request carries a known-browser cookie
@@ -187,23 +187,23 @@ func (s *server) checkPasswordBounded(ctx context.Context, pw string) (bool, err
 	case s.bcryptSem <- struct{}{}:
 		defer func() { <-s.bcryptSem }()
 	case <-ctx.Done():
-		return false, &Error{Status: http.StatusServiceUnavailable, Code: "not_ready", RetryAfter: time.Second, Message: "Sign-in is busy; try again in a moment.", Err: ctx.Err()}
+		return false, &httpError{Status: http.StatusServiceUnavailable, Code: "not_ready", RetryAfter: time.Second, Message: "Sign-in is busy; try again in a moment.", Err: ctx.Err()}
 	}
 	return s.checkPassword(pw)
 }
 
-func (s *server) logoutPage(c *gin.Context) { Render(c, "logout", nil) }
+func (s *server) logoutPage(c *gin.Context) { s.render(c, http.StatusOK, "logout", nil) }
 
 func (s *server) logout(c *gin.Context) {
 	if ck, err := c.Request.Cookie(s.cookies.session); err == nil {
 		if err := s.deps.DB.Update(func(tx *store.Tx) error { return tx.SessionDelete(ck.Value) }); err != nil {
-			Fail(c, fmt.Errorf("web: end session: %w", err))
+			s.fail(c, fmt.Errorf("web: end session: %w", err))
 			return
 		}
 	}
 	http.SetCookie(c.Writer, s.cookie(s.cookies.session, "", -1))
-	SetFlash(c, "ok", "You are signed out.")
-	Redirect(c, "/admin/login")
+	s.setFlash(c, "ok", "You are signed out.")
+	redirect(c, "/admin/login")
 }
 
 // endSessions is the admin page's "End all sessions": every session ends,
@@ -211,15 +211,15 @@ func (s *server) logout(c *gin.Context) {
 func (s *server) endSessions(c *gin.Context) {
 	var n int
 	if err := s.deps.DB.Update(func(tx *store.Tx) (err error) { n, err = tx.SessionsDeleteAll(""); return err }); err != nil {
-		Fail(c, fmt.Errorf("web: end sessions: %w", err))
+		s.fail(c, fmt.Errorf("web: end sessions: %w", err))
 		return
 	}
 	s.deviceEpoch.Add(1)
 	s.log.Info("admin sessions ended", "sessions", n)
 	http.SetCookie(c.Writer, s.cookie(s.cookies.session, "", -1))
 	http.SetCookie(c.Writer, s.cookie(s.cookies.device, "", -1))
-	SetFlash(c, "ok", fmt.Sprintf("%s ended; sign in again.", plural(n, "session", "sessions")))
-	Redirect(c, "/admin/login")
+	s.setFlash(c, "ok", fmt.Sprintf("%s ended; sign in again.", plural(n, "session", "sessions")))
+	redirect(c, "/admin/login")
 }
 
 // newSession stores a session and returns its cookie value. Every other
@@ -263,10 +263,10 @@ func (s *server) requireAdmin(c *gin.Context) {
 	if !ok {
 		isGet := c.Request.Method == http.MethodGet || c.Request.Method == http.MethodHead
 		if !wantsHTML(c) && (!isGet || strings.HasSuffix(c.Request.URL.Path, ".json")) {
-			Fail(c, &Error{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "Sign in to the admin page first."})
+			s.fail(c, &httpError{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "Sign in to the admin page first."})
 			return
 		}
-		Redirect(c, "/admin/login?next="+url.QueryEscape(c.Request.URL.RequestURI()))
+		redirect(c, "/admin/login?next="+url.QueryEscape(c.Request.URL.RequestURI()))
 		return
 	}
 	c.Set(sessionKey, sess)
@@ -277,15 +277,15 @@ func (s *server) requireAdmin(c *gin.Context) {
 	}
 	token := c.GetHeader(csrfHeader)
 	if token == "" {
-		c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, MaxBodyBytes)
+		c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, maxBodyBytes)
 		if err := c.Request.ParseForm(); err != nil {
-			Fail(c, formError(err))
+			s.fail(c, formError(err))
 			return
 		}
 		token = c.Request.PostForm.Get(csrfField)
 	}
 	if subtle.ConstantTimeCompare([]byte(token), []byte(sess.CSRF)) != 1 {
-		Fail(c, &Error{Status: http.StatusForbidden, Code: "csrf_failed", Message: "This form is out of date or came from another site. Reload the page and try again."})
+		s.fail(c, &httpError{Status: http.StatusForbidden, Code: "csrf_failed", Message: "This form is out of date or came from another site. Reload the page and try again."})
 		return
 	}
 	c.Next()
@@ -296,7 +296,7 @@ func formError(err error) error {
 	if errors.As(err, &tooBig) {
 		return tooLarge(tooBig.Limit)
 	}
-	return &Error{Status: http.StatusBadRequest, Code: "malformed_form", Message: "The form could not be read.", Err: err}
+	return &httpError{Status: http.StatusBadRequest, Code: "malformed_form", Message: "The form could not be read.", Err: err}
 }
 
 func sessionOf(c *gin.Context) (store.Session, bool) {
@@ -308,9 +308,9 @@ func sessionOf(c *gin.Context) (store.Session, bool) {
 	return sess, ok
 }
 
-// CSRFToken is the session's CSRF token, for forms and fetch calls made
+// csrfToken is the session's CSRF token, for forms and fetch calls made
 // outside the templates' {{template "csrf" .}}; empty without a session.
-func CSRFToken(c *gin.Context) string {
+func csrfToken(c *gin.Context) string {
 	sess, _ := sessionOf(c)
 	return sess.CSRF
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
@@ -70,9 +71,9 @@ type SetupGoogle interface {
 
 var _ SetupGoogle = (*google.Client)(nil)
 
-// GmailPushPublisher is the service account through which Gmail publishes
+// gmailPushPublisher is the service account through which Gmail publishes
 // to a Pub/Sub topic; it needs the Pub/Sub Publisher role on the topic.
-const GmailPushPublisher = "gmail-api-push@system.gserviceaccount.com"
+const gmailPushPublisher = "gmail-api-push@system.gserviceaccount.com"
 
 // setupCheckCode is the deliberately invalid consent code of the
 // credentials check: Google answers it with 400 invalid_grant when the
@@ -89,7 +90,10 @@ func normalizeSetup(opts SetupOptions) SetupOptions {
 }
 
 // setupHandlers are the first-run setup page's routes (/admin/setup).
-type setupHandlers struct{ opts SetupOptions }
+type setupHandlers struct {
+	*server
+	opts SetupOptions
+}
 
 // Item states, in the order of their weight.
 const (
@@ -133,12 +137,12 @@ type setupView struct {
 
 func (x *setupHandlers) page(c *gin.Context) {
 	v := x.view()
-	if s := serverOf(c); s != nil {
+	if s := x.server; s != nil {
 		// Without a webhook the Alerter has nowhere to post (the demo
 		// catches alerts in process).
 		v.CanAlert = s.deps.Alerts != nil && (x.opts.AlertWebhookURL != "" || x.opts.Demo)
 	}
-	Render(c, "setup", v)
+	x.render(c, http.StatusOK, "setup", v)
 }
 
 func (x *setupHandlers) pushURL() string { return x.opts.PublicURL + "/push/gmail" }
@@ -185,7 +189,7 @@ func (x *setupHandlers) view() setupView {
 		v.Values = append(v.Values, setupValue{ID: "setup-sa", Title: "Service account (OIDC)", Value: o.PushServiceAccount,
 			Where: "the push subscription → Enable authentication → Service account"})
 	}
-	v.Values = append(v.Values, setupValue{ID: "setup-publisher", Title: "Topic publisher", Value: GmailPushPublisher,
+	v.Values = append(v.Values, setupValue{ID: "setup-publisher", Title: "Topic publisher", Value: gmailPushPublisher,
 		Where: "Pub/Sub → Topics → " + orText(o.PubSubTopic, "your topic") + " → Permissions: role Pub/Sub Publisher",
 		Note:  "Gmail publishes mailbox changes through this account."})
 	return v
@@ -274,7 +278,7 @@ func (x *setupHandlers) topicItem() setupItem {
 		it.Note = "The emulator's topic: Gmail changes are pushed in process, as Pub/Sub would push them."
 	case o.PubSubTopic != "":
 		it.State = setupOK
-		it.Note = "users.watch asks Gmail to publish every mailbox change to this topic; " + GmailPushPublisher + " needs the Pub/Sub Publisher role on it."
+		it.Note = "users.watch asks Gmail to publish every mailbox change to this topic; " + gmailPushPublisher + " needs the Pub/Sub Publisher role on it."
 	default:
 		it.State, it.Value = setupWarn, "not set: polling only"
 		it.Note = fmt.Sprintf("Without a topic Gmail pushes nothing and accounts are synced by polling alone, every %s (MAILROOM_GMAIL_POLL_INTERVAL): set MAILROOM_PUBSUB_TOPIC=projects/PROJECT/topics/TOPIC to see changes within seconds.", humanDuration(o.PollInterval))
@@ -382,14 +386,14 @@ func orText(s, fallback string) string {
 // testAlert sends the Alerter's test message, as the dead-letters page's
 // button does, and comes back to the setup page.
 func (x *setupHandlers) testAlert(c *gin.Context) {
-	s := serverOf(c)
+	s := x.server
 	if s == nil || s.deps.Alerts == nil {
-		Fail(c, Unavailable("Alerts are not wired in this server."))
+		x.fail(c, unavailable("Alerts are not wired in this server."))
 		return
 	}
 	kind, text := sendTestAlert(c.Request.Context(), s.deps.Alerts)
-	SetFlash(c, kind, text)
-	Redirect(c, "/admin/setup")
+	x.setFlash(c, kind, text)
+	redirect(c, "/admin/setup")
 }
 
 // sendTestAlert posts the Alerter's test message within 15 s and returns
@@ -407,8 +411,8 @@ func sendTestAlert(ctx context.Context, a *queue.Alerter) (kind, text string) {
 func (x *setupHandlers) checkGoogle(c *gin.Context) {
 	o := x.opts
 	if o.Google == nil || o.GoogleClientID == "" || !o.GoogleClientSecretSet {
-		SetFlash(c, "error", "There is no OAuth client to check: set MAILROOM_GOOGLE_CLIENT_ID and MAILROOM_GOOGLE_CLIENT_SECRET and restart.")
-		Redirect(c, "/admin/setup")
+		x.setFlash(c, "error", "There is no OAuth client to check: set MAILROOM_GOOGLE_CLIENT_ID and MAILROOM_GOOGLE_CLIENT_SECRET and restart.")
+		redirect(c, "/admin/setup")
 		return
 	}
 	ok, text := checkGoogleClient(c.Request.Context(), o.Google, o.CheckTimeout, o.RedirectURL)
@@ -416,8 +420,8 @@ func (x *setupHandlers) checkGoogle(c *gin.Context) {
 	if ok {
 		kind = "ok"
 	}
-	SetFlash(c, kind, text)
-	Redirect(c, "/admin/setup")
+	x.setFlash(c, kind, text)
+	redirect(c, "/admin/setup")
 }
 
 // checkGoogleClient trades a deliberately invalid consent code at the

@@ -188,7 +188,7 @@ func TestSetupPageNothingConfigured(t *testing.T) {
 			}
 		}
 	}
-	for _, s := range []string{"3 items are missing and 3 need a look", "http://127.0.0.1:8080/push/gmail", GmailPushPublisher,
+	for _, s := range []string{"3 items are missing and 3 need a look", "http://127.0.0.1:8080/push/gmail", gmailPushPublisher,
 		"https://www.googleapis.com/auth/gmail.modify", "https://www.googleapis.com/auth/spreadsheets", "It needs the OAuth client first."} {
 		if !strings.Contains(body, s) {
 			t.Errorf("page lacks %q", s)
@@ -238,7 +238,7 @@ func TestSetupPageEverythingConfigured(t *testing.T) {
 		`id="setup-push" class="mono" type="text" readonly value="https://mail.example.com/push/gmail"`,
 		`id="setup-audience" class="mono" type="text" readonly value="https://mail.example.com/push/gmail"`,
 		`id="setup-sa" class="mono" type="text" readonly value="push@acme.iam.gserviceaccount.com"`,
-		`id="setup-publisher" class="mono" type="text" readonly value="` + GmailPushPublisher + `"`,
+		`id="setup-publisher" class="mono" type="text" readonly value="` + gmailPushPublisher + `"`,
 		"https://mail.example.com/push/gmail?token=<MAILROOM_PUSH_TOKEN>",
 		"https://www.googleapis.com/auth/gmail.modify", "https://www.googleapis.com/auth/spreadsheets",
 		"1234-abc.apps.googleusercontent.com · secret set (not shown)", "projects/acme/topics/gmail",

@@ -66,7 +66,7 @@ func (s *server) serveStatic(c *gin.Context) {
 	name := strings.TrimPrefix(c.Param("filepath"), "/")
 	f, ok := s.static.files[name]
 	if !ok {
-		Fail(c, NotFound("There is no such static file."))
+		s.fail(c, notFound("There is no such static file."))
 		return
 	}
 	if c.Query("v") == f.hash {

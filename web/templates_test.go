@@ -30,7 +30,7 @@ func templateSamples() map[string]any {
 	row := queueRow{QueueStats: queue.QueueStats{Name: "sheets-flush", Types: []string{queue.TypeSheetsFlush}, Concurrency: 4, Pending: 1200, DeadLettered: 1},
 		Status: "dead letters", StatusClass: "err", Spark: sparkline([]int{1, 5, 2}, []int{0, 1, 0}), P50: "1.2ms", P99: "9.8ms", DeadLink: "/admin/deadletters?type=sheets:flush"}
 	return map[string]any{
-		"error":        &Error{Status: 404, Code: "not_found", Message: "No such thing.", Field: "id"},
+		"error":        &httpError{Status: 404, Code: "not_found", Message: "No such thing.", Field: "id"},
 		"login":        loginView{Next: "/admin", Error: "That password is not right.", NoPassword: true},
 		"logout":       nil,
 		"overview":     overviewView{Running: true, Queues: []queueRow{row}, Totals: queueTotals{Pending: 1200, Workers: 4}, UpdatedAt: at},
@@ -78,7 +78,6 @@ func TestRenderEveryTemplate(t *testing.T) {
 			c.Request = httptest.NewRequest(http.MethodGet, "/admin/x", nil)
 			flash := base64.RawURLEncoding.EncodeToString([]byte(`{"Kind":"ok","Text":"Saved."}`))
 			c.Request.AddCookie(&http.Cookie{Name: flashCookie, Value: flash + "." + srv.keys.sign("flash", flash)})
-			c.Set(serverKey, srv)
 			if loggedIn {
 				c.Set(sessionKey, store.Session{CSRF: "csrf-token"})
 			}
@@ -136,7 +135,6 @@ func renderPage(t *testing.T, name string, data any) string {
 	w := httptest.NewRecorder()
 	c, _ := gin.CreateTestContext(w)
 	c.Request = httptest.NewRequest(http.MethodGet, "/admin/x", nil)
-	c.Set(serverKey, srv)
 	c.Set(sessionKey, store.Session{CSRF: "csrf-token"})
 	srv.render(c, http.StatusOK, name, data)
 	if w.Code != http.StatusOK {

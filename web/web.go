@@ -96,8 +96,8 @@ type Deps struct {
 	DebugTasks DebugTasks
 }
 
-// NavItem is one entry of the admin navigation.
-type NavItem struct {
+// navItem is one entry of the admin navigation.
+type navItem struct {
 	Title string
 	Path  string // absolute, for example "/admin/rules"
 }
@@ -109,7 +109,7 @@ type server struct {
 	now          func() time.Time
 	pages        map[string]*template.Template
 	static       *staticFiles
-	nav          []NavItem
+	nav          []navItem
 	secure       bool
 	limiter      *loginLimiter
 	tokenFails   *failLimiter // API bearer tokens, per client IP
@@ -125,15 +125,15 @@ type server struct {
 	sessionTTL  time.Duration
 }
 
-// OverviewPanel is a titled row of figures on the overview page (the
+// overviewPanel is a titled row of figures on the overview page (the
 // Gmail quota).
-type OverviewPanel struct {
+type overviewPanel struct {
 	Title   string
-	Figures []OverviewFigure
+	Figures []overviewFigure
 }
 
-// OverviewFigure is one figure of a panel.
-type OverviewFigure struct {
+// overviewFigure is one figure of a panel.
+type overviewFigure struct {
 	Label, Value, Note string
 	// Alert marks a figure that needs the operator's attention.
 	Alert bool
@@ -218,7 +218,7 @@ func (s *server) engine() (*gin.Engine, error) {
 	if err := e.SetTrustedProxies(s.deps.TrustedProxies); err != nil {
 		return nil, fmt.Errorf("web: trusted proxies: %w", err)
 	}
-	e.Use(s.logRequests, s.recovery, s.securityHeaders, s.withServer)
+	e.Use(s.logRequests, s.recovery, s.securityHeaders)
 	e.NoRoute(s.notFound)
 	e.NoMethod(s.methodNotAllowed)
 	s.routes(e)
@@ -267,23 +267,6 @@ func parsePages(fsys fs.FS, funcs template.FuncMap) (map[string]*template.Templa
 		pages[strings.TrimSuffix(file, ".html")] = t
 	}
 	return pages, nil
-}
-
-const serverKey = "mailroom.web.server"
-
-// withServer puts the server in the context, for the exported helpers.
-func (s *server) withServer(c *gin.Context) {
-	c.Set(serverKey, s)
-	c.Next()
-}
-
-func serverOf(c *gin.Context) *server {
-	if v, ok := c.Get(serverKey); ok {
-		if s, ok := v.(*server); ok {
-			return s
-		}
-	}
-	return nil
 }
 
 func (s *server) ctx(c *gin.Context, d time.Duration) (context.Context, context.CancelFunc) {

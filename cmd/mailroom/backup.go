@@ -13,6 +13,7 @@ import (
 
 	bolterrors "go.etcd.io/bbolt/errors"
 
+	"mailroom/internal/app"
 	"mailroom/store"
 )
 
@@ -20,12 +21,25 @@ import (
 // holds the file it is read directly; while mailroom serves, the copy comes
 // from the running server's GET /api/v1/backup (bbolt allows one process).
 func backupCommand(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	// Defaults and variables come from serve's settings.
+	dataDirDef, dataDirEnv, err := app.Setting("data-dir", getenv)
+	if err != nil {
+		return err
+	}
+	httpAddr, httpAddrEnv, err := app.Setting("http-addr", getenv)
+	if err != nil {
+		return err
+	}
+	tokenDef, tokenEnv, err := app.Setting("api-token", getenv)
+	if err != nil {
+		return err
+	}
 	fs := flag.NewFlagSet("backup", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	out := fs.String("out", "", "file to write the copy to (required)")
-	dataDir := fs.String("data-dir", or(getenv("MAILROOM_DATA_DIR"), "./data"), "data dir of the database (MAILROOM_DATA_DIR)")
-	addr := fs.String("url", "", "URL of the running server (default http:// + MAILROOM_HTTP_ADDR)")
-	token := fs.String("token", getenv("MAILROOM_API_TOKEN"), "API token for the running server (MAILROOM_API_TOKEN)")
+	dataDir := fs.String("data-dir", dataDirDef, "data dir of the database ("+dataDirEnv+")")
+	addr := fs.String("url", "", "URL of the running server (default http:// + "+httpAddrEnv+")")
+	token := fs.String("token", tokenDef, "API token for the running server ("+tokenEnv+")")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -55,7 +69,7 @@ func backupCommand(ctx context.Context, args []string, getenv func(string) strin
 		}
 		base := *addr
 		if base == "" {
-			base = "http://" + or(getenv("MAILROOM_HTTP_ADDR"), "127.0.0.1:8080")
+			base = "http://" + httpAddr
 		}
 		via = base
 		n, err = backupFromServer(ctx, base, *token, f)
@@ -102,11 +116,4 @@ func backupFromServer(ctx context.Context, base, token string, w io.Writer) (int
 		return 0, fmt.Errorf("server answered %s: %s", resp.Status, msg)
 	}
 	return io.Copy(w, resp.Body)
-}
-
-func or(s, def string) string {
-	if s != "" {
-		return s
-	}
-	return def
 }

@@ -8,15 +8,20 @@ import (
 	"io"
 	"time"
 
+	"mailroom/internal/app"
 	"mailroom/store"
 )
 
 // compactCommand rewrites the data file without its free space (the
 // service stopped): bbolt never shrinks its file by itself.
 func compactCommand(_ context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	dataDirDef, dataDirEnv, err := app.Setting("data-dir", getenv) // serve's default and variable
+	if err != nil {
+		return err
+	}
 	fs := flag.NewFlagSet("compact", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	dataDir := fs.String("data-dir", or(getenv("MAILROOM_DATA_DIR"), "./data"), "data dir of the database (MAILROOM_DATA_DIR)")
+	dataDir := fs.String("data-dir", dataDirDef, "data dir of the database ("+dataDirEnv+")")
 	keep := fs.Bool("keep-backup", false, "keep the old file as mailroom.db.bak")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

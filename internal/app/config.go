@@ -16,7 +16,6 @@ import (
 
 	"mailroom/internal/redact"
 	"mailroom/queue"
-	"mailroom/queue/gmail"
 	"mailroom/store"
 )
 
@@ -112,36 +111,32 @@ type Config struct {
 	LogFormat            string
 	DebugTasks           bool
 
-	// Overrides are no flag's: benchmarks and tests set them.
+	// Overrides are no flag's: a program that embeds the app (the demo,
+	// the benchmarks) sets them.
 	Overrides Overrides
 }
 
-// Overrides are settings that no flag reaches. The benchmarks build the app
-// through New as serve does and set these, each naming in its note the
-// ones it uses.
+// Overrides are the settings no flag reaches, each one a program that
+// embeds the app may legitimately choose: how tasks are laid out on
+// queues and workers, the HTTP transport of Google calls, and running
+// against a Google whose quota is off or that restarts with the process
+// (an emulator). The benchmarks build the app through New as serve does
+// and name in their notes the ones they set.
 type Overrides struct {
-	// Tasks rewrites the rows of the task table (queues, workers).
+	// Tasks rewrites the rows of the task table: queues, workers, and
+	// task types of the embedding program's own, each with its handler.
 	Tasks func([]queue.TaskType) []queue.TaskType
-	// GmailQuotaOff runs without the Gmail budget (benchmarks that measure
-	// the pipelines against an emulator whose quota is off too).
+	// GmailQuotaOff runs without the Gmail budget, for a Google whose
+	// quota is off (an emulator).
 	GmailQuotaOff bool
 	// GoogleTransport, when set, carries the Google clients' HTTP requests
-	// instead of Go's default transport (the gmail-quota benchmark wraps
-	// it with the limiters of the design before the Gmail budget).
+	// instead of Go's default transport (a proxy, a recorder, a limiter).
 	GoogleTransport http.RoundTripper
 	// GmailQuotaRestartsWithProcess: the Google the app talks to starts
 	// with the process (the demo's emulator), so what it counted is lost
 	// with the broker's windows at a restart: the Gmail budget does not
 	// wait out a lost window (nor resume accounts at half).
 	GmailQuotaRestartsWithProcess bool
-	// GmailOnApplied is called after each Gmail event is applied.
-	GmailOnApplied func(gmail.Applied)
-	// RulesNaive runs the rules pipeline as the original design did
-	// (publish on every save, no stale skip): the benchmarks' baseline.
-	RulesNaive bool
-	// DebugDone, with DebugTasks, is called when a debug:record task
-	// succeeds, instead of recording its id in the data dir.
-	DebugDone func()
 }
 
 // setting is one row of the configuration table.
@@ -257,15 +252,9 @@ func ParseConfig(name string, args []string, getenv func(string) string, stderr 
 	fs.SetOutput(io.Discard) // a bad flag is one line, not the flag list
 	var flagErr error
 	for _, s := range c.settings() {
-		v := getenv(s.env)
-		if v == "" && s.secret {
-			if path := getenv(s.env + "_FILE"); path != "" {
-				raw, err := os.ReadFile(path)
-				if err != nil {
-					return nil, fmt.Errorf("%s_FILE: %w", s.env, err)
-				}
-				v = strings.TrimSpace(string(raw))
-			}
+		v, err := s.fromEnv(getenv)
+		if err != nil {
+			return nil, err
 		}
 		if v != "" {
 			if err := s.value.Set(v); err != nil {
@@ -296,6 +285,44 @@ func ParseConfig(name string, args []string, getenv func(string) string, stderr 
 		return nil, err
 	}
 	return c, nil
+}
+
+// fromEnv is the setting's value in the environment: its MAILROOM_*
+// variable, or for a secret the content of the file $ENV_FILE names;
+// empty when neither is set.
+func (s setting) fromEnv(getenv func(string) string) (string, error) {
+	v := getenv(s.env)
+	if v == "" && s.secret {
+		if path := getenv(s.env + "_FILE"); path != "" {
+			raw, err := os.ReadFile(path)
+			if err != nil {
+				return "", fmt.Errorf("%s_FILE: %w", s.env, err)
+			}
+			v = strings.TrimSpace(string(raw))
+		}
+	}
+	return v, nil
+}
+
+// Setting is one setting of serve's table, by flag name, for the commands
+// that read a few of serve's settings without serving (backup, compact):
+// its value from the environment, else its default, and its variable's
+// name. It does not validate the value.
+func Setting(flagName string, getenv func(string) string) (value, env string, err error) {
+	for _, s := range (&Config{}).settings() {
+		if s.flag != flagName {
+			continue
+		}
+		v, err := s.fromEnv(getenv)
+		if err != nil {
+			return "", s.env, err
+		}
+		if v == "" {
+			v = s.value.String()
+		}
+		return v, s.env, nil
+	}
+	return "", "", fmt.Errorf("config: no setting --%s", flagName)
 }
 
 // invalid is the error of a value the setting cannot take (a secret's

@@ -15,12 +15,11 @@ import (
 )
 
 // debugTasks is the debug:record task type, enabled by --debug-tasks for the
-// crash-safety tests and the core benchmark: each completion appends the
+// crash-safety tests and the idle benchmark: each completion appends the
 // task id to a file in the data dir.
 type debugTasks struct {
 	q    *queue.Queue
 	db   *store.DB
-	done func() // Config.Overrides.DebugDone: called instead of recording
 	mu   sync.Mutex
 	file *os.File
 }
@@ -35,12 +34,12 @@ type debugPayload struct {
 // DebugLogName is where completions are recorded, one id per line.
 const DebugLogName = "debug-completions.log"
 
-func newDebugTasks(dataDir string, db *store.DB, q *queue.Queue, done func()) (*debugTasks, error) {
+func newDebugTasks(dataDir string, db *store.DB, q *queue.Queue) (*debugTasks, error) {
 	f, err := os.OpenFile(filepath.Join(dataDir, DebugLogName), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("debug tasks: %w", err)
 	}
-	return &debugTasks{q: q, db: db, done: done, file: f}, nil
+	return &debugTasks{q: q, db: db, file: f}, nil
 }
 
 func (d *debugTasks) handle(ctx context.Context, t *queue.Task) error {
@@ -60,10 +59,6 @@ func (d *debugTasks) handle(ctx context.Context, t *queue.Task) error {
 		return errors.New("debug:record: asked to fail")
 	case "permanent":
 		return queue.Permanent(errors.New("debug:record: asked to fail permanently"))
-	}
-	if d.done != nil {
-		d.done()
-		return nil
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()

@@ -19,6 +19,7 @@ import (
 	"mailroom/internal/app"
 	"mailroom/internal/app/apptest"
 	"mailroom/internal/googlefake"
+	"mailroom/internal/testkit"
 )
 
 const (
@@ -130,23 +131,19 @@ func mailbox(fake *googlefake.Server, email string) map[string]gmailTestMessage 
 // the watermark is the mailbox's history id.
 func waitMirror(ta *apptest.App, fake *googlefake.Server, accountID, email string, d time.Duration) {
 	ta.T().Helper()
-	deadline := time.Now().Add(d)
-	for {
+	testkit.EventuallyNil(ta.T(), d, "the mirror to converge", func() error {
 		want, got := mailbox(fake, email), mirror(ta, accountID, "")
 		a := account(ta, accountID)
 		hid := strconv.FormatUint(fake.Gmail.HistoryID(email), 10)
 		diff := cmp.Diff(want, got)
 		if diff == "" && a.HistoryID == hid && a.Status == "ready" {
-			return
+			return nil
 		}
-		if time.Now().After(deadline) {
-			if len(diff) > 3000 {
-				diff = diff[:3000] + "…"
-			}
-			ta.T().Fatalf("no convergence in %s: account %+v (mailbox at %s); diff (-mailbox +mirror):\n%s", d, a, hid, diff)
+		if len(diff) > 3000 {
+			diff = diff[:3000] + "…"
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("account %+v (mailbox at %s); diff (-mailbox +mirror):\n%s", a, hid, diff)
+	})
 }
 
 // push posts a Pub/Sub envelope for the mailbox at hid with a valid OIDC

@@ -26,18 +26,13 @@ import (
 // wait give up calls they were granted).
 func budgetCoversGmail(ta *apptest.App, fake *googlefake.Server, exact bool) {
 	ta.T().Helper()
-	var google, budget float64
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		google, budget = float64(fake.Gmail.TotalQuotaUnits()), scrapeMetrics(ta)["mailroom_gmail_quota_units_total"]
+	testkit.EventuallyNil(ta.T(), 5*time.Second, "the budget's units to cover Google's count", func() error {
+		google, budget := float64(fake.Gmail.TotalQuotaUnits()), scrapeMetrics(ta)["mailroom_gmail_quota_units_total"]
 		if google > 0 && (google == budget || !exact && google < budget) {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			ta.T().Fatalf("Google counted %v Gmail units, mailroom's budget spent %v: a Gmail call went around the budget", google, budget)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("Google counted %v Gmail units, mailroom's budget spent %v: a Gmail call went around the budget", google, budget)
+	})
 	if r := fake.Gmail.TotalQuotaRefusals(); r != 0 {
 		ta.T().Errorf("Google refused %d calls for quota under mailroom's budget", r)
 	}

@@ -13,7 +13,7 @@ import (
 // lives in its own wire_*.go file.
 func (a *App) buildPipelines(ctx context.Context) error {
 	if a.cfg.DebugTasks {
-		d, err := newDebugTasks(a.cfg.DataDir, a.db, a.queue, a.cfg.Overrides.DebugDone)
+		d, err := newDebugTasks(a.cfg.DataDir, a.db, a.queue)
 		if err != nil {
 			return err
 		}

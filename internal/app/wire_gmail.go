@@ -26,10 +26,8 @@ func (a *App) wireGmail(ctx context.Context) error {
 		PollInterval: cfg.GmailPollInterval,
 		WatchRenew:   cfg.GmailWatchRenew,
 		PushToken:    cfg.PushToken,
-		// Overrides (benchmarks): an applied hook.
-		OnApplied:  cfg.Overrides.GmailOnApplied,
-		Logger:     a.log,
-		Registerer: a.registry,
+		Logger:       a.log,
+		Registerer:   a.registry,
 	}, gmail.Deps{DB: a.db, Accounts: a.accounts, Queue: a.queue, Verifier: verifier, Rules: a.rules})
 	if err != nil {
 		return err

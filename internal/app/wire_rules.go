@@ -22,8 +22,6 @@ func (a *App) wireRules(ctx context.Context) error {
 		SaveLimit:  cfg.RuleSaveLimit,
 		SaveWindow: cfg.RuleSaveWindow,
 		SpentUntil: a.watch.SpentUntil,
-		// Overrides (benchmarks): the naive baseline.
-		Naive:      cfg.Overrides.RulesNaive,
 		Logger:     a.log,
 		Registerer: a.registry,
 	}, a.db, a.broker.Client(), func(ctx context.Context, accountID string) (rules.Gmail, error) {

@@ -33,7 +33,7 @@ func benchCore(ctx context.Context, o Options) (Result, error) {
 	if o.Quick {
 		n, burst = 2000, 10000
 	}
-	r.Notes = append(r.Notes, fmt.Sprintf("%d no-op tasks (debug:record: MAILROOM_DEBUG_TASKS=true), concurrency 10, idle queues polled every 50ms (MAILROOM_TASK_POLL_INTERVAL), the whole app built by app.New as serve builds it, %s; medians of 3 runs. CPU-s per 1,000 durable tasks: this process's user and system time (/proc) from the first record written to the last handler's return (the app, the embedded broker and the producer; not redis-server's), a figure a busy machine disturbs far less than tasks/s; GC cycles per 1,000 durable tasks and KiB allocated per task: this process's garbage collector over the same window (runtime/metrics), figures other work on the machine does not move", n, o.GC))
+	r.Notes = append(r.Notes, fmt.Sprintf("%d no-op tasks of the bench's own type (bench:nop, 10 workers, its handler counts the runs: a row added to the task table through app.Overrides.Tasks; the debug:record type of MAILROOM_DEBUG_TASKS=true, used before, also appends each id to a file), idle queues polled every 50ms (MAILROOM_TASK_POLL_INTERVAL), the whole app built by app.New as serve builds it, %s; medians of 3 runs. CPU-s per 1,000 durable tasks: this process's user and system time (/proc) from the first record written to the last handler's return (the app, the embedded broker and the producer; not redis-server's), a figure a busy machine disturbs far less than tasks/s; GC cycles per 1,000 durable tasks and KiB allocated per task: this process's garbage collector over the same window (runtime/metrics), figures other work on the machine does not move", n, o.GC))
 
 	targets, stop := benchTargets(ctx, o, &r)
 	defer stop()
@@ -89,10 +89,14 @@ func median(v []float64) float64 {
 	return s[len(s)/2]
 }
 
-// benchQueue starts the app through app.New with the debug:record task
-// type as the no-op task (MAILROOM_DEBUG_TASKS, its 10 workers, onDone
-// called for each), on redisURL (empty: the embedded broker), with idle
-// queues polled every 50 ms (MAILROOM_TASK_POLL_INTERVAL).
+// typeBenchNop is the bench's own no-op task type (benchQueue).
+const typeBenchNop = "bench:nop"
+
+// benchQueue starts the app through app.New with the bench's no-op task
+// type added to its task table (app.Overrides.Tasks: 10 workers on a queue
+// of its own, onDone called for each run), on redisURL (empty: the
+// embedded broker), with idle queues polled every 50 ms
+// (MAILROOM_TASK_POLL_INTERVAL).
 func benchQueue(ctx context.Context, redisURL string, onDone func()) (*queue.Queue, *store.DB, func(), error) {
 	if redisURL != "" {
 		if err := flushRedis(ctx, redisURL); err != nil {
@@ -101,9 +105,13 @@ func benchQueue(ctx context.Context, redisURL string, onDone func()) (*queue.Que
 	}
 	a, stop, err := startApp(ctx, func(c *app.Config) {
 		c.RedisURL = redisURL
-		c.DebugTasks = true
 		c.TaskPollInterval = 50 * time.Millisecond
-		c.Overrides.DebugDone = onDone
+		c.Overrides.Tasks = func(rows []queue.TaskType) []queue.TaskType {
+			return append(rows, queue.TaskType{
+				Name: typeBenchNop, Queue: "bench", Concurrency: 10, MaxRetries: c.MaxRetries, Timeout: time.Minute,
+				Handler: func(context.Context, *queue.Task) error { onDone(); return nil },
+			})
+		}
 	})
 	if err != nil {
 		return nil, nil, nil, err
@@ -190,7 +198,7 @@ func benchDurableWindow(ctx context.Context, redisURL string, n int, begin, end 
 	for written := 0; written < n; written += 100 {
 		err := db.Update(func(tx *store.Tx) error {
 			for range min(100, n-written) {
-				if _, _, err := q.Enqueue(tx, queue.TypeDebugRecord, struct{}{}); err != nil {
+				if _, _, err := q.Enqueue(tx, typeBenchNop, struct{}{}); err != nil {
 					return err
 				}
 			}
@@ -351,16 +359,15 @@ func startBenchRedis(ctx context.Context) (string, func(), error) {
 	}
 	stop := func() { cmd.Process.Kill(); cmd.Wait() }
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		if c, err := net.Dial("tcp", addr); err == nil {
+	if err := waitFor(ctx, 5*time.Second, "redis-server", func() (bool, error) {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
 			c.Close()
-			break
 		}
-		if time.Now().After(deadline) {
-			stop()
-			return "", nil, errors.New("redis-server did not start")
-		}
-		time.Sleep(20 * time.Millisecond)
+		return err == nil, nil
+	}); err != nil {
+		stop()
+		return "", nil, fmt.Errorf("redis-server did not start: %w", err)
 	}
 	return "redis://" + addr + "/0", stop, nil
 }

@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"mailroom/internal/app"
@@ -38,9 +37,7 @@ type gmailFleet struct {
 	emails  []string
 	refresh []string
 	ids     []string // account ids, in connect order
-
-	mu      sync.Mutex
-	applied int // event tasks applied (the applied-event hook)
+	addr    string   // the app's HTTP listener (its /metrics)
 }
 
 // fleetOptions: the broker (empty: embedded) and whether Gmail's quota is
@@ -98,12 +95,11 @@ func newGmailFleet(ctx context.Context, fo fleetOptions, sz fairnessSize) (_ *gm
 			c.GmailProjectUnits = sz.project
 		}
 		c.Overrides.GmailQuotaOff = fo.quotaOff
-		c.Overrides.GmailOnApplied = func(gmail.Applied) { f.mu.Lock(); f.applied++; f.mu.Unlock() }
 	})
 	if err != nil {
 		return nil, err
 	}
-	f.stop, f.db, f.q, f.p = stop, a.DB(), a.Queue(), a.Gmail()
+	f.stop, f.db, f.q, f.p, f.addr = stop, a.DB(), a.Queue(), a.Gmail(), a.Addr()
 	return f, nil
 }
 

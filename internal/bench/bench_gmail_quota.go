@@ -319,7 +319,7 @@ func (e *gqEnv) sweepLabels() {
 // s after the connect, as a user does while the first sync runs.
 func (e *gqEnv) saveRules(ctx context.Context) error {
 	for _, spec := range gqRules() {
-		if err := queueWait(ctx, e.scaled(10*time.Second)); err != nil {
+		if err := sleepCtx(ctx, e.scaled(10*time.Second)); err != nil {
 			return err
 		}
 		if _, err := e.rules.Create(ctx, e.user, spec); err != nil {
@@ -330,17 +330,6 @@ func (e *gqEnv) saveRules(ctx context.Context) error {
 		e.mu.Unlock()
 	}
 	return nil
-}
-
-func queueWait(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // waitUntil polls cond every tick until it holds or end passes (then it
@@ -354,7 +343,7 @@ func (e *gqEnv) waitUntil(ctx context.Context, end time.Time, tick time.Duration
 		if time.Now().After(end) {
 			return nil
 		}
-		if err := queueWait(ctx, tick); err != nil {
+		if err := sleepCtx(ctx, tick); err != nil {
 			return err
 		}
 	}

@@ -238,12 +238,12 @@ func startServeChild(ctx context.Context, exe, redisBin string, withRedis bool, 
 		if err := c.redis.Start(); err != nil {
 			return nil, fmt.Errorf("start redis-server: %w", err)
 		}
-		if err := waitForCond(ctx, 10*time.Second, func() bool {
+		if err := waitFor(ctx, 10*time.Second, "redis-server", func() (bool, error) {
 			conn, err := net.Dial("tcp", raddr)
 			if err == nil {
 				conn.Close()
 			}
-			return err == nil
+			return err == nil, nil
 		}); err != nil {
 			return nil, errors.New("redis-server did not start")
 		}
@@ -255,13 +255,13 @@ func startServeChild(ctx context.Context, exe, redisBin string, withRedis bool, 
 	if err := c.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start serve: %w", err)
 	}
-	if err := waitForCond(ctx, 60*time.Second, func() bool {
+	if err := waitFor(ctx, 60*time.Second, "serve's /readyz", func() (bool, error) {
 		resp, err := http.Get(c.url + "/readyz")
 		if err != nil {
-			return false
+			return false, nil
 		}
 		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
+		return resp.StatusCode == http.StatusOK, nil
 	}); err != nil {
 		return nil, fmt.Errorf("serve never became ready: %w\n%s", err, c.out.String())
 	}
@@ -377,28 +377,4 @@ func freeLoopbackAddr() (string, error) {
 	}
 	defer ln.Close()
 	return ln.Addr().String(), nil
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
-
-func waitForCond(ctx context.Context, d time.Duration, cond func() bool) error {
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("timed out after %s", d)
-		}
-		if err := sleepCtx(ctx, 50*time.Millisecond); err != nil {
-			return err
-		}
-	}
-	return nil
 }

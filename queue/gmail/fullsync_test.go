@@ -23,13 +23,13 @@ type liveApplied struct {
 	after  int
 }
 
-func (l *liveApplied) observe(a gmail.Applied) {
+func (l *liveApplied) observe(_ string, ev gmail.Event) {
 	var acc store.Account
-	err := l.db.View(func(tx *store.Tx) (err error) { acc, err = tx.AccountGet(a.AccountID); return err })
+	err := l.db.View(func(tx *store.Tx) (err error) { acc, err = tx.AccountGet(ev.AccountID); return err })
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err == nil && acc.FullSyncCompleted < acc.FullSyncRequested {
-		l.during[a.MessageID]++
+		l.during[ev.MessageID]++
 	} else {
 		l.after++
 	}
@@ -56,9 +56,9 @@ func TestLiveChangesDuringFullSync(t *testing.T) {
 	// 1,200 downloads are 6,000 units, more than the account's minute:
 	// the minute is compressed to 2 s (emulator and budget alike).
 	e := newEnv(t, envOptions{
-		fake:   googlefake.Options{GmailQuotaWindow: 2 * time.Second},
-		budget: google.BudgetConfig{Window: 2 * time.Second},
-		cfg:    gmail.Config{OnApplied: live.observe},
+		fake:    googlefake.Options{GmailQuotaWindow: 2 * time.Second},
+		budget:  google.BudgetConfig{Window: 2 * time.Second},
+		handled: live.observe,
 	})
 	live.db = e.db
 	g := e.fake.Gmail

@@ -133,20 +133,6 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Now is the clock. Nil: time.Now.
 	Now func() time.Time
-	// OnApplied, when set, is called after each event task did its work
-	// (benchmarks and tests measure with it).
-	OnApplied func(Applied)
-}
-
-// Applied describes one event task's outcome, for Config.OnApplied.
-type Applied struct {
-	Type      string
-	AccountID string
-	MessageID string
-	HistoryID uint64
-	// Changed is false when the message already held a newer state.
-	Changed bool
-	At      time.Time
 }
 
 func (c *Config) defaults() {

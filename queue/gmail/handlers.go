@@ -103,7 +103,7 @@ func labelIDs(lcs []LabelChange) []string {
 	return ids
 }
 
-// applied counts an event's outcome and tells Config.OnApplied.
+// applied counts an event's outcome.
 func (p *Pipeline) applied(typ string, ev Event, changed bool) {
 	outcome := "applied"
 	if !changed {
@@ -113,9 +113,6 @@ func (p *Pipeline) applied(typ string, ev Event, changed bool) {
 	now := p.cfg.Now()
 	if ev.RecordedAt > 0 {
 		p.metrics.delay.WithLabelValues(typ).Observe(now.Sub(time.UnixMilli(ev.RecordedAt)).Seconds())
-	}
-	if p.cfg.OnApplied != nil {
-		p.cfg.OnApplied(Applied{Type: typ, AccountID: ev.AccountID, MessageID: ev.MessageID, HistoryID: ev.HistoryID, Changed: changed, At: now})
 	}
 }
 

@@ -2,6 +2,7 @@ package gmail_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -69,6 +70,9 @@ type envOptions struct {
 	// budget configures the Gmail budget (zero: Google's defaults, as
 	// serve runs).
 	budget google.BudgetConfig
+	// handled, when set, is told of each event task (message-added and
+	// the state changes) whose handler succeeded, after it returned.
+	handled func(typ string, ev gmail.Event)
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -111,7 +115,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.p.Register(e.table); err != nil {
+	if err := register(e.p, e.table, o.handled); err != nil {
 		t.Fatal(err)
 	}
 	for _, tt := range e.table.Types() {
@@ -133,6 +137,50 @@ func newEnv(t *testing.T, o envOptions) *env {
 		t.Fatal(err)
 	}
 	return e
+}
+
+// register registers the pipeline's handlers in table; with handled, each
+// event task's handler tells it of the event once it succeeded (the
+// pipeline registers into a table of its own, whose rows are then copied
+// with their handlers wrapped).
+func register(p *gmail.Pipeline, table *queue.Table, handled func(string, gmail.Event)) error {
+	if handled == nil {
+		return p.Register(table)
+	}
+	own := queue.NewTable(queue.TableConfig{})
+	if err := p.Register(own); err != nil {
+		return err
+	}
+	events := []string{queue.TypeGmailMessageAdded, queue.TypeGmailMessageRead, queue.TypeGmailMessageUnread,
+		queue.TypeGmailMessageTrashed, queue.TypeGmailMessageRestored, queue.TypeGmailMessageDeleted, queue.TypeGmailMessageLabeled}
+	for _, row := range own.Types() {
+		h := row.Handler
+		if h != nil && slices.Contains(events, row.Name) {
+			typ, inner := row.Name, h
+			h = func(ctx context.Context, t *queue.Task) error {
+				if err := inner(ctx, t); err != nil {
+					return err
+				}
+				var ev gmail.Event
+				if err := json.Unmarshal(t.Payload, &ev); err != nil {
+					return err
+				}
+				handled(typ, ev)
+				return nil
+			}
+		}
+		if h != nil {
+			if err := table.Handle(row.Name, h); err != nil {
+				return err
+			}
+		}
+		if row.OnDead != nil {
+			if err := table.OnDead(row.Name, row.OnDead); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // connect adds a mailbox with n generated messages to the emulator and
@@ -213,18 +261,13 @@ func (e *env) got(accountID string) map[string]mirrorMsg {
 // task is left, and fails with the diff.
 func (e *env) waitConverged(accountID, email string, d time.Duration) {
 	e.t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		want, got := e.want(email), e.got(accountID)
-		diff := cmp.Diff(want, got)
+	testkit.EventuallyNil(e.t, d, "the mirror to converge", func() error {
+		diff := cmp.Diff(e.want(email), e.got(accountID))
 		if diff == "" && e.idle() {
-			return
+			return nil
 		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("mirror did not converge in %s (-mailbox +mirror):\n%s\noutbox: %v", d, truncate(diff, 4000), e.outbox())
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
+		return fmt.Errorf("(-mailbox +mirror):\n%s\noutbox: %v", truncate(diff, 4000), e.outbox())
+	})
 }
 
 // idle reports whether no gmail task is waiting in the outbox.

@@ -148,11 +148,11 @@ func TestOrderingWithSlowFetch(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
 	var applied []string
-	e := newEnv(t, envOptions{cfg: gmail.Config{OnApplied: func(a gmail.Applied) {
+	e := newEnv(t, envOptions{handled: func(typ string, _ gmail.Event) {
 		mu.Lock()
-		applied = append(applied, a.Type)
+		applied = append(applied, typ)
 		mu.Unlock()
-	}}})
+	}})
 	acc := e.connect(ann, 5)
 	e.waitConverged(acc.ID, ann, 20*time.Second)
 

@@ -58,11 +58,8 @@ func (p *Pipeline) staleOr(err error) error {
 }
 
 // anyLive reports whether a rule of the batch still has the batch's job as
-// its latest (the naive baseline never skips).
+// its latest.
 func (p *Pipeline) anyLive(pl batchPayload) bool {
-	if p.cfg.Naive {
-		return true
-	}
 	live := true // a failed read falls through to load, which reports it
 	_ = p.db.View(func(tx *store.Tx) error {
 		live = slices.ContainsFunc(pl.RuleIDs, func(id string) bool { return tx.RuleLatestJob(id) == pl.JobID })
@@ -75,20 +72,6 @@ func (p *Pipeline) anyLive(pl batchPayload) bool {
 // job, compiled.
 func (p *Pipeline) liveRulesTx(tx *store.Tx, pl batchPayload) ([]*compiledRule, error) {
 	var live []*compiledRule
-	if p.cfg.Naive && len(pl.Versions) == len(pl.RuleIDs) {
-		for i, id := range pl.RuleIDs {
-			v, err := tx.RuleVersionGet(id, pl.Versions[i])
-			if err != nil {
-				return nil, err
-			}
-			c, err := p.compileUncached(store.Rule{ID: id, Version: v.Version, Label: v.Label, Spec: v.Spec, Deleted: v.Deleted})
-			if err != nil {
-				return nil, err
-			}
-			live = append(live, c)
-		}
-		return live, nil
-	}
 	for _, id := range pl.RuleIDs {
 		if tx.RuleLatestJob(id) != pl.JobID {
 			continue
@@ -413,14 +396,6 @@ func (b *batch) plan(ids map[string]string, known map[string]bool) (changes []pr
 		}
 	}
 	return changes, adds, removes
-}
-
-func modifyCalls(byLabel map[string][]string) int {
-	n := 0
-	for _, ids := range byLabel {
-		n += (len(ids) + google.MaxBatchModify - 1) / google.MaxBatchModify
-	}
-	return n
 }
 
 // apply makes the label changes in Gmail with batchModify, one call per

@@ -46,11 +46,6 @@ type Config struct {
 	// makes at once (they touch different labels; against Google each call waits
 	// on the network). Default 4.
 	GmailCalls int
-	// Naive runs the original design, as the benchmarks' baseline: every
-	// save is published at the next tick (no debounce), and every batch
-	// applies the rule versions its job was published with (no stale skip,
-	// nothing dropped). Never set it in production.
-	Naive bool
 	// SpentUntil, when set, is asked before each save until when the save
 	// window must be treated as fully spent because the broker lost its log
 	// (queue.Watch.SpentUntil). Nil: the broker's log is trusted.
@@ -89,9 +84,6 @@ func (c *Config) defaults() {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
-	}
-	if c.Naive {
-		c.Debounce, c.MaxWait = time.Nanosecond, time.Nanosecond
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

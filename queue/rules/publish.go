@@ -19,9 +19,6 @@ type batchPayload struct {
 	AccountID string   `json:"accountId"`
 	Index     int      `json:"index"`
 	RuleIDs   []string `json:"ruleIds"`
-	// Versions are the rules' versions at publish, for the Naive baseline
-	// (mailroom applies each rule's current version).
-	Versions  []int    `json:"versions,omitempty"`
 	ThreadIDs []string `json:"threadIds"`
 }
 
@@ -159,15 +156,7 @@ func (pub *Publisher) publish(tx *store.Tx, pending store.ReclassifyPending, now
 		return job, 0, err
 	}
 	var previous []string
-	var versions []int
 	for _, id := range job.RuleIDs {
-		if pub.p.cfg.Naive {
-			r, err := tx.RuleGet(id)
-			if err != nil {
-				return job, 0, err
-			}
-			versions = append(versions, r.Version)
-		}
 		if prev := tx.RuleLatestJob(id); prev != "" && !slices.Contains(previous, prev) {
 			previous = append(previous, prev)
 		}
@@ -191,7 +180,7 @@ func (pub *Publisher) publish(tx *store.Tx, pending store.ReclassifyPending, now
 				return job, 0, err
 			}
 			if len(threads) > 0 {
-				payload := batchPayload{JobID: job.ID, UserID: job.UserID, AccountID: a.ID, Index: job.Batches, RuleIDs: job.RuleIDs, Versions: versions, ThreadIDs: threads}
+				payload := batchPayload{JobID: job.ID, UserID: job.UserID, AccountID: a.ID, Index: job.Batches, RuleIDs: job.RuleIDs, ThreadIDs: threads}
 				// Counted per account, weighed by its threads (the Gmail
 				// quota backlog asks the queue, never this payload).
 				rec, _, err := pub.q.Enqueue(tx, queue.TypeRulesReclassifyBatch, payload, queue.Group(a.ID, len(threads)))
@@ -221,9 +210,6 @@ func (pub *Publisher) publish(tx *store.Tx, pending store.ReclassifyPending, now
 		return job, 0, err
 	}
 	dropped := 0
-	if pub.p.cfg.Naive {
-		previous = nil
-	}
 	for _, id := range previous {
 		n, err := pub.dropSuperseded(tx, id, now)
 		if err != nil {
