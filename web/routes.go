@@ -42,6 +42,7 @@ func (s *server) publicRoutes(e *gin.Engine, h handlers) {
 	e.GET("/", func(c *gin.Context) { Redirect(c, "/admin") })
 	e.GET("/admin/login", s.loginPage)
 	e.POST("/admin/login", s.login)
+	e.GET("/api/v1/openapi.json", s.openAPIDoc)
 
 	// Push: the Gmail pipeline checks the token; failures are limited here.
 	if s.deps.Gmail != nil {

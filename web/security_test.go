@@ -726,8 +726,8 @@ func TestEveryAPIRouteIsScoped(t *testing.T) {
 	}
 	n := 0
 	for _, r := range engine.Routes() {
-		if !strings.HasPrefix(r.Path, "/api/v1/") {
-			continue
+		if !strings.HasPrefix(r.Path, "/api/v1/") || r.Path == "/api/v1/openapi.json" {
+			continue // the API description is public
 		}
 		n++
 		path := r.Path

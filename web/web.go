@@ -103,6 +103,7 @@ type server struct {
 	now        func() time.Time
 	pages      map[string]*template.Template
 	static     *staticFiles
+	openAPI    []byte // the API description as JSON
 	nav        []NavItem
 	secure     bool
 	limiter    *loginLimiter
@@ -191,6 +192,9 @@ func newServer(deps Deps) (*server, error) {
 		return nil, err
 	}
 	if s.pages, err = parsePages(assets.Templates(), s.funcs()); err != nil {
+		return nil, err
+	}
+	if s.openAPI, err = openAPIJSON(assets.OpenAPI()); err != nil {
 		return nil, err
 	}
 	return s, nil
