@@ -58,6 +58,7 @@ var migrations = []migration{
 	}},
 	{"tombstone index", indexTombstones},
 	{"API tokens made before user tokens are admin tokens", markTokensAdmin},
+	{"connect links", createConnectBuckets},
 }
 
 // markTokensAdmin makes every token without a user an admin token: before

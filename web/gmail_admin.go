@@ -8,6 +8,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"mailroom/queue/gmail"
+	"mailroom/queue/google/accounts"
 	"mailroom/store"
 )
 
@@ -51,6 +52,9 @@ func (g *gmailHandlers) accountsPage(c *gin.Context) {
 		Fail(c, fmt.Errorf("web: list users: %w", err))
 		return
 	}
+	for i := range accs {
+		accs[i].StatusReason = statusReasonText(accs[i].StatusReason)
+	}
 	var project *gmail.QuotaView
 	if len(accs) > 0 {
 		project = accs[0].GmailQuota
@@ -72,9 +76,19 @@ func (g *gmailHandlers) accountPage(c *gin.Context) {
 		Fail(c, err)
 		return
 	}
+	d.StatusReason = statusReasonText(d.StatusReason)
 	v := accountPageView{Account: d, Watch: g.p.WatchEnabled(), PollInterval: g.p.PollInterval()}
 	_ = serverOf(c).deps.DB.View(func(tx *store.Tx) (err error) { v.User, err = tx.UserGet(d.UserID); return err })
 	Render(c, "account", v)
+}
+
+// statusReasonText is an account's statusReason as a page says it (the
+// API gives the code).
+func statusReasonText(reason string) string {
+	if reason == accounts.ReauthRequired {
+		return accounts.ReauthText
+	}
+	return reason
 }
 
 func (g *gmailHandlers) adminResync(c *gin.Context) {

@@ -22,6 +22,7 @@ import (
 
 	"mailroom/assets"
 	"mailroom/queue/gmail"
+	"mailroom/queue/google/accounts"
 	"mailroom/queue/rules"
 	"mailroom/queue/sheets"
 )
@@ -134,6 +135,7 @@ func allRoutesServer(t *testing.T) *gin.Engine {
 		d.Rules = (*rules.Pipeline)(nil)
 		d.Forms = (*sheets.Pipeline)(nil)
 		d.DebugTasks = debugTasksStub{}
+		d.Connect = (*accounts.Service)(nil)
 	}})
 	return e.h.(*gin.Engine)
 }

@@ -47,6 +47,25 @@ type secEnv struct {
 	fake       *googlefake.Server
 	adminToken string
 	alice, bob tenant
+	clock      *testClock // the accounts service's (connect links)
+}
+
+// testClock is time.Now moved forward by Advance.
+type testClock struct {
+	mu     sync.Mutex
+	offset time.Duration
+}
+
+func (c *testClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Now().Add(c.offset)
+}
+
+func (c *testClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.offset += d
 }
 
 type noSheets struct{}
@@ -65,10 +84,12 @@ func newSecEnv(t *testing.T, more func(*Deps)) *secEnv {
 		t.Fatal(err)
 	}
 	var rp *rules.Pipeline
+	clock := &testClock{}
 	e := newEnv(t, envOptions{queue: true, deps: func(d *Deps) {
 		gc := google.New(google.Config{APIURL: fake.URL(), TokenURL: fake.TokenURL(), ClientID: "client-id", ClientSecret: "client-secret",
 			RedirectURL: "https://mail.example.com/oauth/google/callback"})
-		gp, err := gmail.New(gmail.Config{PushToken: pushSecret}, gmail.Deps{DB: d.DB, Accounts: accounts.New(d.DB, gc, accounts.Config{}), Queue: d.Queue, Verifier: verifier})
+		accts := accounts.New(d.DB, gc, accounts.Config{Now: clock.now})
+		gp, err := gmail.New(gmail.Config{PushToken: pushSecret}, gmail.Deps{DB: d.DB, Accounts: accts, Queue: d.Queue, Verifier: verifier})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -82,12 +103,13 @@ func newSecEnv(t *testing.T, more func(*Deps)) *secEnv {
 			t.Fatal(err)
 		}
 		d.Gmail, d.Rules, d.Forms = gp, rp, sp
+		d.Connect, d.ConnectRedirectURIs = accts, []string{testConnectRedirect}
 		d.GmailOptions = GmailOptions{PublicURL: "https://mail.example.com", PushAudience: pushAudience, PushToken: true}
 		if more != nil {
 			more(d)
 		}
 	}})
-	se := &secEnv{env: e, fake: fake, adminToken: "mr_admin-made-token-0123456789"}
+	se := &secEnv{env: e, fake: fake, adminToken: "mr_admin-made-token-0123456789", clock: clock}
 	se.alice = se.addTenant(t, rp, "alice")
 	se.bob = se.addTenant(t, rp, "bob")
 	if err := e.db.Update(func(tx *store.Tx) error {

@@ -88,6 +88,13 @@ type Deps struct {
 	// DebugTasks backs POST /api/v1/debug/tasks (--debug-tasks). Nil: no
 	// such route.
 	DebugTasks DebugTasks
+	// Connect is the Google consent round trip (connect links and the
+	// admin page's connect). Nil (or no Gmail): no connect routes.
+	Connect ConnectLinks
+	// ConnectRedirectURIs is MAILROOM_CONNECT_REDIRECT_URIS: where a
+	// connect link may return (exact match). Empty: nowhere, so the API
+	// makes no links.
+	ConnectRedirectURIs []string
 }
 
 // NavItem is one entry of the admin navigation.

@@ -22,6 +22,14 @@ import (
 // ErrAccountGone is wrapped by the errors of an account that was deleted.
 var ErrAccountGone = errors.New("accounts: the account was deleted")
 
+// ReauthRequired is the statusReason of an account whose grant Google
+// refused (invalid_grant): a connect link for its address brings it back,
+// its mirror kept.
+const ReauthRequired = "reauth_required"
+
+// ReauthText says what ReauthRequired means, for pages.
+const ReauthText = "Google refused mailroom's access to this mailbox (the access was revoked or has expired). Connect the account again: send its owner a connect link (Accounts page); its mail and settings are kept, and syncing resumes where it stopped."
+
 // Config tunes the service. Zero values take the defaults named.
 type Config struct {
 	// Logger; default: discard.
@@ -225,8 +233,7 @@ func (s *Service) failAccount(accountID, refresh string, cause error) {
 		if tok, err := s.Token(acc); err == nil && tok.RefreshToken != refresh {
 			return nil
 		}
-		acc.Status, acc.FullSyncDead = store.AccountError, false
-		acc.StatusReason = "Google refused mailroom's access to this mailbox (the access was revoked or has expired). Connect the account again to restore syncing; its mail and settings are kept."
+		acc.Status, acc.StatusReason, acc.FullSyncDead = store.AccountError, ReauthRequired, false
 		acc.LastError, acc.LastErrorAt = cause.Error(), now
 		return tx.AccountPut(acc)
 	})
