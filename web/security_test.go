@@ -19,6 +19,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"mailroom/internal/googlefake"
+	"mailroom/internal/testkit"
 	"mailroom/queue/broker/brokertest"
 	"mailroom/queue/gmail"
 	"mailroom/queue/google"
@@ -47,25 +48,7 @@ type secEnv struct {
 	fake       *googlefake.Server
 	adminToken string
 	alice, bob tenant
-	clock      *testClock // the accounts service's (connect links)
-}
-
-// testClock is time.Now moved forward by Advance.
-type testClock struct {
-	mu     sync.Mutex
-	offset time.Duration
-}
-
-func (c *testClock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return time.Now().Add(c.offset)
-}
-
-func (c *testClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.offset += d
+	clock      *testkit.Clock // the accounts service's (connect links)
 }
 
 type noSheets struct{}
@@ -84,11 +67,11 @@ func newSecEnv(t *testing.T, more func(*Deps)) *secEnv {
 		t.Fatal(err)
 	}
 	var rp *rules.Pipeline
-	clock := &testClock{}
+	clock := &testkit.Clock{}
 	e := newEnv(t, envOptions{queue: true, deps: func(d *Deps) {
 		gc := google.New(google.Config{APIURL: fake.URL(), TokenURL: fake.TokenURL(), ClientID: "client-id", ClientSecret: "client-secret",
 			RedirectURL: "https://mail.example.com/oauth/google/callback"})
-		accts := accounts.New(d.DB, gc, accounts.Config{Now: clock.now})
+		accts := accounts.New(d.DB, gc, accounts.Config{Now: clock.Now})
 		gp, err := gmail.New(gmail.Config{PushToken: pushSecret}, gmail.Deps{DB: d.DB, Accounts: accts, Queue: d.Queue, Verifier: verifier})
 		if err != nil {
 			t.Fatal(err)

@@ -55,6 +55,22 @@ func adminStartConnect(t *testing.T, c *http.Client, ta *apptest.App, userID str
 	return resp
 }
 
+// revokeAndPush revokes the account's grant at Google, lets a new message
+// arrive and pushes it: the sync meets invalid_grant and the account goes
+// to error.
+func revokeAndPush(t *testing.T, ta *apptest.App, fake *googlefake.Server, accountID, email string) {
+	t.Helper()
+	fake.RevokeRefreshToken(email)
+	fake.ExpireAccessTokens(email)
+	if _, err := fake.Gmail.AddMessage(email, googlefake.Message{Subject: "after the revocation"}); err != nil {
+		t.Fatal(err)
+	}
+	if st := push(ta, fake, email, fake.Gmail.HistoryID(email)); st != http.StatusNoContent {
+		t.Fatalf("push: %d", st)
+	}
+	testkit.Eventually(t, 20*time.Second, "the account in error", func() bool { return account(ta, accountID).Status == "error" })
+}
+
 // TestConnectLinkRepairsRevokedAccount: Google refuses the account's grant
 // (invalid_grant): the account goes to error with statusReason
 // reauth_required and the Accounts page offers a connect link; the
@@ -82,15 +98,7 @@ func TestConnectLinkRepairsRevokedAccount(t *testing.T) {
 	lists := fake.Calls(googlefake.MethodMessagesList)
 
 	// Google refuses the grant.
-	fake.RevokeRefreshToken(gmailAddr)
-	fake.ExpireAccessTokens(gmailAddr)
-	if _, err := fake.Gmail.AddMessage(gmailAddr, googlefake.Message{Subject: "while revoked"}); err != nil {
-		t.Fatal(err)
-	}
-	if st := push(ta, fake, gmailAddr, fake.Gmail.HistoryID(gmailAddr)); st != http.StatusNoContent {
-		t.Fatalf("push: %d", st)
-	}
-	testkit.Eventually(t, 20*time.Second, "the account in error", func() bool { return account(ta, acc.ID).Status == "error" })
+	revokeAndPush(t, ta, fake, acc.ID, gmailAddr)
 	if a := account(ta, acc.ID); a.StatusReason != "reauth_required" || a.Messages != before.Messages {
 		t.Fatalf("after invalid_grant: %+v", a)
 	}

@@ -97,15 +97,7 @@ func TestGmailAdminPages(t *testing.T) {
 
 	// Google revokes the grant: the account goes to error and its page says
 	// what to do.
-	fake.RevokeRefreshToken(gmailAddr)
-	fake.ExpireAccessTokens(gmailAddr)
-	if _, err := fake.Gmail.AddMessage(gmailAddr, googlefake.Message{Subject: "after the revocation"}); err != nil {
-		t.Fatal(err)
-	}
-	if st := push(ta, fake, gmailAddr, fake.Gmail.HistoryID(gmailAddr)); st != http.StatusNoContent {
-		t.Fatalf("push: %d", st)
-	}
-	testkit.Eventually(t, 20*time.Second, "the account in error", func() bool { return account(ta, acc.ID).Status == "error" })
+	revokeAndPush(t, ta, fake, acc.ID, gmailAddr)
 	var dead struct{ Deadletters []struct{ Type string } }
 	testkit.Eventually(t, 20*time.Second, "the sync dead-lettered", func() bool {
 		ta.JSON(http.MethodGet, "/api/v1/deadletters?type=gmail:sync", nil, http.StatusOK, &dead)
