@@ -19,8 +19,19 @@ import (
 	"mailroom/store"
 )
 
-// ErrAccountGone is wrapped by the errors of an account that was deleted.
-var ErrAccountGone = errors.New("accounts: the account was deleted")
+var (
+	// ErrAccountGone is wrapped by the errors of an account that was
+	// deleted.
+	ErrAccountGone = errors.New("accounts: the account was deleted")
+	// ErrLinkUnknown: no connect link has that token or state (never made,
+	// or swept long after it expired). There is nowhere to send the
+	// browser.
+	ErrLinkUnknown = errors.New("accounts: the connect link is not valid")
+	// ErrOAuthUnavailable: no OAuth client is configured.
+	ErrOAuthUnavailable = errors.New("accounts: no Google OAuth client is configured (MAILROOM_GOOGLE_CLIENT_ID and _SECRET)")
+	// ErrUnknownUser: a connect link's user does not exist.
+	ErrUnknownUser = errors.New("accounts: no user has that id")
+)
 
 // ReauthRequired is the statusReason of an account whose grant Google
 // refused (invalid_grant): a connect link for its address brings it back,

@@ -48,16 +48,6 @@ const (
 	LinkGoogleError = "google_error"
 )
 
-var (
-	// ErrLinkUnknown: no link has that token or state (never made, or
-	// swept long after it expired). There is nowhere to send the browser.
-	ErrLinkUnknown = errors.New("accounts: the connect link is not valid")
-	// ErrOAuthUnavailable: no OAuth client is configured.
-	ErrOAuthUnavailable = errors.New("accounts: no Google OAuth client is configured (MAILROOM_GOOGLE_CLIENT_ID and _SECRET)")
-	// ErrUnknownUser: the link's user does not exist.
-	ErrUnknownUser = errors.New("accounts: no user has that id")
-)
-
 // LinkError is a link that cannot connect: Code is one of the Link*
 // outcomes and Link the link (to return to its RedirectURI, or to the
 // admin page for an admin connect).
