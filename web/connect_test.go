@@ -40,7 +40,7 @@ func (f *linkFlow) create(token, uid, body string) string {
 		URL       string    `json:"url"`
 		ExpiresAt time.Time `json:"expiresAt"`
 	}](f.t, w)
-	if d := time.Until(v.ExpiresAt); d < 14*time.Minute || d > 16*time.Minute {
+	if d := v.ExpiresAt.Sub(f.se.clock.Now()); d < 14*time.Minute || d > 16*time.Minute {
 		f.t.Errorf("expiresAt in %v, want 15 minutes", d)
 	}
 	return v.URL
@@ -166,8 +166,8 @@ func TestConnectLinkFlow(t *testing.T) {
 // TestConnectLinkRefusals: a redirect not on the list, a bad email or
 // state, another user's id with a user token, an unknown user; then at
 // Google: consent refused (denied), another address than the link's
-// (wrong_user), Google's own error (google_error); and a link followed
-// after 15 minutes (expired_link).
+// (wrong_user), Google's own error (google_error); a consent that took
+// over 10 minutes, and a link followed after 15 minutes (expired_link).
 func TestConnectLinkRefusals(t *testing.T) {
 	t.Parallel()
 	se := newSecEnv(t, nil)
@@ -212,6 +212,11 @@ func TestConnectLinkRefusals(t *testing.T) {
 	q.Set("error", "server_error")
 	cb.RawQuery = q.Encode()
 	wantBack(t, f.follow(cb.String(), nil), "error", "google_error", "s1")
+
+	// Consent that takes over 10 minutes once the link is followed.
+	cb = f.google(f.follow(f.create(se.alice.token, se.alice.user, body), nil))
+	se.clock.Advance(10 * time.Minute)
+	wantBack(t, f.follow(cb.String(), nil), "error", "expired_link", "s1")
 
 	link := f.create(se.alice.token, se.alice.user, body)
 	se.clock.Advance(15*time.Minute + time.Second)
