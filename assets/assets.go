@@ -32,3 +32,10 @@ func sub(dir string) fs.FS {
 	}
 	return f
 }
+
+//go:embed api/openapi.yaml
+var openAPI []byte
+
+// OpenAPI returns the OpenAPI 3.1 description of /api/v1, as YAML (the web
+// package serves it as JSON).
+func OpenAPI() []byte { return openAPI }

@@ -60,6 +60,7 @@ var migrations = []migration{
 	{"API tokens made before user tokens are admin tokens", markTokensAdmin},
 	{"outbox group counts", migrateOutboxGroups},
 	{"the event log and webhooks", createEventBuckets},
+	{"connect links", createConnectBuckets},
 }
 
 // markTokensAdmin makes every token without a user an admin token: before

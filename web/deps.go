@@ -42,14 +42,11 @@ type GmailMessages interface {
 	Message(accountID, id string) (gmail.MessageView, error)
 }
 
-// GmailIntake takes push notifications and the OAuth consent flow.
+// GmailIntake takes push notifications, and says whether accounts can be
+// connected through Google's consent (ConnectLinks runs it).
 type GmailIntake interface {
 	Push(ctx context.Context, r gmail.PushRequest) error
 	OAuthConfigured() bool
-	// session is a secret of the admin session (its CSRF token): only the
-	// session that started a consent can finish it.
-	OAuthStart(userID, loginHint, session string) (string, error)
-	OAuthCallback(ctx context.Context, code, state, session string) (store.Account, error)
 }
 
 // GmailSettings are what the Accounts pages say about keeping in sync.

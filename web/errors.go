@@ -117,6 +117,9 @@ func (s *server) mapError(err error) *httpError {
 	if e := mapGmailError(err); e != nil {
 		return e
 	}
+	if e := mapConnectError(err); e != nil {
+		return e
+	}
 	if e := mapFormsError(err); e != nil {
 		return e
 	}

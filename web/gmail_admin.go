@@ -9,6 +9,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"mailroom/queue/gmail"
+	"mailroom/queue/google/accounts"
 	"mailroom/store"
 )
 
@@ -52,6 +53,9 @@ func (g *gmailHandlers) accountsPage(c *gin.Context) {
 		g.fail(c, fmt.Errorf("web: list users: %w", err))
 		return
 	}
+	for i := range accs {
+		accs[i].StatusReason = statusReasonText(accs[i].StatusReason)
+	}
 	var project *gmail.QuotaView
 	if len(accs) > 0 {
 		project = accs[0].GmailQuota
@@ -73,9 +77,19 @@ func (g *gmailHandlers) accountPage(c *gin.Context) {
 		g.fail(c, err)
 		return
 	}
+	d.StatusReason = statusReasonText(d.StatusReason)
 	v := accountPageView{Account: d, Watch: g.p.WatchEnabled(), PollInterval: g.p.PollInterval()}
 	_ = g.server.deps.DB.View(func(tx *store.Tx) (err error) { v.User, err = tx.UserGet(d.UserID); return err })
 	g.render(c, http.StatusOK, "account", v)
+}
+
+// statusReasonText is an account's statusReason as a page says it (the
+// API gives the code).
+func statusReasonText(reason string) string {
+	if reason == accounts.ReauthRequired {
+		return accounts.ReauthText
+	}
+	return reason
 }
 
 func (g *gmailHandlers) adminResync(c *gin.Context) {

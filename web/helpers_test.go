@@ -186,6 +186,10 @@ func request(t testing.TB, h http.Handler, method, path string, body any, header
 	}
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, req)
+	if strings.HasPrefix(path, "/api/v1/") {
+		// Every answer of the API is checked against its description.
+		checkAPIResponse(t, req, w)
+	}
 	return w
 }
 

@@ -9,11 +9,15 @@ import (
 )
 
 // logRequests logs one line per request with slog. The query string is
-// never logged: it may carry a secret (the push endpoint's ?token=).
+// never logged: it may carry a secret (the push endpoint's ?token=); nor is
+// a connect link's token.
 func (s *server) logRequests(c *gin.Context) {
 	start := time.Now()
 	c.Next()
 	path := c.Request.URL.Path
+	if strings.HasPrefix(path, "/connect/") {
+		path = "/connect/…" // the link's token is its secret
+	}
 	status := c.Writer.Status()
 	level := slog.LevelInfo
 	switch {

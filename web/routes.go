@@ -17,7 +17,7 @@ import "github.com/gin-gonic/gin"
 //   - API, user-scoped: an admin token, or a user token for its own user
 //     (another user's resource: 404 not_found, as if it did not exist).
 func (s *server) routes(e *gin.Engine) {
-	h := handlers{gm: &gmailHandlers{server: s, p: s.deps.Gmail, opts: s.deps.GmailOptions}, rl: &rulesHandlers{server: s, p: s.deps.Rules}, fm: &formsHandlers{server: s, p: s.deps.Forms}}
+	h := handlers{gm: &gmailHandlers{server: s, p: s.deps.Gmail, opts: s.deps.GmailOptions}, rl: &rulesHandlers{server: s, p: s.deps.Rules}, fm: &formsHandlers{server: s, p: s.deps.Forms}, cn: s.connectHandlers()}
 	s.publicRoutes(e, h)
 	s.adminRoutes(e, h)
 	api := e.Group("/api/v1", s.apiAuth)
@@ -30,6 +30,7 @@ type handlers struct {
 	gm *gmailHandlers
 	rl *rulesHandlers
 	fm *formsHandlers
+	cn *connectHandlers // nil without Gmail or Deps.Connect
 }
 
 // publicRoutes: anyone, and Google's push.
@@ -43,10 +44,18 @@ func (s *server) publicRoutes(e *gin.Engine, h handlers) {
 	e.GET("/", func(c *gin.Context) { redirect(c, "/admin") })
 	e.GET("/admin/login", s.loginPage)
 	e.POST("/admin/login", s.login)
+	e.GET("/api/v1/openapi.json", s.openAPIDoc)
 
 	// Push: the Gmail pipeline checks the token; failures are limited here.
 	if s.deps.Gmail != nil {
 		e.POST("/push/gmail", s.pushLimit, h.gm.push)
+	}
+	// Connect links (the token in the path is the secret) and Google's
+	// redirect after consent (its state names the link; an admin-page
+	// connect also needs the session that started it).
+	if h.cn != nil {
+		e.GET("/connect/:token", h.cn.open)
+		e.GET("/oauth/google/callback", h.cn.callback)
 	}
 }
 
@@ -69,9 +78,11 @@ func (s *server) adminRoutes(e *gin.Engine, h handlers) {
 	admin.GET("/tokens", s.tokensPage)
 	admin.POST("/tokens", s.createToken)
 	admin.POST("/tokens/:id/revoke", s.revokeToken)
+	if h.cn != nil {
+		e.POST("/oauth/google/start", s.requireAdmin, h.cn.adminStart)
+		admin.POST("/accounts/:id/connect-link", h.cn.adminLink)
+	}
 	if s.deps.Gmail != nil {
-		e.GET("/oauth/google/start", s.requireAdmin, gm.oauthStart)
-		e.GET("/oauth/google/callback", s.requireAdmin, gm.oauthCallback)
 		admin.GET("/accounts", gm.accountsPage)
 		admin.GET("/accounts/:id", gm.accountPage)
 		admin.POST("/accounts/:id/resync", gm.adminResync)
@@ -145,6 +156,9 @@ func (s *server) userAPIRoutes(api *gin.RouterGroup, h handlers) {
 		api.DELETE("/accounts/:id", s.scope(accountIn("id")), gm.apiDelete)
 		api.GET("/accounts/:id/messages", s.scope(accountIn("id")), gm.apiMessages)
 		api.GET("/accounts/:id/messages/:messageId", s.scope(accountIn("id")), gm.apiMessage)
+	}
+	if h.cn != nil {
+		api.POST("/users/:uid/connect", s.scope(userIn("uid")), h.cn.apiCreate)
 	}
 	if s.deps.Rules != nil {
 		api.GET("/users/:uid/rules", s.scope(userIn("uid")), rl.apiList)

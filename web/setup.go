@@ -57,6 +57,9 @@ type SetupOptions struct {
 	// *google.Client built from the settings above); its consent URL also
 	// gives the scopes shown. Nil: no check, no scopes.
 	Google SetupGoogle
+	// ConnectRedirectURIs is MAILROOM_CONNECT_REDIRECT_URIS (where connect
+	// links may return), shown with an example of their use.
+	ConnectRedirectURIs []string
 	// CheckTimeout bounds the credentials check. Zero: 5 s.
 	CheckTimeout time.Duration
 }
@@ -133,6 +136,19 @@ type setupView struct {
 	CanAlert bool
 	// CanCheck: an OAuth client is set (the credentials check button).
 	CanCheck bool
+	// Connect shows how a service uses a connect link.
+	Connect setupConnect
+}
+
+// setupConnect is the setup page's connect-link card: the redirect URIs
+// allowed, a curl call making a link, and the outcome a link brought back
+// to this page (the demo lists it as a redirect URI).
+type setupConnect struct {
+	RedirectURIs []string
+	Example      string
+	// Back is the query a link returned here with (status, error,
+	// accountId, state); empty when not arriving from one.
+	Status, Error, AccountID string
 }
 
 func (x *setupHandlers) page(c *gin.Context) {
@@ -142,7 +158,30 @@ func (x *setupHandlers) page(c *gin.Context) {
 		// catches alerts in process).
 		v.CanAlert = s.deps.Alerts != nil && (x.opts.AlertWebhookURL != "" || x.opts.Demo)
 	}
+	v.Connect.Status, v.Connect.Error, v.Connect.AccountID = truncateParam(c.Query("status")), truncateParam(c.Query("error")), truncateParam(c.Query("accountId"))
 	x.render(c, http.StatusOK, "setup", v)
+}
+
+// truncateParam keeps a query value shown on the page short (it is only
+// ever printed escaped).
+func truncateParam(s string) string {
+	if len(s) > 64 {
+		return s[:64]
+	}
+	return s
+}
+
+// connectExample is the curl call that makes a connect link here.
+func (x *setupHandlers) connectExample() setupConnect {
+	back := "https://app.example/gmail-done"
+	if len(x.opts.ConnectRedirectURIs) > 0 {
+		back = x.opts.ConnectRedirectURIs[0]
+	}
+	return setupConnect{
+		RedirectURIs: x.opts.ConnectRedirectURIs,
+		Example: "curl -s -H \"Authorization: Bearer $TOKEN\" \\\n  -d '{\"redirectUri\":\"" + back + "\",\"state\":\"your-session-id\",\"email\":\"user@gmail.com\"}' \\\n  " +
+			x.opts.PublicURL + "/api/v1/users/$USER_ID/connect",
+	}
 }
 
 func (x *setupHandlers) pushURL() string { return x.opts.PublicURL + "/push/gmail" }
@@ -150,7 +189,7 @@ func (x *setupHandlers) pushURL() string { return x.opts.PublicURL + "/push/gmai
 // view builds the checklist and the values from the options.
 func (x *setupHandlers) view() setupView {
 	o := x.opts
-	v := setupView{Demo: o.Demo, Scopes: x.scopes(), CanCheck: o.Google != nil && o.GoogleClientID != "" && o.GoogleClientSecretSet}
+	v := setupView{Demo: o.Demo, Scopes: x.scopes(), CanCheck: o.Google != nil && o.GoogleClientID != "" && o.GoogleClientSecretSet, Connect: x.connectExample()}
 	v.Items = []setupItem{x.publicURLItem(), x.oauthItem(), x.redirectItem(), x.topicItem(), x.pushItem(), x.alertItem()}
 	if x.opts.GmailUserUnits > 0 {
 		v.Items = append(v.Items[:len(v.Items)-1], x.gmailQuotaItem(), v.Items[len(v.Items)-1])

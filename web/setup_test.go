@@ -487,3 +487,30 @@ func setupSample(time.Time) setupView {
 	v.CanAlert = true
 	return v
 }
+
+// TestSetupPageShowsConnectLinks: the setup page shows how a service makes
+// a connect link (a curl call to this server with an allowed redirect
+// URI), which return addresses are allowed, and what a link brought back
+// when it returns to the page (the demo lists the page as one).
+func TestSetupPageShowsConnectLinks(t *testing.T) {
+	t.Parallel()
+	opts := SetupOptions{Demo: true, PublicURL: "http://127.0.0.1:8080", ConnectRedirectURIs: []string{"http://127.0.0.1:8080/admin/setup"}}
+	e := setupEnv(t, opts, nil)
+	s := login(t, e.h)
+	body := html.UnescapeString(request(t, e.h, http.MethodGet, "/admin/setup", nil, s.headers()).Body.String())
+	for _, want := range []string{"data-setup-connect", `"redirectUri":"http://127.0.0.1:8080/admin/setup"`, "http://127.0.0.1:8080/api/v1/users/$USER_ID/connect",
+		"status=error&error=denied|expired_link|wrong_user|google_error", "/api/v1/openapi.json"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the setup page lacks %q", want)
+		}
+	}
+	body = html.UnescapeString(request(t, e.h, http.MethodGet, "/admin/setup?status=connected&accountId=a1&state=x", nil, s.headers()).Body.String())
+	if !strings.Contains(body, "A connect link came back here") || !strings.Contains(body, "<code>status=connected</code>") || !strings.Contains(body, "<code>accountId=a1</code>") {
+		t.Error("the page does not show what a link brought back")
+	}
+	e = setupEnv(t, SetupOptions{PublicURL: "http://127.0.0.1:8080"}, nil)
+	s = login(t, e.h)
+	if body := request(t, e.h, http.MethodGet, "/admin/setup", nil, s.headers()).Body.String(); !strings.Contains(body, "set <code>MAILROOM_CONNECT_REDIRECT_URIS</code>") {
+		t.Error("without redirect URIs the page does not say to set them")
+	}
+}

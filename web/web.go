@@ -94,6 +94,13 @@ type Deps struct {
 	// DebugTasks backs POST /api/v1/debug/tasks (--debug-tasks). Nil: no
 	// such route.
 	DebugTasks DebugTasks
+	// Connect is the Google consent round trip (connect links and the
+	// admin page's connect). Nil (or no Gmail): no connect routes.
+	Connect ConnectLinks
+	// ConnectRedirectURIs is MAILROOM_CONNECT_REDIRECT_URIS: where a
+	// connect link may return (exact match). Empty: nowhere, so the API
+	// makes no links.
+	ConnectRedirectURIs []string
 }
 
 // navItem is one entry of the admin navigation.
@@ -109,6 +116,7 @@ type server struct {
 	now          func() time.Time
 	pages        map[string]*template.Template
 	static       *staticFiles
+	openAPI      []byte // the API description as JSON
 	nav          []navItem
 	secure       bool
 	limiter      *loginLimiter
@@ -204,6 +212,9 @@ func newServer(deps Deps) (*server, error) {
 		return nil, err
 	}
 	if s.pages, err = parsePages(assets.Templates(), s.funcs()); err != nil {
+		return nil, err
+	}
+	if s.openAPI, err = openAPIJSON(assets.OpenAPI()); err != nil {
 		return nil, err
 	}
 	return s, nil

@@ -43,6 +43,7 @@ type Config struct {
 	GoogleRedirectURL  string
 	GoogleAPIURL       string
 	GoogleTokenURL     string
+	GoogleAuthURL      string
 	GoogleRevokeURL    string
 	GoogleCertsURL     string
 	PushAudience       string
@@ -50,6 +51,8 @@ type Config struct {
 	PushToken          string
 	PubSubTopic        string
 	AlertWebhookURL    string
+	// ConnectRedirectURIs are where connect links may return (exact match).
+	ConnectRedirectURIs listValue
 
 	// EventsRetention is how long events are kept for the feed;
 	// WebhookMaxAge how long a webhook batch is retried; and
@@ -175,6 +178,8 @@ func (c *Config) settings() []setting {
 		{"google-redirect-url", "MAILROOM_GOOGLE_REDIRECT_URL", "OAuth redirect URL (default: public URL + /oauth/google/callback)", s(&c.GoogleRedirectURL, ""), false, false},
 		{"google-api-url", "MAILROOM_GOOGLE_API_URL", "base URL serving Gmail and Sheets (default: Google's)", s(&c.GoogleAPIURL, ""), false, false},
 		{"google-token-url", "MAILROOM_GOOGLE_TOKEN_URL", "OAuth2 token endpoint (default: Google's)", s(&c.GoogleTokenURL, ""), false, false},
+		{"google-auth-url", "MAILROOM_GOOGLE_AUTH_URL", "OAuth2 authorization endpoint that the admin page's connect and connect links send browsers to (default: Google's, https://accounts.google.com/o/oauth2/v2/auth)", s(&c.GoogleAuthURL, ""), false, false},
+		{"connect-redirect-uris", "MAILROOM_CONNECT_REDIRECT_URIS", "comma-separated redirect URIs a connect link may return to (exact match); empty: the API makes no connect links", l(&c.ConnectRedirectURIs), false, false},
 		{"google-revoke-url", "MAILROOM_GOOGLE_REVOKE_URL", "OAuth2 revocation endpoint, called when an account is deleted (default: Google's, or \"revoke\" next to a token URL ending in /token)", s(&c.GoogleRevokeURL, ""), false, false},
 		{"google-certs-url", "MAILROOM_GOOGLE_CERTS_URL", "JWKS verifying push OIDC tokens (default: Google's)", s(&c.GoogleCertsURL, ""), false, false},
 		{"push-audience", "MAILROOM_PUSH_AUDIENCE", "required aud of the push OIDC token", s(&c.PushAudience, ""), false, false},
@@ -404,7 +409,7 @@ func (c *Config) validateAddresses() error {
 	}
 	for _, u := range []struct{ flag, val string }{
 		{"public-url", c.PublicURL}, {"google-redirect-url", c.GoogleRedirectURL}, {"google-api-url", c.GoogleAPIURL},
-		{"google-token-url", c.GoogleTokenURL}, {"google-revoke-url", c.GoogleRevokeURL}, {"google-certs-url", c.GoogleCertsURL}, {"alert-webhook-url", c.AlertWebhookURL},
+		{"google-token-url", c.GoogleTokenURL}, {"google-auth-url", c.GoogleAuthURL}, {"google-revoke-url", c.GoogleRevokeURL}, {"google-certs-url", c.GoogleCertsURL}, {"alert-webhook-url", c.AlertWebhookURL},
 	} {
 		if u.val == "" {
 			continue
@@ -412,6 +417,12 @@ func (c *Config) validateAddresses() error {
 		p, err := url.Parse(u.val)
 		if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
 			return bad(u.flag, "want an absolute http(s) URL")
+		}
+	}
+	for _, r := range c.ConnectRedirectURIs {
+		p, err := url.Parse(r)
+		if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" || p.Fragment != "" {
+			return bad("connect-redirect-uris", fmt.Sprintf("%q is not an absolute http(s) URL without a fragment", r))
 		}
 	}
 	for _, p := range c.TrustedProxies {

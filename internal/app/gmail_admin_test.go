@@ -97,15 +97,7 @@ func TestGmailAdminPages(t *testing.T) {
 
 	// Google revokes the grant: the account goes to error and its page says
 	// what to do.
-	fake.RevokeRefreshToken(gmailAddr)
-	fake.ExpireAccessTokens(gmailAddr)
-	if _, err := fake.Gmail.AddMessage(gmailAddr, googlefake.Message{Subject: "after the revocation"}); err != nil {
-		t.Fatal(err)
-	}
-	if st := push(ta, fake, gmailAddr, fake.Gmail.HistoryID(gmailAddr)); st != http.StatusNoContent {
-		t.Fatalf("push: %d", st)
-	}
-	testkit.Eventually(t, 20*time.Second, "the account in error", func() bool { return account(ta, acc.ID).Status == "error" })
+	revokeAndPush(t, ta, fake, acc.ID, gmailAddr)
 	var dead struct{ Deadletters []struct{ Type string } }
 	testkit.Eventually(t, 20*time.Second, "the sync dead-lettered", func() bool {
 		ta.JSON(http.MethodGet, "/api/v1/deadletters?type=gmail:sync", nil, http.StatusOK, &dead)
@@ -141,13 +133,17 @@ func TestGmailOAuthConnect(t *testing.T) {
 	userID := createUser(ta, "owner@example.com")
 	c := adminClient(ta)
 
-	// Without a user the start page explains.
-	status, body := getPage(t, c, ta.URL+"/oauth/google/start?userId=nope")
-	if status != http.StatusOK || !strings.Contains(body, "No user has that id") {
-		t.Fatalf("start with an unknown user: %d %s", status, body)
+	// Without a user the Accounts page explains.
+	resp := adminStartConnect(t, c, ta, "nope")
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(raw), "There is no such user") {
+		t.Fatalf("start with an unknown user: %d %s", resp.StatusCode, raw)
 	}
-	status, body = getPage(t, c, ta.URL+"/oauth/google/start?userId="+userID)
-	if status != http.StatusOK || !strings.Contains(body, gmailAddr+" is connected") {
+	resp = adminStartConnect(t, c, ta, userID)
+	raw, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if status, body := resp.StatusCode, string(raw); status != http.StatusOK || !strings.Contains(body, gmailAddr+" is connected") {
 		t.Fatalf("after the consent round trip: %d\n%s", status, body)
 	}
 	var list struct{ Accounts []gmailTestAccount }
@@ -158,17 +154,18 @@ func TestGmailOAuthConnect(t *testing.T) {
 	waitMirror(ta, fake, list.Accounts[0].ID, gmailAddr, 20*time.Second)
 
 	// A forged state is refused.
-	status, body = getPage(t, c, ta.URL+"/oauth/google/callback?code=x&state=forged")
+	status, body := getPage(t, c, ta.URL+"/oauth/google/callback?code=x&state=forged")
 	if status != http.StatusOK || !strings.Contains(body, "The sign-in state is not valid") {
 		t.Fatalf("forged state: %d %s", status, body)
 	}
-	// The routes need the admin session.
-	resp, err := http.Get(ta.URL + "/oauth/google/start?userId=" + userID)
+	// The start needs the admin session (and is a POST with its CSRF
+	// token).
+	resp, err := http.PostForm(ta.URL+"/oauth/google/start", url.Values{"userId": {userID}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if resp.Request.URL.Path != "/admin/login" {
-		t.Fatalf("start without a session ended at %s", resp.Request.URL)
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("start without a session: %s", resp.Status)
 	}
 }

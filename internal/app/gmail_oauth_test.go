@@ -28,29 +28,16 @@ func TestGmailOAuthStateBoundToSession(t *testing.T) {
 	}))
 	userID := createUser(ta, "owner@example.com")
 	a := adminClient(ta)
-	noFollow := func(c *http.Client) *http.Client {
-		cc := *c
-		cc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-		return &cc
+	resp := adminStartConnect(t, noFollow(a), ta, userID)
+	resp.Body.Close()
+	consent, err := url.Parse(resp.Header.Get("Location"))
+	if resp.StatusCode != http.StatusSeeOther || err != nil {
+		t.Fatalf("start: %s, Location %q", resp.Status, resp.Header.Get("Location"))
 	}
-	location := func(c *http.Client, u string) *url.URL {
-		t.Helper()
-		resp, err := noFollow(c).Get(u)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		loc, err := resp.Request.URL.Parse(resp.Header.Get("Location"))
-		if resp.StatusCode != http.StatusFound || err != nil {
-			t.Fatalf("GET %s: %s, Location %q", u, resp.Status, resp.Header.Get("Location"))
-		}
-		return loc
-	}
-	consent := location(a, ta.URL+"/oauth/google/start?userId="+userID)
 	if q := consent.Query(); q.Get("code_challenge_method") != "S256" || q.Get("code_challenge") == "" {
 		t.Fatalf("consent URL without an S256 challenge: %s", consent)
 	}
-	callback := location(a, consent.String())
+	callback := redirectOf(t, a, consent.String())
 	// Another session (signing in ends the first one) brings the callback.
 	b := adminClient(ta)
 	status, body := getPage(t, b, callback.String())

@@ -37,6 +37,7 @@ func (a *App) setupOptions() *web.SetupOptions {
 		PushServiceAccount:    cfg.PushServiceAccount,
 		PushTokenSet:          cfg.PushToken != "",
 		AlertWebhookURL:       cfg.AlertWebhookURL,
+		ConnectRedirectURIs:   cfg.ConnectRedirectURIs,
 		GmailUserUnits:        cfg.GmailUserUnits,
 		GmailProjectUnits:     cfg.GmailProjectUnits,
 		Google:                gc,

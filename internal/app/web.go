@@ -33,6 +33,7 @@ func (a *App) buildWeb() error {
 	// Typed nils would look wired: only set what exists.
 	if a.gmail != nil {
 		deps.Gmail = a.gmail
+		deps.Connect, deps.ConnectRedirectURIs = a.accounts, a.cfg.ConnectRedirectURIs
 	}
 	if a.rules != nil {
 		deps.Rules = a.rules

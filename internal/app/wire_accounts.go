@@ -37,7 +37,7 @@ func (a *App) wireAccounts(context.Context) error {
 		}
 	}
 	gc := google.New(google.Config{
-		APIURL: cfg.GoogleAPIURL, TokenURL: cfg.GoogleTokenURL, RevokeURL: cfg.GoogleRevokeURL,
+		APIURL: cfg.GoogleAPIURL, TokenURL: cfg.GoogleTokenURL, AuthURL: cfg.GoogleAuthURL, RevokeURL: cfg.GoogleRevokeURL,
 		ClientID: cfg.GoogleClientID, ClientSecret: cfg.GoogleClientSecret, RedirectURL: cfg.redirectURL(),
 		HTTPClient: &http.Client{Timeout: 30 * time.Second, Transport: cfg.Overrides.GoogleTransport},
 		Budget:     budget,

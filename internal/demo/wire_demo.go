@@ -105,6 +105,10 @@ func wire(ctx context.Context, b *app.Builder) (*demo, error) {
 	cfg.PushServiceAccount = googlefake.DefaultPushServiceAccount
 	cfg.PubSubTopic = demoPubSubTopic
 	cfg.GoogleClientID = demoClientID
+	if len(cfg.ConnectRedirectURIs) == 0 {
+		// The setup page shows what a connect link brought back.
+		cfg.ConnectRedirectURIs = []string{cfg.BaseURL() + "/admin/setup"}
+	}
 	cfg.GoogleClientSecret = demoSecret(16)
 	if cfg.APIToken == "" {
 		// The traffic generator's token; kept in memory only.

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,7 +33,14 @@ type authority struct {
 	access   map[string]accessToken
 	codes    map[string]authCode
 	consent  string // auto-approved email
-	sweepAt  int    // sweep expired access tokens when the map reaches this size
+	// consentAs, when set, is the account that consents whatever the
+	// login_hint (a person signing in with another address); deny makes
+	// every consent end in access_denied; last is the latest consent
+	// request's parameters.
+	consentAs string
+	deny      bool
+	last      url.Values
+	sweepAt   int // sweep expired access tokens when the map reaches this size
 }
 
 type account struct {
@@ -49,6 +57,9 @@ type accessToken struct {
 type authCode struct {
 	email, clientID, redirectURI, scope string
 	expires                             time.Time
+	// offline: access_type=offline was asked for, so the exchange gives a
+	// refresh token.
+	offline bool
 	// challenge is the PKCE code_challenge given at consent, as S256
 	// (a plain one is hashed when the code is issued); empty: none.
 	challenge string
@@ -188,6 +199,38 @@ func (s *Server) SetConsentAccount(email string) {
 	s.auth.consent = normEmail(email)
 }
 
+// SetConsentAs makes email the account that consents, whatever the
+// login_hint asks for (a person who signs in with another address); ""
+// goes back to the hint or the consent account.
+func (s *Server) SetConsentAs(email string) {
+	s.auth.mu.Lock()
+	defer s.auth.mu.Unlock()
+	s.auth.consentAs = normEmail(email)
+}
+
+// DenyConsent makes every consent end as if the person clicked "Cancel":
+// a redirect with error=access_denied (false: consent again).
+func (s *Server) DenyConsent(deny bool) {
+	s.auth.mu.Lock()
+	defer s.auth.mu.Unlock()
+	s.auth.deny = deny
+}
+
+// LastConsent returns the parameters of the latest request to the
+// authorization endpoint (nil before any).
+func (s *Server) LastConsent() url.Values {
+	s.auth.mu.Lock()
+	defer s.auth.mu.Unlock()
+	out := url.Values{}
+	for k, v := range s.auth.last {
+		out[k] = append([]string(nil), v...)
+	}
+	if s.auth.last == nil {
+		return nil
+	}
+	return out
+}
+
 // authenticate returns the account of the request's bearer token.
 func (a *authority) authenticate(r *http.Request) (string, error) {
 	h := r.Header.Get("Authorization")
@@ -317,7 +360,11 @@ func (a *authority) codeGrant(form url.Values) (any, error) {
 		}
 	}
 	a.mu.Lock()
-	refresh := a.newRefreshLocked(ac.email)
+	refresh := ""
+	if ac.offline {
+		// Only access_type=offline gets a refresh token.
+		refresh = a.newRefreshLocked(ac.email)
+	}
 	tok, ttl := a.newAccessLocked(ac.email, refresh)
 	a.mu.Unlock()
 	idToken, err := a.s.keys.sign(a.s.now(), IDTokenClaims{
@@ -358,48 +405,118 @@ func (a *authority) routeConsent(r *http.Request) (*endpoint, map[string]string,
 	return &endpoint{method: MethodConsent, oauth: true, handle: a.consentHandler}, nil, nil
 }
 
-// consentHandler approves at once and redirects back with a code, as if the
-// configured account had clicked "Allow".
+// knownScopes are the scopes the authorization endpoint grants; another
+// is invalid_scope.
+var knownScopes = map[string]bool{
+	"https://www.googleapis.com/auth/gmail.modify":   true,
+	"https://www.googleapis.com/auth/gmail.readonly": true,
+	"https://www.googleapis.com/auth/gmail.metadata": true,
+	"https://www.googleapis.com/auth/gmail.labels":   true,
+	"https://mail.google.com/":                       true,
+	"https://www.googleapis.com/auth/spreadsheets":   true,
+	"https://www.googleapis.com/auth/userinfo.email": true,
+	"openid": true, "email": true, "profile": true,
+}
+
+// pkceChars reports whether a code_challenge is 43 to 128 characters of
+// RFC 7636's unreserved set.
+func pkceChars(s string) bool {
+	if len(s) < 43 || len(s) > 128 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || strings.ContainsRune("-._~", r)) {
+			return false
+		}
+	}
+	return true
+}
+
+// consentHandler is Google's authorization endpoint ("Using OAuth 2.0 for
+// Web Server Applications", developers.google.com/identity/protocols/
+// oauth2/web-server, step 2): it checks the request as Google does, then
+// approves at once and redirects back with a code, as if the consenting
+// account had clicked "Allow" (or "Cancel" after DenyConsent).
 func (a *authority) consentHandler(c *call) (any, error) {
 	q := c.query
+	a.mu.Lock()
+	a.last = url.Values{}
+	for k, v := range q {
+		a.last[k] = append([]string(nil), v...)
+	}
+	a.mu.Unlock()
+	// Errors in the client or the redirect URI are shown to the person, not
+	// redirected (there is no trusted place to redirect to).
+	clientID := q.Get("client_id")
+	if clientID == "" {
+		return nil, errOAuth(400, "invalid_request", "Missing required parameter: client_id")
+	}
+	if a.s.opts.ClientID != "" && clientID != a.s.opts.ClientID {
+		return nil, errOAuth(401, "invalid_client", "The OAuth client was not found.")
+	}
 	redirectURI := q.Get("redirect_uri")
 	u, err := url.Parse(redirectURI)
 	if redirectURI == "" || err != nil || !u.IsAbs() {
 		return nil, errOAuth(400, "invalid_request", "Missing or invalid redirect_uri.")
 	}
-	clientID := q.Get("client_id")
-	if clientID == "" || (a.s.opts.ClientID != "" && clientID != a.s.opts.ClientID) {
-		return nil, errOAuth(401, "invalid_client", "The OAuth client was not found.")
+	if len(a.s.opts.RedirectURIs) > 0 && !slices.Contains(a.s.opts.RedirectURIs, redirectURI) {
+		return nil, errOAuth(400, "redirect_uri_mismatch", "The redirect URI in the request, "+redirectURI+", does not match the ones authorized for the OAuth client.")
 	}
-	if rt := q.Get("response_type"); rt != "" && rt != "code" {
+	switch rt := q.Get("response_type"); rt {
+	case "code":
+	case "":
+		return nil, errOAuth(400, "invalid_request", "Missing required parameter: response_type")
+	default:
 		return nil, errOAuth(400, "unsupported_response_type", "Only response_type=code is supported.")
 	}
-	back := u.Query()
-	if st := q.Get("state"); st != "" {
-		back.Set("state", st)
+	scopes := strings.Fields(q.Get("scope"))
+	if len(scopes) == 0 {
+		return nil, errOAuth(400, "invalid_request", "Missing required parameter: scope")
 	}
-	// PKCE (RFC 7636), as Google: S256 or plain.
+	for _, sc := range scopes {
+		if !knownScopes[sc] {
+			return nil, errOAuth(400, "invalid_scope", "Some requested scopes were invalid: "+sc)
+		}
+	}
+	offline := false
+	switch at := q.Get("access_type"); at {
+	case "offline":
+		offline = true
+	case "", "online":
+	default:
+		return nil, errOAuth(400, "invalid_request", "Invalid access_type: "+at)
+	}
+	// PKCE (RFC 7636), as Google: S256, or plain (the default).
 	challenge := q.Get("code_challenge")
 	switch method := q.Get("code_challenge_method"); {
 	case challenge == "" && method != "":
 		return nil, errOAuth(400, "invalid_request", "code_challenge_method without code_challenge.")
 	case challenge == "":
+	case !pkceChars(challenge):
+		return nil, errOAuth(400, "invalid_request", "Invalid code_challenge: 43 to 128 characters of A-Z, a-z, 0-9, -, ., _ and ~.")
 	case method == "S256":
 	case method == "" || method == "plain":
 		challenge = pkceS256(challenge)
 	default:
 		return nil, errOAuth(400, "invalid_request", "Invalid code_challenge_method.")
 	}
+	back := u.Query()
+	if st := q.Get("state"); st != "" {
+		back.Set("state", st)
+	}
 
 	a.mu.Lock()
-	email := a.consent
+	email, deny := a.consent, a.deny
 	if hint := normEmail(q.Get("login_hint")); hint != "" {
 		if _, known := a.accounts[hint]; known {
 			email = hint
 		}
 	}
+	if a.consentAs != "" {
+		email = a.consentAs
+	}
 	a.mu.Unlock()
-	if email == "" {
+	if email == "" || deny {
 		back.Set("error", "access_denied")
 		u.RawQuery = back.Encode()
 		return redirect(u.String()), nil
@@ -413,14 +530,12 @@ func (a *authority) consentHandler(c *call) (any, error) {
 	code := randomToken("4/fake-")
 	a.mu.Lock()
 	a.codes[code] = authCode{
-		email: email, clientID: clientID, redirectURI: redirectURI,
-		scope: q.Get("scope"), expires: a.s.now().Add(authCodeTTL), challenge: challenge,
+		email: email, clientID: clientID, redirectURI: redirectURI, offline: offline,
+		scope: strings.Join(scopes, " "), expires: a.s.now().Add(authCodeTTL), challenge: challenge,
 	}
 	a.mu.Unlock()
 	back.Set("code", code)
-	if sc := q.Get("scope"); sc != "" {
-		back.Set("scope", sc)
-	}
+	back.Set("scope", strings.Join(scopes, " "))
 	u.RawQuery = back.Encode()
 	return redirect(u.String()), nil
 }

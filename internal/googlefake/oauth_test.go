@@ -2,6 +2,7 @@ package googlefake_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/url"
@@ -207,7 +208,7 @@ func TestConsentFlow(t *testing.T) {
 		t.Errorf("profile = %s, want %s", p.EmailAddress, consented)
 	}
 	// login_hint naming a known account wins.
-	resp, err := noFollow.Get(conf.AuthCodeURL("s", oauth2.SetAuthURLParam("login_hint", ann)))
+	resp, err := noFollow.Get(conf.AuthCodeURL("s", oauth2.AccessTypeOffline, oauth2.SetAuthURLParam("login_hint", ann)))
 	check(t, err)
 	resp.Body.Close()
 	loc, _ := url.Parse(resp.Header.Get("Location"))
@@ -246,6 +247,7 @@ func TestConsentPKCE(t *testing.T) {
 		ClientID: "client-id", ClientSecret: "client-secret",
 		Endpoint:    oauth2.Endpoint{AuthURL: e.srv.AuthURL(), TokenURL: e.srv.TokenURL()},
 		RedirectURL: "http://app.example/oauth/google/callback",
+		Scopes:      []string{"https://www.googleapis.com/auth/gmail.modify"},
 	}
 	noFollow := &http.Client{
 		Transport:     e.hc.Transport,
@@ -253,7 +255,7 @@ func TestConsentPKCE(t *testing.T) {
 	}
 	consent := func(opts ...oauth2.AuthCodeOption) (code string, status int) {
 		t.Helper()
-		resp, err := noFollow.Get(conf.AuthCodeURL("st", opts...))
+		resp, err := noFollow.Get(conf.AuthCodeURL("st", append(opts, oauth2.AccessTypeOffline)...))
 		check(t, err)
 		resp.Body.Close()
 		loc, _ := url.Parse(resp.Header.Get("Location"))
@@ -294,5 +296,108 @@ func TestConsentPKCE(t *testing.T) {
 	code, _ = consent()
 	if _, err := conf.Exchange(ctx, code); err != nil {
 		t.Errorf("code without PKCE: %v", err)
+	}
+}
+
+// TestAuthorizationEndpointChecks: the authorization endpoint checks the
+// request as Google's "Using OAuth 2.0 for Web Server Applications" says
+// (client_id, an authorized redirect_uri, response_type=code, known scopes,
+// access_type, the PKCE challenge); only access_type=offline gets a refresh
+// token; a test chooses who consents (SetConsentAs) or that consent is
+// refused (DenyConsent), and LastConsent shows what was asked.
+func TestAuthorizationEndpointChecks(t *testing.T) {
+	t.Parallel()
+	const cb = "http://app.example/oauth/google/callback"
+	e := newEnv(t, googlefake.Options{ClientID: "client-id", ClientSecret: "client-secret", ConsentAccount: "dan@example.com", RedirectURIs: []string{cb}})
+	noFollow := &http.Client{
+		Transport:     e.hc.Transport,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	verifier := oauth2.GenerateVerifier()
+	good := url.Values{
+		"client_id": {"client-id"}, "redirect_uri": {cb}, "response_type": {"code"},
+		"scope": {"https://www.googleapis.com/auth/gmail.modify"}, "access_type": {"offline"}, "state": {"st"},
+		"code_challenge": {oauth2.S256ChallengeFromVerifier(verifier)}, "code_challenge_method": {"S256"},
+	}
+	ask := func(change func(url.Values)) (status int, back url.Values, errCode string) {
+		t.Helper()
+		q := url.Values{}
+		for k, v := range good {
+			q[k] = v
+		}
+		if change != nil {
+			change(q)
+		}
+		resp, err := noFollow.Get(e.srv.AuthURL() + "?" + q.Encode())
+		check(t, err)
+		defer resp.Body.Close()
+		var body struct {
+			Error string `json:"error"`
+		}
+		_ = json.NewDecoder(resp.Body).Decode(&body)
+		if loc := resp.Header.Get("Location"); loc != "" {
+			u, _ := url.Parse(loc)
+			return resp.StatusCode, u.Query(), body.Error
+		}
+		return resp.StatusCode, nil, body.Error
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(url.Values)
+		status int
+		code   string
+	}{
+		{"no client_id", func(q url.Values) { q.Del("client_id") }, 400, "invalid_request"},
+		{"another client", func(q url.Values) { q.Set("client_id", "other") }, 401, "invalid_client"},
+		{"unauthorized redirect_uri", func(q url.Values) { q.Set("redirect_uri", cb+"/") }, 400, "redirect_uri_mismatch"},
+		{"no response_type", func(q url.Values) { q.Del("response_type") }, 400, "invalid_request"},
+		{"response_type token", func(q url.Values) { q.Set("response_type", "token") }, 400, "unsupported_response_type"},
+		{"no scope", func(q url.Values) { q.Del("scope") }, 400, "invalid_request"},
+		{"unknown scope", func(q url.Values) { q.Set("scope", "https://www.googleapis.com/auth/nope") }, 400, "invalid_scope"},
+		{"bad access_type", func(q url.Values) { q.Set("access_type", "forever") }, 400, "invalid_request"},
+		{"short challenge", func(q url.Values) { q.Set("code_challenge", "abc") }, 400, "invalid_request"},
+		{"S512", func(q url.Values) { q.Set("code_challenge_method", "S512") }, 400, "invalid_request"},
+	} {
+		if status, back, code := ask(tc.change); status != tc.status || code != tc.code || back != nil {
+			t.Errorf("%s: %d %q (redirect %v), want %d %q and no redirect", tc.name, status, code, back, tc.status, tc.code)
+		}
+	}
+	conf := &oauth2.Config{ClientID: "client-id", ClientSecret: "client-secret", RedirectURL: cb,
+		Endpoint: oauth2.Endpoint{AuthURL: e.srv.AuthURL(), TokenURL: e.srv.TokenURL()}}
+	ctx := context.WithValue(context.Background(), oauth2.HTTPClient, e.hc)
+
+	status, back, _ := ask(nil)
+	if status != http.StatusFound || back.Get("code") == "" || back.Get("state") != "st" {
+		t.Fatalf("good request: %d %v", status, back)
+	}
+	if lc := e.srv.LastConsent(); lc.Get("code_challenge_method") != "S256" || lc.Get("access_type") != "offline" {
+		t.Errorf("LastConsent = %v", lc)
+	}
+	tok, err := conf.Exchange(ctx, back.Get("code"), oauth2.VerifierOption(verifier))
+	if err != nil || tok.RefreshToken == "" {
+		t.Fatalf("offline exchange: %v, refresh %q", err, tok.RefreshToken)
+	}
+	// Online access: no refresh token.
+	_, back, _ = ask(func(q url.Values) { q.Del("access_type") })
+	if tok, err := conf.Exchange(ctx, back.Get("code"), oauth2.VerifierOption(verifier)); err != nil || tok.RefreshToken != "" {
+		t.Errorf("online exchange: %v, refresh %q (want none)", err, tok.RefreshToken)
+	}
+	// Who consents: the login_hint when known, unless SetConsentAs says
+	// the person signed in as someone else.
+	e.srv.AddAccount(ann)
+	e.srv.SetConsentAs("eve@example.com")
+	_, back, _ = ask(func(q url.Values) { q.Set("login_hint", ann) })
+	tok, err = conf.Exchange(ctx, back.Get("code"), oauth2.VerifierOption(verifier))
+	check(t, err)
+	g, _ := e.clients(t, tok.RefreshToken)
+	p, err := g.Users.GetProfile("me").Do()
+	check(t, err)
+	if p.EmailAddress != "eve@example.com" {
+		t.Errorf("consented as %s, want eve@example.com", p.EmailAddress)
+	}
+	e.srv.SetConsentAs("")
+	e.srv.DenyConsent(true)
+	if _, back, _ = ask(nil); back.Get("error") != "access_denied" || back.Get("code") != "" || back.Get("state") != "st" {
+		t.Errorf("denied consent redirect: %v", back)
 	}
 }

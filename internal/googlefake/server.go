@@ -56,6 +56,10 @@ type Options struct {
 	// (created on first use). Empty: the login_hint when it names a known
 	// account, else access_denied. SetConsentAccount changes it later.
 	ConsentAccount string
+	// RedirectURIs are the OAuth client's authorized redirect URIs: the
+	// consent endpoint refuses any other (400 redirect_uri_mismatch, no
+	// redirect), as Google does. Empty: any absolute URL.
+	RedirectURIs []string
 	// AnonymousAccount, when set, is the account of API requests that carry
 	// no Authorization header (option.WithoutAuthentication). Empty: such
 	// requests get 401.

@@ -84,3 +84,24 @@ func (b *Buffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+// Clock is a clock for tests: time.Now moved by Advance (safe for
+// concurrent use). Pass its Now where a component takes a clock.
+type Clock struct {
+	mu     sync.Mutex
+	offset time.Duration
+}
+
+// Now is time.Now plus every Advance so far.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Now().Add(c.offset)
+}
+
+// Advance moves the clock forward by d.
+func (c *Clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.offset += d
+}

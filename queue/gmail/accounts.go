@@ -23,8 +23,10 @@ type ConnectRequest struct {
 }
 
 // Connect stores the account (or, when the user already has one for that
-// address, gives it the new token: a reconnect) and records its full sync
-// and, when a Pub/Sub topic is set, its users.watch. No Gmail call is made
+// address, gives it the new token: a reconnect, which keeps its mirror and
+// resumes history from its watermark) and records its full sync (a new
+// account) or history sync (a reconnect) and, when a Pub/Sub topic is
+// set, its users.watch. No Gmail call is made
 // here: a token that does not work puts the account in error at its sync.
 func (p *Pipeline) Connect(ctx context.Context, r ConnectRequest) (acc store.Account, created bool, err error) {
 	r.Email = strings.TrimSpace(r.Email)
@@ -57,12 +59,23 @@ func (p *Pipeline) Connect(ctx context.Context, r ConnectRequest) (acc store.Acc
 			return err
 		}
 		acc.Token = sealed
+		// A reconnect of an account with a watermark (its grant was refused
+		// and given again) resumes from it: a history sync brings what
+		// changed meanwhile, and a full sync runs only if Gmail says the
+		// history is gone (404) or one was due anyway.
+		resume := !created && !acc.FullSyncDead && !needsFullSync(acc)
 		acc.Status, acc.StatusReason, acc.LastError, acc.FullSyncDead = store.AccountSyncing, "", "", false
-		acc.FullSyncRequested++
+		if !resume {
+			acc.FullSyncRequested++
+		}
 		if err := tx.AccountPut(acc); err != nil {
 			return err
 		}
-		if err := p.enqueueFullSync(tx, acc.ID, triggerConnect); err != nil {
+		if resume {
+			if err := p.enqueueSync(tx, acc.ID, triggerConnect); err != nil {
+				return err
+			}
+		} else if err := p.enqueueFullSync(tx, acc.ID, triggerConnect); err != nil {
 			return err
 		}
 		if p.WatchEnabled() {

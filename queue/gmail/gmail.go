@@ -195,7 +195,6 @@ type Pipeline struct {
 	log      *slog.Logger
 	metrics  *metrics
 	writes   *groupCommit
-	consents *consents
 
 	mu       sync.Mutex
 	labelsAt map[string]time.Time       // account \x00 label id -> when an unknown label was last looked up
@@ -220,7 +219,6 @@ func New(cfg Config, deps Deps) (*Pipeline, error) {
 		log:      cfg.Logger.With("component", "gmail"),
 		metrics:  m,
 		writes:   &groupCommit{db: deps.DB},
-		consents: &consents{pending: map[string]pendingConsent{}},
 		labelsAt: map[string]time.Time{},
 		known:    map[string]map[string]bool{},
 	}, nil

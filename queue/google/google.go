@@ -22,7 +22,7 @@ import (
 
 // Google's OAuth 2 endpoints.
 const (
-	googleAuthURL   = "https://accounts.google.com/o/oauth2/auth"
+	googleAuthURL   = "https://accounts.google.com/o/oauth2/v2/auth"
 	googleTokenURL  = "https://oauth2.googleapis.com/token"
 	googleRevokeURL = "https://oauth2.googleapis.com/revoke"
 )

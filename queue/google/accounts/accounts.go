@@ -19,8 +19,27 @@ import (
 	"mailroom/store"
 )
 
-// ErrAccountGone is wrapped by the errors of an account that was deleted.
-var ErrAccountGone = errors.New("accounts: the account was deleted")
+var (
+	// ErrAccountGone is wrapped by the errors of an account that was
+	// deleted.
+	ErrAccountGone = errors.New("accounts: the account was deleted")
+	// ErrLinkUnknown: no connect link has that token or state (never made,
+	// or swept long after it expired). There is nowhere to send the
+	// browser.
+	ErrLinkUnknown = errors.New("accounts: the connect link is not valid")
+	// ErrOAuthUnavailable: no OAuth client is configured.
+	ErrOAuthUnavailable = errors.New("accounts: no Google OAuth client is configured (MAILROOM_GOOGLE_CLIENT_ID and _SECRET)")
+	// ErrUnknownUser: a connect link's user does not exist.
+	ErrUnknownUser = errors.New("accounts: no user has that id")
+)
+
+// ReauthRequired is the statusReason of an account whose grant Google
+// refused (invalid_grant): a connect link for its address brings it back,
+// its mirror kept.
+const ReauthRequired = "reauth_required"
+
+// ReauthText says what ReauthRequired means, for pages.
+const ReauthText = "Google refused mailroom's access to this mailbox (the access was revoked or has expired). Connect the account again: send its owner a connect link (Accounts page); its mail and settings are kept, and syncing resumes where it stopped."
 
 // Config tunes the service. Zero values take the defaults named.
 type Config struct {
@@ -225,8 +244,7 @@ func (s *Service) failAccount(accountID, refresh string, cause error) {
 		if tok, err := s.Token(acc); err == nil && tok.RefreshToken != refresh {
 			return nil
 		}
-		acc.Status, acc.FullSyncDead = store.AccountError, false
-		acc.StatusReason = "Google refused mailroom's access to this mailbox (the access was revoked or has expired). Connect the account again to restore syncing; its mail and settings are kept."
+		acc.Status, acc.StatusReason, acc.FullSyncDead = store.AccountError, ReauthRequired, false
 		acc.LastError, acc.LastErrorAt = cause.Error(), now
 		return tx.AccountPut(acc)
 	})
