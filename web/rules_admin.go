@@ -322,18 +322,8 @@ func (e *rulesHandlers) saveForm(c *gin.Context) {
 	RenderStatus(c, mapRulesError(e.p.Config(), err).Status, "rules", v)
 }
 
-// spell says a setting's duration in words: "60 seconds", "10 minutes".
-func spell(d time.Duration) string {
-	switch {
-	case d >= time.Hour && d%time.Hour == 0:
-		return plural(int(d/time.Hour), "hour", "hours")
-	case d > time.Minute && d%time.Minute == 0:
-		return plural(int(d/time.Minute), "minute", "minutes")
-	case d >= time.Second && d%time.Second == 0:
-		return plural(int(d/time.Second), "second", "seconds")
-	}
-	return d.String()
-}
+// spell says a setting's duration in words: "60 seconds" is "1 minute".
+func spell(d time.Duration) string { return humanDuration(d) }
 
 func firesIn(now, at time.Time) string {
 	d := at.Sub(now).Round(time.Second)
