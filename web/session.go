@@ -462,6 +462,17 @@ func EnsureAdminPassword(db *store.DB, password string) (generated string, err e
 	return generated, nil
 }
 
+// ResetAdminPassword generates a new admin password, stores its bcrypt
+// hash in place of the old one, ends every session and returns the new
+// password (mailroom reset-password, with the service stopped).
+func ResetAdminPassword(db *store.DB) (string, error) {
+	password := randomToken(18)
+	if _, err := EnsureAdminPassword(db, password); err != nil {
+		return "", err
+	}
+	return password, nil
+}
+
 func randomToken(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b) // crypto/rand never fails on supported platforms
