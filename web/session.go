@@ -32,7 +32,7 @@ const (
 // the public URL is https (the browser then insists on Secure, Path=/ and
 // no Domain, so a sibling subdomain cannot plant one).
 type cookieNames struct {
-	session, preSession, flash, device string
+	session, preSession, flash, device, draft string
 }
 
 func newCookieNames(secure bool) cookieNames {
@@ -41,7 +41,7 @@ func newCookieNames(secure bool) cookieNames {
 		prefix = "__Host-"
 	}
 	return cookieNames{session: prefix + "mailroom_session", preSession: prefix + "mailroom_login",
-		flash: prefix + "mailroom_flash", device: prefix + "mailroom_device"}
+		flash: prefix + "mailroom_flash", device: prefix + "mailroom_device", draft: prefix + "mailroom_draft"}
 }
 
 // cookieKeys signs the cookies the server does not store: the login
