@@ -32,8 +32,11 @@ type Form struct {
 	UserID        string   `json:"userId"`
 	AccountID     string   `json:"accountId"`
 	SpreadsheetID string   `json:"spreadsheetId"`
-	Sheet         string   `json:"sheet"`
-	Columns       []string `json:"columns"`
+	// Title is the spreadsheet's title when the form was made or last
+	// pointed at a sheet ("" for forms made before it was kept).
+	Title   string   `json:"title,omitempty"`
+	Sheet   string   `json:"sheet"`
+	Columns []string `json:"columns"`
 	// StartRow is the first row (1-based) the form writes: the row after
 	// the last one that held data in its columns when it was created.
 	StartRow  int       `json:"startRow"`
@@ -501,6 +504,19 @@ func (tx *Tx) FormRepoint(formID, spreadsheetID, sheet string, startRow, gridRow
 	w.GridRows, w.GridCols = gridRows, gridCols
 	w.State, w.ErrorChecks, w.LastError, w.LastErrorAt = "", 0, "", time.Time{}
 	return f, w, tx.putSheetWrites(formID, w)
+}
+
+// FormSetTitle records the title of the form's spreadsheet.
+func (tx *Tx) FormSetTitle(formID, title string) (Form, error) {
+	f, err := tx.FormGet(formID)
+	if err != nil {
+		return f, err
+	}
+	f.Title = title
+	if err := putJSON(tx.tx.Bucket(bucketForms), []byte(f.ID), f); err != nil {
+		return f, fmt.Errorf("store: put form: %w", err)
+	}
+	return f, nil
 }
 
 // SheetsBuffered returns the number of submissions waiting over all forms.

@@ -100,7 +100,7 @@ func (e *formsHandlers) formsPage(c *gin.Context) {
 	}
 	for _, f := range o.Forms {
 		r := formRow{FormView: f, Email: o.Emails[f.AccountID],
-			SheetURL:   "https://docs.google.com/spreadsheets/d/" + url.PathEscape(f.SpreadsheetID) + "/edit",
+			SheetURL:   sheetURL(c, f.SpreadsheetID),
 			ColumnList: strings.Join(f.Columns, ", ")}
 		if f.LastFlushAt != "" {
 			r.LastFlush, _ = time.Parse(time.RFC3339, f.LastFlushAt)
@@ -117,6 +117,15 @@ func (e *formsHandlers) formsPage(c *gin.Context) {
 		d.Accounts = append(d.Accounts, quotaRow{AccountQuota: a, Meter: quotaMeter(a.Used, a.Limit, "writes"), ReadMeter: quotaMeter(a.Reads.Used, a.Reads.Limit, "reads")})
 	}
 	Render(c, "forms", d)
+}
+
+// sheetURL links a form's spreadsheet: Google's page, or with --demo the
+// emulated spreadsheet on the Demo sheets page.
+func sheetURL(c *gin.Context, spreadsheetID string) string {
+	if s := serverOf(c); s != nil && s.deps.DemoSource != nil {
+		return "/admin/demo/sheets#sheet-" + url.PathEscape(spreadsheetID)
+	}
+	return "https://docs.google.com/spreadsheets/d/" + url.PathEscape(spreadsheetID) + "/edit"
 }
 
 // Chart geometry, in SVG user units.

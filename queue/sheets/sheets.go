@@ -280,7 +280,10 @@ type FormView struct {
 	UserID        string    `json:"userId"`
 	AccountID     string    `json:"accountId"`
 	SpreadsheetID string    `json:"spreadsheetId"`
-	Sheet         string    `json:"sheet"`
+	// Title is the spreadsheet's title, read when the form was made or
+	// pointed at its sheet.
+	Title string `json:"title,omitempty"`
+	Sheet string `json:"sheet"`
 	Columns       []string  `json:"columns"`
 	StartRow      int       `json:"startRow"`
 	NextRow       int       `json:"nextRow"`
@@ -306,7 +309,7 @@ type FormView struct {
 
 func view(f store.Form, w store.SheetWrites) FormView {
 	v := FormView{
-		ID: f.ID, UserID: f.UserID, AccountID: f.AccountID, SpreadsheetID: f.SpreadsheetID, Sheet: f.Sheet,
+		ID: f.ID, UserID: f.UserID, AccountID: f.AccountID, SpreadsheetID: f.SpreadsheetID, Title: f.Title, Sheet: f.Sheet,
 		Columns: f.Columns, StartRow: f.StartRow, NextRow: w.NextRow, CreatedAt: f.CreatedAt,
 		Buffered: w.Buffered, RowsWritten: w.RowsWritten, WriteCalls: w.Calls, GridGrows: w.Grows, LastError: w.LastError,
 	}
@@ -402,7 +405,7 @@ func (p *Pipeline) CreateForm(ctx context.Context, in FormInput) (FormView, erro
 	}
 	sheet := tab.Title
 	f := store.Form{
-		UserID: in.UserID, AccountID: in.AccountID, SpreadsheetID: in.SpreadsheetID, Sheet: sheet,
+		UserID: in.UserID, AccountID: in.AccountID, SpreadsheetID: in.SpreadsheetID, Title: tab.Spreadsheet, Sheet: sheet,
 		Columns: slices.Clone(in.Columns), StartRow: startRow, CreatedAt: p.cfg.Now().UTC(),
 	}
 	var w store.SheetWrites
