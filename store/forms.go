@@ -28,10 +28,10 @@ var (
 // N and never reads the sheet to find where to write, so nobody else should
 // write into those cells.
 type Form struct {
-	ID            string   `json:"id"`
-	UserID        string   `json:"userId"`
-	AccountID     string   `json:"accountId"`
-	SpreadsheetID string   `json:"spreadsheetId"`
+	ID            string `json:"id"`
+	UserID        string `json:"userId"`
+	AccountID     string `json:"accountId"`
+	SpreadsheetID string `json:"spreadsheetId"`
 	// Title is the spreadsheet's title when the form was made or last
 	// pointed at a sheet ("" for forms made before it was kept).
 	Title   string   `json:"title,omitempty"`

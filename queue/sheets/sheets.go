@@ -276,21 +276,21 @@ type FormInput struct {
 
 // FormView is a form with its write bookkeeping, as the API shows it.
 type FormView struct {
-	ID            string    `json:"id"`
-	UserID        string    `json:"userId"`
-	AccountID     string    `json:"accountId"`
-	SpreadsheetID string    `json:"spreadsheetId"`
+	ID            string `json:"id"`
+	UserID        string `json:"userId"`
+	AccountID     string `json:"accountId"`
+	SpreadsheetID string `json:"spreadsheetId"`
 	// Title is the spreadsheet's title, read when the form was made or
 	// pointed at its sheet.
-	Title string `json:"title,omitempty"`
-	Sheet string `json:"sheet"`
-	Columns       []string  `json:"columns"`
-	StartRow      int       `json:"startRow"`
-	NextRow       int       `json:"nextRow"`
-	CreatedAt     time.Time `json:"createdAt"`
-	Buffered      int       `json:"buffered"`
-	RowsWritten   int       `json:"rowsWritten"`
-	WriteCalls    int       `json:"writeCalls"`
+	Title       string    `json:"title,omitempty"`
+	Sheet       string    `json:"sheet"`
+	Columns     []string  `json:"columns"`
+	StartRow    int       `json:"startRow"`
+	NextRow     int       `json:"nextRow"`
+	CreatedAt   time.Time `json:"createdAt"`
+	Buffered    int       `json:"buffered"`
+	RowsWritten int       `json:"rowsWritten"`
+	WriteCalls  int       `json:"writeCalls"`
 	// GridGrows counts the grows of the sheet's grid mailroom made for the
 	// form (not in WriteCalls, though each spends a write of the quota).
 	GridGrows int `json:"gridGrows"`
