@@ -155,6 +155,7 @@ func (s *server) funcs() template.FuncMap {
 		"rfc3339":  func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
 		"dur":      humanDuration,
 		"opwords":  opWords,
+		"span":     timeSpan,
 		"inc":      func(n int) int { return n + 1 },
 		"dec":      func(n int) int { return n - 1 },
 		"pretty":   prettyJSON,
@@ -237,6 +238,12 @@ func humanDuration(d time.Duration) string {
 		return two(int(d/time.Hour), "hour", int(d%time.Hour/time.Minute), "minute")
 	}
 	return two(int(d/(24*time.Hour)), "day", int(d%(24*time.Hour)/time.Hour), "hour")
+}
+
+// timeSpan says a duration after "per" or "last": "minute" for one
+// minute, "10 seconds" otherwise ("per minute", "last 10 seconds").
+func timeSpan(d time.Duration) string {
+	return strings.TrimPrefix(humanDuration(d), "1 ")
 }
 
 // prettyJSON indents a JSON document; anything else is returned as is.

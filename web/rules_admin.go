@@ -154,7 +154,7 @@ func (e *rulesHandlers) view(c *gin.Context, uid string, ed ruleEditor) (rulesVi
 	s := serverOf(c)
 	cfg := e.p.Config()
 	v := rulesView{Editor: ed, Settings: cfg, Fields: ruleFields, Ops: ruleOps, Labels: map[string]string{},
-		Debounce: spell(cfg.Debounce), MaxWait: spell(cfg.MaxWait), SaveWindow: spell(cfg.SaveWindow)}
+		Debounce: spell(cfg.Debounce), MaxWait: spell(cfg.MaxWait), SaveWindow: timeSpan(cfg.SaveWindow)}
 	err := s.deps.DB.View(func(tx *store.Tx) error {
 		u, err := tx.UserGet(uid)
 		if err != nil {
