@@ -115,17 +115,7 @@ func TestDemoLayout(t *testing.T) {
 		c.SheetsFlushDelay = 300 * time.Millisecond
 	})
 	d := demoOf(t, ta)
-	var snap demoSnapshot
-	testkit.Eventually(t, 30*time.Second, "the demo user, its two accounts in sync and three rules", func() bool {
-		snap = demoSnapshotOf(ta)
-		ready := 0
-		for _, acc := range demoAccounts {
-			if a, ok := snap.accounts[acc.Email]; ok && a.Status == "ready" {
-				ready++
-			}
-		}
-		return ready == 2 && len(snap.rules) == 3
-	})
+	snap := waitDemoSeeded(t, ta, 30*time.Second)
 	// A dead letter for the dead-letter pages, and rows in the sheets for
 	// the Forms chart.
 	_, deadID := demoPoison(t, ta, d)
