@@ -254,11 +254,19 @@ func TestRedriveRunsTheTaskAgain(t *testing.T) {
 	testkit.Eventually(t, 10*time.Second, "three dead letters", func() bool { return len(deadLetters(t, h.db)) == 3 })
 	fail.Store(false)
 	dls := deadLetters(t, h.db)
-	n, missing, err := h.q.Redrive([]string{dls[0].ID, "00000000deadbeef"})
-	if err != nil || n != 1 || len(missing) != 1 {
-		t.Fatalf("Redrive = %d, %v, %v; want 1, one missing, nil", n, missing, err)
+	tasks, missing, err := h.q.RedriveTasks([]string{dls[0].ID, "00000000deadbeef"})
+	if err != nil || len(tasks) != 1 || len(missing) != 1 || tasks[0].DeadLetterID != dls[0].ID || tasks[0].TaskID == "" {
+		t.Fatalf("RedriveTasks = %+v, %v, %v; want one task, one missing, nil", tasks, missing, err)
 	}
 	testkit.Eventually(t, 10*time.Second, "the redriven task to run", func() bool { return ok.Load() == 1 })
+	// Its outcome: done once it left the outbox without a dead letter.
+	testkit.Eventually(t, 10*time.Second, "the redriven task's outcome to be done", func() bool {
+		o, err := h.q.Outcome(tasks[0].TaskID)
+		return err == nil && o.State == queue.OutcomeDone
+	})
+	if o, err := h.q.Outcome(dls[1].ID); err != nil || o.State != queue.OutcomeDead || o.Type != queue.TypeDebugRecord {
+		t.Errorf("Outcome of a dead letter = %+v, %v; want dead", o, err)
+	}
 	if n, err := h.q.RedriveType(queue.TypeDebugRecord); err != nil || n != 2 {
 		t.Fatalf("RedriveType = %d, %v; want 2", n, err)
 	}

@@ -131,7 +131,9 @@ until [ "$rows" -gt 0 ]; do
 done
 say "the demo wrote its first $rows sheet rows $((SECONDS - start - ready_at))s after /readyz (forms: $forms)"
 users=$(api /api/v1/users | grep -o '"email"' | wc -l | tr -d ' ')
-accounts=$(api /api/v1/accounts | grep -o '"status"' | wc -l | tr -d ' ')
+# One "watchExpiration" key an account ("status" also appears in each
+# account's Gmail quota).
+accounts=$(api /api/v1/accounts | grep -o '"watchExpiration"' | wc -l | tr -d ' ')
 say "the API lists $users user(s) and $accounts Gmail account(s)"
 
 say "SIGTERM to mailroom (pid $mailroom_pid)"

@@ -28,12 +28,15 @@ var (
 // N and never reads the sheet to find where to write, so nobody else should
 // write into those cells.
 type Form struct {
-	ID            string   `json:"id"`
-	UserID        string   `json:"userId"`
-	AccountID     string   `json:"accountId"`
-	SpreadsheetID string   `json:"spreadsheetId"`
-	Sheet         string   `json:"sheet"`
-	Columns       []string `json:"columns"`
+	ID            string `json:"id"`
+	UserID        string `json:"userId"`
+	AccountID     string `json:"accountId"`
+	SpreadsheetID string `json:"spreadsheetId"`
+	// Title is the spreadsheet's title when the form was made or last
+	// pointed at a sheet ("" for forms made before it was kept).
+	Title   string   `json:"title,omitempty"`
+	Sheet   string   `json:"sheet"`
+	Columns []string `json:"columns"`
 	// StartRow is the first row (1-based) the form writes: the row after
 	// the last one that held data in its columns when it was created.
 	StartRow  int       `json:"startRow"`
@@ -523,6 +526,19 @@ func (tx *Tx) FormRepoint(formID, spreadsheetID, sheet string, startRow, gridRow
 	}
 	w.State, w.ErrorChecks, w.LastError, w.LastErrorAt = "", 0, "", time.Time{}
 	return f, w, tx.putSheetWrites(formID, w)
+}
+
+// FormSetTitle records the title of the form's spreadsheet.
+func (tx *Tx) FormSetTitle(formID, title string) (Form, error) {
+	f, err := tx.FormGet(formID)
+	if err != nil {
+		return f, err
+	}
+	f.Title = title
+	if err := putJSON(tx.tx.Bucket(bucketForms), []byte(f.ID), f); err != nil {
+		return f, fmt.Errorf("store: put form: %w", err)
+	}
+	return f, nil
 }
 
 // SheetsBuffered returns the number of submissions waiting over all forms.

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -130,9 +131,17 @@ func (tx *Tx) APITokenDelete(id string) error {
 
 // Session is an admin login.
 type Session struct {
+	// ID names the session on the admin page (to end it); it is not the
+	// cookie, which only its owner holds.
+	ID        string    `json:"id,omitempty"`
 	CSRF      string    `json:"csrf"`
 	CreatedAt time.Time `json:"createdAt"`
 	ExpiresAt time.Time `json:"expiresAt"`
+	// Device is the browser's User-Agent at sign-in, IP its address.
+	Device string `json:"device,omitempty"`
+	IP     string `json:"ip,omitempty"`
+	// LastSeen is when the session last made a request (to the minute).
+	LastSeen time.Time `json:"lastSeen,omitzero"`
 }
 
 // SessionPut stores a session under the hash of its cookie value.
@@ -155,6 +164,52 @@ func (tx *Tx) SessionGet(cookie string, now time.Time) (Session, error) {
 // SessionDelete ends a session.
 func (tx *Tx) SessionDelete(cookie string) error {
 	return tx.tx.Bucket(bucketSessions).Delete(tokenHash(cookie))
+}
+
+// SessionTouch records that the session with cookie was seen at now.
+func (tx *Tx) SessionTouch(cookie string, now time.Time) error {
+	b := tx.tx.Bucket(bucketSessions)
+	var s Session
+	if err := getJSON(b, tokenHash(cookie), &s); err != nil {
+		return err
+	}
+	s.LastSeen = now
+	return putJSON(b, tokenHash(cookie), s)
+}
+
+// Sessions returns the live sessions, the most recently seen first.
+func (tx *Tx) Sessions(now time.Time) ([]Session, error) {
+	var out []Session
+	err := tx.tx.Bucket(bucketSessions).ForEach(func(_, v []byte) error {
+		var s Session
+		if json.Unmarshal(v, &s) == nil && !now.After(s.ExpiresAt) {
+			out = append(out, s)
+		}
+		return nil
+	})
+	slices.SortStableFunc(out, func(a, b Session) int { return lastSeen(b).Compare(lastSeen(a)) })
+	return out, err
+}
+
+func lastSeen(s Session) time.Time {
+	if s.LastSeen.IsZero() {
+		return s.CreatedAt
+	}
+	return s.LastSeen
+}
+
+// SessionEnd ends the session with the given ID; ErrNotFound when there
+// is none.
+func (tx *Tx) SessionEnd(id string) error {
+	b := tx.tx.Bucket(bucketSessions)
+	c := b.Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		var s Session
+		if id != "" && json.Unmarshal(v, &s) == nil && s.ID == id {
+			return b.Delete(k)
+		}
+	}
+	return ErrNotFound
 }
 
 // SessionsDeleteAll ends every session but the one with the cookie keep

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"sort"
+	"strings"
 
 	"github.com/gin-gonic/gin"
 
@@ -26,6 +27,42 @@ type deadLettersView struct {
 	Next       string
 	CanRedrive bool
 	CanAlert   bool
+	// Redriven are the tasks a redrive from this page just made, with
+	// what became of them; Settling is set while one has not finished.
+	Redriven []redrivenRow
+	Settling bool
+}
+
+// redrivenRow is a redriven task and its outcome.
+type redrivenRow struct {
+	TaskID string
+	queue.TaskOutcome
+}
+
+// maxRedrivenShown is how many redriven tasks the page follows.
+const maxRedrivenShown = 20
+
+// redrivenRows reads ?redriven=ID,ID (the tasks a redrive made) and says
+// what became of each.
+func (s *server) redrivenRows(c *gin.Context) ([]redrivenRow, bool, error) {
+	raw := c.Query("redriven")
+	if raw == "" || s.deps.Queue == nil {
+		return nil, false, nil
+	}
+	var rows []redrivenRow
+	settling := false
+	for _, id := range strings.Split(raw, ",") {
+		if id == "" || len(id) > 64 || len(rows) == maxRedrivenShown {
+			continue
+		}
+		o, err := s.deps.Queue.Outcome(id)
+		if err != nil {
+			return nil, false, err
+		}
+		settling = settling || o.State == queue.OutcomeWaiting || o.State == queue.OutcomeRetrying
+		rows = append(rows, redrivenRow{TaskID: id, TaskOutcome: o})
+	}
+	return rows, settling, nil
 }
 
 type deadLetterView struct {
@@ -78,9 +115,14 @@ func (s *server) deadLettersPage(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
+	redriven, settling, err := s.redrivenRows(c)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
 	s.render(c, http.StatusOK, "deadletters", deadLettersView{
 		Types: types, Type: q.Type, Total: total, Items: items, Cursor: q.Cursor, Next: next,
-		CanRedrive: s.deps.Queue != nil, CanAlert: s.deps.Alerts != nil,
+		CanRedrive: s.deps.Queue != nil, CanAlert: s.deps.Alerts != nil, Redriven: redriven, Settling: settling,
 	})
 }
 
@@ -93,19 +135,26 @@ func (s *server) deadLetterPage(c *gin.Context) {
 	s.render(c, http.StatusOK, "deadletter", deadLetterView{Letter: d, Payload: prettyJSON(payloadJSON(d.Payload)), CanRedrive: s.deps.Queue != nil})
 }
 
+// adminRedriveOne sends one dead letter again, then follows its new task
+// on the dead letters page until it succeeds or fails again.
 func (s *server) adminRedriveOne(c *gin.Context) {
 	id := c.Param("id")
-	n, _, err := s.redriveIDs([]string{id})
-	if err != nil {
-		s.fail(c, err)
+	if s.deps.Queue == nil {
+		s.fail(c, errNoQueue())
 		return
 	}
-	if n == 0 {
-		s.setFlash(c, "error", fmt.Sprintf("Dead letter %s is gone: it was already redriven or discarded.", id))
-	} else {
-		s.setFlash(c, "ok", fmt.Sprintf("Dead letter %s is queued again.", id))
+	tasks, _, err := s.deps.Queue.RedriveTasks([]string{id})
+	if err != nil {
+		s.fail(c, fmt.Errorf("web: redrive: %w", err))
+		return
 	}
-	redirect(c, "/admin/deadletters")
+	if len(tasks) == 0 {
+		s.setFlash(c, "error", fmt.Sprintf("Dead letter %s is gone: it was already redriven or discarded.", id))
+		redirect(c, "/admin/deadletters")
+		return
+	}
+	s.setFlash(c, "ok", fmt.Sprintf("Dead letter %s is queued again; its outcome shows below.", id))
+	redirect(c, "/admin/deadletters?redriven="+url.QueryEscape(tasks[0].TaskID))
 }
 
 func (s *server) adminDiscard(c *gin.Context) {

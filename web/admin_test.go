@@ -196,8 +196,8 @@ func TestCSRF(t *testing.T) {
 	}
 }
 
-// otherSessionCSRF stores a second live session (as another browser's
-// would be, before a new sign-in ends it) and returns its CSRF token.
+// otherSessionCSRF stores a second live session (another browser's) and
+// returns its CSRF token.
 func otherSessionCSRF(t *testing.T, db *store.DB) string {
 	t.Helper()
 	csrf := randomToken(32)

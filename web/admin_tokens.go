@@ -22,6 +22,8 @@ type tokensView struct {
 	Error string
 	// The form's values after an error.
 	Name, UserID, ExpiresIn string
+	// Sessions are the admin sessions signed in now.
+	Sessions []sessionRow
 }
 
 // tokenRow is one token on the page.
@@ -205,6 +207,10 @@ func (s *server) renderTokens(c *gin.Context, status int, v tokensView) {
 			}
 		}
 		v.Tokens = append(v.Tokens, row)
+	}
+	if v.Sessions, err = s.sessionRows(c); err != nil {
+		s.fail(c, err)
+		return
 	}
 	s.render(c, status, "tokens", v)
 }

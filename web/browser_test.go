@@ -17,7 +17,7 @@ import (
 
 // TestBrowserAdminFlow signs in with headless Chromium, sees the queues,
 // opens a dead letter made by the real queue machinery, redrives it and
-// sees it go, saving a screenshot of each step.
+// sees it go and then succeed, saving a screenshot of each step.
 func TestBrowserAdminFlow(t *testing.T) {
 	if testing.Short() {
 		t.Skip("browser test skipped in -short mode")
@@ -111,6 +111,19 @@ func TestBrowserAdminFlow(t *testing.T) {
 		t.Errorf("the redriven dead letter is still listed (%d rows, %v)", rows, err)
 	}
 	testkit.Eventually(t, 15*time.Second, "the redriven task to succeed", func() bool { return e.flaky.succeeded("invoice-42") })
+	// The page follows the new task and says it succeeded, without a reload.
+	testkit.Eventually(t, 15*time.Second, "the dead letters page to say the redriven task succeeded", func() bool {
+		v, err := chromedp.Run(bctx, chromedp.Evaluate[string](`(document.querySelector('[data-redriven]') || {dataset: {}}).dataset.outcome || ''`))
+		if err == nil && v == "done" {
+			return true
+		}
+		time.Sleep(200 * time.Millisecond)
+		return false
+	})
+	if got := read("read the outcome", chromedp.Text(css(`[data-redriven]`))); !strings.Contains(got, "succeeded") {
+		t.Errorf("the redriven task's outcome reads %q", got)
+	}
+	do("see the outcome", shot("05b-redrive-succeeded.png"))
 
 	do("make an API token",
 		chromedp.Navigate(srv.URL+"/admin/tokens"),

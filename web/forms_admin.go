@@ -101,7 +101,7 @@ func (e *formsHandlers) formsPage(c *gin.Context) {
 	}
 	for _, f := range o.Forms {
 		r := formRow{FormView: f, Email: o.Emails[f.AccountID],
-			SheetURL:   "https://docs.google.com/spreadsheets/d/" + url.PathEscape(f.SpreadsheetID) + "/edit",
+			SheetURL:   e.sheetURL(f.SpreadsheetID),
 			ColumnList: strings.Join(f.Columns, ", ")}
 		if f.LastFlushAt != "" {
 			r.LastFlush, _ = time.Parse(time.RFC3339, f.LastFlushAt)
@@ -118,6 +118,15 @@ func (e *formsHandlers) formsPage(c *gin.Context) {
 		d.Accounts = append(d.Accounts, quotaRow{AccountQuota: a, Meter: quotaMeter(a.Used, a.Limit, "writes"), ReadMeter: quotaMeter(a.Reads.Used, a.Reads.Limit, "reads")})
 	}
 	e.render(c, http.StatusOK, "forms", d)
+}
+
+// sheetURL links a form's spreadsheet: Google's page, or with --demo the
+// emulated spreadsheet on the Demo sheets page.
+func (e *formsHandlers) sheetURL(spreadsheetID string) string {
+	if e.deps.DemoSource != nil {
+		return "/admin/demo/sheets#sheet-" + url.PathEscape(spreadsheetID)
+	}
+	return "https://docs.google.com/spreadsheets/d/" + url.PathEscape(spreadsheetID) + "/edit"
 }
 
 // Chart geometry, in SVG user units.
@@ -148,12 +157,22 @@ func rowsChart(perMinute []int) template.HTML {
 				continue
 			}
 			h := float64(v) / float64(top) * (formsChartH - 2*formsChartPad)
-			fmt.Fprintf(&b, `<rect class="spark-ok-area" x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="currentColor" fill-opacity="0.55"><title>%d min ago: %d rows</title></rect>`,
-				float64(i)*step+1, formsChartH-formsChartPad-h, max(step-2, 1), h, n-1-i, v)
+			fmt.Fprintf(&b, `<rect class="bar" x="%.1f" y="%.1f" width="%.1f" height="%.1f"><title>%s: %s</title></rect>`,
+				float64(i)*step+1, formsChartH-formsChartPad-h, max(step-2, 1), h, minutesAgo(n-1-i), plural(v, "row", "rows"))
 		}
 	}
 	b.WriteString(`</svg>`)
+	fmt.Fprintf(&b, `<div class="chart-axis" aria-hidden="true"><span>an hour ago</span><span>peak %s a minute</span><span>now</span></div>`, plural(top, "row", "rows"))
 	return template.HTML(b.String()) //nolint:gosec // numbers only
+}
+
+// minutesAgo says n minutes back in words: "1 minute ago", "12 minutes
+// ago"; "this minute" for 0.
+func minutesAgo(n int) string {
+	if n == 0 {
+		return "this minute"
+	}
+	return plural(n, "minute", "minutes") + " ago"
 }
 
 // quotaMeter draws used of limit (calls of what: writes or reads) as a
@@ -163,11 +182,11 @@ func quotaMeter(used, limit int, what string) template.HTML {
 	if limit > 0 {
 		frac = min(float64(used)/float64(limit), 1)
 	}
-	cls, opacity := "spark-ok-area", "0.6"
+	cls := "meter-fill"
 	if frac >= 1 {
-		cls, opacity = "spark-err", "0.8"
+		cls = "meter-full"
 	}
 	return template.HTML(fmt.Sprintf( //nolint:gosec // numbers only
-		`<svg class="quota-meter" viewBox="0 0 100 10" preserveAspectRatio="none" width="120" height="10" role="img" aria-label="%d of %d %s used"><rect x="0" y="0" width="100" height="10" fill="currentColor" fill-opacity="0.12"/><rect class="%s" x="0" y="0" width="%.1f" height="10" fill="currentColor" fill-opacity="%s"/></svg>`,
-		used, limit, template.HTMLEscapeString(what), cls, frac*100, opacity))
+		`<svg class="quota-meter" viewBox="0 0 100 10" preserveAspectRatio="none" width="120" height="10" role="img" aria-label="%s of %s %s used"><rect class="meter-track" x="0" y="0" width="100" height="10" rx="2"/><rect class="%s" x="0" y="0" width="%.1f" height="10" rx="2"/></svg>`,
+		num(used), num(limit), template.HTMLEscapeString(what), cls, frac*100))
 }

@@ -244,6 +244,18 @@ func (s session) withFlash(w *httptest.ResponseRecorder) map[string]string {
 	return hdr
 }
 
+// withCookies is the session's headers plus every cookie w set (not the
+// ones it cleared), as the browser sends them on the next page.
+func (s session) withCookies(w *httptest.ResponseRecorder) map[string]string {
+	hdr := s.headers()
+	for _, c := range w.Result().Cookies() {
+		if c.MaxAge >= 0 && c.Value != "" && c.Name != sessionCookie {
+			hdr["Cookie"] += "; " + c.Name + "=" + c.Value
+		}
+	}
+	return hdr
+}
+
 var csrfInput = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
 
 // loginForm opens the login page as the client headers describe and

@@ -136,6 +136,10 @@ func (s *server) funcs() template.FuncMap {
 		"datetime": datetime,
 		"rfc3339":  func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
 		"dur":      humanDuration,
+		"opwords":  opWords,
+		"span":     timeSpan,
+		"inc":      func(n int) int { return n + 1 },
+		"dec":      func(n int) int { return n - 1 },
 		"pretty":   prettyJSON,
 		"plural":   plural,
 		"num":      num,
@@ -167,13 +171,13 @@ func ago(now, t time.Time) string {
 	case d < 5*time.Second:
 		return "just now"
 	case d < time.Minute:
-		s = fmt.Sprintf("%ds", int(d.Seconds()))
+		s = plural(int(d.Seconds()), "second", "seconds")
 	case d < time.Hour:
-		s = fmt.Sprintf("%dm", int(d.Minutes()))
+		s = plural(int(d.Minutes()), "minute", "minutes")
 	case d < 48*time.Hour:
-		s = fmt.Sprintf("%dh", int(d.Hours()))
+		s = plural(int(d.Hours()), "hour", "hours")
 	default:
-		s = fmt.Sprintf("%dd", int(d.Hours()/24))
+		s = plural(int(d.Hours()/24), "day", "days")
 	}
 	if future {
 		return "in " + s
@@ -181,18 +185,47 @@ func ago(now, t time.Time) string {
 	return s + " ago"
 }
 
+// humanDuration says a duration as people do: "250 ms", "1.5 seconds",
+// "10 seconds", "1 minute", "2 minutes 30 seconds", "1 hour 5 minutes",
+// "3 days"; never Go's "1m0s" or "10.00s".
 func humanDuration(d time.Duration) string {
 	switch {
 	case d <= 0:
 		return "—"
 	case d < time.Millisecond:
-		return fmt.Sprintf("%dµs", d.Microseconds())
+		return fmt.Sprintf("%d µs", d.Microseconds())
 	case d < time.Second:
-		return fmt.Sprintf("%.1fms", float64(d)/float64(time.Millisecond))
-	case d < time.Minute:
-		return fmt.Sprintf("%.2fs", d.Seconds())
+		return fmt.Sprintf("%d ms", d.Round(time.Millisecond).Milliseconds())
+	case d < 10*time.Second && d%time.Second != 0:
+		tenths := d.Round(100 * time.Millisecond)
+		if tenths%time.Second != 0 {
+			return fmt.Sprintf("%.1f seconds", tenths.Seconds())
+		}
+		d = tenths
 	}
-	return d.Round(time.Second).String()
+	d = d.Round(time.Second)
+	two := func(n int, unit string, m int, sub string) string {
+		s := plural(n, unit, unit+"s")
+		if m > 0 {
+			s += " " + plural(m, sub, sub+"s")
+		}
+		return s
+	}
+	switch {
+	case d < time.Minute:
+		return plural(int(d/time.Second), "second", "seconds")
+	case d < time.Hour:
+		return two(int(d/time.Minute), "minute", int(d%time.Minute/time.Second), "second")
+	case d < 48*time.Hour:
+		return two(int(d/time.Hour), "hour", int(d%time.Hour/time.Minute), "minute")
+	}
+	return two(int(d/(24*time.Hour)), "day", int(d%(24*time.Hour)/time.Hour), "hour")
+}
+
+// timeSpan says a duration after "per" or "last": "minute" for one
+// minute, "10 seconds" otherwise ("per minute", "last 10 seconds").
+func timeSpan(d time.Duration) string {
+	return strings.TrimPrefix(humanDuration(d), "1 ")
 }
 
 // prettyJSON indents a JSON document; anything else is returned as is.

@@ -69,6 +69,7 @@ func (s *server) adminRoutes(e *gin.Engine, h handlers) {
 	admin.GET("/logout", s.logoutPage)
 	admin.POST("/logout", s.logout)
 	admin.POST("/sessions/end", s.endSessions)
+	admin.POST("/sessions/:id/end", s.endSession)
 	admin.GET("/deadletters", s.deadLettersPage)
 	admin.POST("/deadletters/redrive", s.adminRedriveType)
 	admin.GET("/deadletters/:id", s.deadLetterPage)

@@ -1,10 +1,13 @@
 package web
 
 import (
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"html/template"
 	"net/http"
+	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
@@ -122,7 +125,20 @@ type rulesView struct {
 	Debounce, MaxWait, SaveWindow string
 	Fields                        []string
 	Ops                           []string
+	// PreviewError says why the draft cannot be previewed (it is invalid).
+	PreviewError string
+	// JobPage is the page of recent jobs shown (1: the newest); OlderJobs
+	// tells there is a next page.
+	JobPage   int
+	OlderJobs bool
 }
+
+// jobsPerPage is how many reclassify jobs a page of the editor lists;
+// maxJobPages the deepest page it goes.
+const (
+	jobsPerPage = 8
+	maxJobPages = 100
+)
 
 var (
 	ruleFields = []string{rules.FieldFrom, rules.FieldTo, rules.FieldCc, rules.FieldSubject, rules.FieldBody, rules.FieldAny}
@@ -133,10 +149,12 @@ var (
 const previewSample = 5
 
 func (e *rulesHandlers) view(c *gin.Context, uid string, ed ruleEditor) (rulesView, error) {
+	page, _ := strconv.Atoi(c.Query("page"))
+	page = min(max(page, 1), maxJobPages)
 	s := e.server
 	cfg := e.p.Config()
 	v := rulesView{Editor: ed, Settings: cfg, Fields: ruleFields, Ops: ruleOps, Labels: map[string]string{},
-		Debounce: spell(cfg.Debounce), MaxWait: spell(cfg.MaxWait), SaveWindow: spell(cfg.SaveWindow)}
+		Debounce: spell(cfg.Debounce), MaxWait: spell(cfg.MaxWait), SaveWindow: timeSpan(cfg.SaveWindow)}
 	err := s.deps.DB.View(func(tx *store.Tx) error {
 		u, err := tx.UserGet(uid)
 		if err != nil {
@@ -152,10 +170,13 @@ func (e *rulesHandlers) view(c *gin.Context, uid string, ed ruleEditor) (rulesVi
 	if err != nil {
 		return v, err
 	}
-	st, err := e.p.Status(uid, recentJobs)
+	st, err := e.p.Status(uid, page*jobsPerPage+1)
 	if err != nil {
 		return v, err
 	}
+	// This page's jobs, newest first; one more tells there are older.
+	v.JobPage, v.OlderJobs = page, len(st.Jobs) > page*jobsPerPage
+	st.Jobs = st.Jobs[min((page-1)*jobsPerPage, len(st.Jobs)):min(page*jobsPerPage, len(st.Jobs))]
 	v.Pending = st.Pending
 	for _, r := range rs {
 		v.Labels[r.ID] = r.Spec.Label
@@ -181,8 +202,13 @@ func (e *rulesHandlers) view(c *gin.Context, uid string, ed ruleEditor) (rulesVi
 	}
 	v.Chart = jobsChart(st.Jobs)
 	if spec, _, ok := specOf(ed); ok {
-		if pv, err := e.p.Preview(uid, spec, previewSample); err == nil {
+		pv, err := e.p.Preview(uid, spec, previewSample)
+		var invalid *rules.ValidationError
+		switch {
+		case err == nil:
 			v.Preview = &pv
+		case errors.As(err, &invalid):
+			v.PreviewError = "Nothing to preview until this is fixed: " + invalid.Message
 		}
 	}
 	return v, nil
@@ -206,6 +232,9 @@ func (e *rulesHandlers) rulesPage(c *gin.Context) {
 			return
 		}
 		ed = editorOf(r)
+	}
+	if d, ok := e.takeRuleDraft(c, uid); ok && d.ID == ed.ID {
+		ed = d
 	}
 	v, err := e.view(c, uid, ed)
 	if err != nil {
@@ -314,6 +343,17 @@ func (e *rulesHandlers) saveForm(c *gin.Context) {
 		e.fail(c, err)
 		return
 	}
+	// Post/redirect/get: the refused draft and its errors wait in a signed
+	// cookie for the editor's page, so a reload there never posts again.
+	// A draft too big for a cookie is drawn here instead, at this URL.
+	if e.keepRuleDraft(c, uid, ed) {
+		to := "/admin/rules/" + uid
+		if ed.ID != "" {
+			to += "?edit=" + url.QueryEscape(ed.ID)
+		}
+		redirect(c, to+"#editor")
+		return
+	}
 	v, verr := e.view(c, uid, ed)
 	if verr != nil {
 		e.fail(c, verr)
@@ -322,18 +362,70 @@ func (e *rulesHandlers) saveForm(c *gin.Context) {
 	e.render(c, mapRulesError(e.p.Config(), err).Status, "rules", v)
 }
 
-// spell says a setting's duration in words: "60 seconds", "10 minutes".
-func spell(d time.Duration) string {
-	switch {
-	case d >= time.Hour && d%time.Hour == 0:
-		return plural(int(d/time.Hour), "hour", "hours")
-	case d > time.Minute && d%time.Minute == 0:
-		return plural(int(d/time.Minute), "minute", "minutes")
-	case d >= time.Second && d%time.Second == 0:
-		return plural(int(d/time.Second), "second", "seconds")
-	}
-	return d.String()
+// ruleDraft is a refused editor's state on its way to the next page.
+type ruleDraft struct {
+	UserID string     `json:"u"`
+	Editor ruleEditor `json:"e"`
 }
+
+// maxDraftCookie is the longest draft cookie value kept (browsers keep
+// about 4 KB a cookie).
+const maxDraftCookie = 3500
+
+// keepRuleDraft puts ed in the signed draft cookie for user uid; false
+// when it is too big for one.
+func (s *server) keepRuleDraft(c *gin.Context, uid string, ed ruleEditor) bool {
+	raw, err := json.Marshal(ruleDraft{UserID: uid, Editor: ed})
+	if err != nil {
+		return false
+	}
+	v := base64.RawURLEncoding.EncodeToString(raw)
+	v += "." + s.keys.sign("rule-draft", v)
+	if len(v) > maxDraftCookie {
+		return false
+	}
+	http.SetCookie(c.Writer, s.cookie(s.cookies.draft, v, 60))
+	return true
+}
+
+// takeRuleDraft reads and clears the draft cookie; ok when it holds a
+// draft of user uid this server signed.
+func (s *server) takeRuleDraft(c *gin.Context, uid string) (ruleEditor, bool) {
+	ck, err := c.Request.Cookie(s.cookies.draft)
+	if err != nil {
+		return ruleEditor{}, false
+	}
+	http.SetCookie(c.Writer, s.cookie(s.cookies.draft, "", -1))
+	v, mac, _ := strings.Cut(ck.Value, ".")
+	if !s.keys.verify("rule-draft", v, mac) {
+		return ruleEditor{}, false
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(v)
+	var d ruleDraft
+	if err != nil || json.Unmarshal(raw, &d) != nil || d.UserID != uid {
+		return ruleEditor{}, false
+	}
+	return d.Editor, true
+}
+
+// opWords says a condition's operator in words: not_contains is "does not
+// contain".
+func opWords(op string) string {
+	switch op {
+	case rules.OpContains:
+		return "contains"
+	case rules.OpNotContains:
+		return "does not contain"
+	case rules.OpEquals:
+		return "is"
+	case rules.OpMatches:
+		return "matches"
+	}
+	return op
+}
+
+// spell says a setting's duration in words: "60 seconds" is "1 minute".
+func spell(d time.Duration) string { return humanDuration(d) }
 
 func firesIn(now, at time.Time) string {
 	d := at.Sub(now).Round(time.Second)
@@ -411,8 +503,14 @@ func (e *rulesHandlers) previewJSON(c *gin.Context) {
 	e.writeJSON(c, http.StatusOK, out)
 }
 
+// statusJSON is the reclassify state with the recentJobs newest jobs, or
+// ?limit= of them (the editor's page asks for the jobs it lists).
 func (e *rulesHandlers) statusJSON(c *gin.Context) {
-	st, err := e.p.Status(c.Param("uid"), recentJobs)
+	limit := recentJobs
+	if n, err := strconv.Atoi(c.Query("limit")); err == nil && n > 0 {
+		limit = min(n, recentJobs)
+	}
+	st, err := e.p.Status(c.Param("uid"), limit)
 	if err != nil {
 		e.fail(c, err)
 		return

@@ -159,9 +159,20 @@ func TestRulesAdminPage(t *testing.T) {
 	}
 	form := url.Values{"csrf": {s.csrf}, "label": {"Dev"}, "match": {"all"},
 		"field": {"from", "subject", "from"}, "op": {"contains", "matches", "contains"}, "value": {"@github.com", "(broken", ""}}
+	// A refused save redirects to the editor (post/redirect/get: a reload
+	// never posts again), which shows the draft with its error, in the
+	// preview too, once.
 	w := request(t, e.h, http.MethodPost, "/admin/rules/"+uid+"/save", form, s.headers())
-	if w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), "missing closing )") || !strings.Contains(w.Body.String(), `value="(broken" aria-label="Value" placeholder="@github.com" aria-invalid="true"`) {
-		t.Fatalf("invalid save: %d\n%s", w.Code, w.Body.String())
+	if w.Code != http.StatusSeeOther || w.Header().Get("Location") != "/admin/rules/"+uid+"#editor" {
+		t.Fatalf("invalid save: %d to %q\n%s", w.Code, w.Header().Get("Location"), w.Body.String())
+	}
+	w = request(t, e.h, http.MethodGet, "/admin/rules/"+uid, nil, s.withCookies(w))
+	if body := w.Body.String(); w.Code != 200 || !strings.Contains(body, "missing closing )") || !strings.Contains(body, `value="(broken" aria-label="Value" placeholder="@github.com" aria-invalid="true"`) ||
+		!strings.Contains(body, "Nothing to preview until this is fixed") || strings.Contains(body, "Type a condition") {
+		t.Fatalf("the editor after a refused save: %d\n%s", w.Code, body)
+	}
+	if body := request(t, e.h, http.MethodGet, "/admin/rules/"+uid, nil, s.withCookies(w)).Body.String(); strings.Contains(body, "(broken") {
+		t.Error("a reload still shows the refused draft")
 	}
 	form["value"] = []string{"@github.com", "", ""}
 	if w := request(t, e.h, http.MethodPost, "/admin/rules/"+uid+"/save", form, s.headers()); w.Code != http.StatusSeeOther {
@@ -172,8 +183,11 @@ func TestRulesAdminPage(t *testing.T) {
 		t.Fatalf("page: %d\n%s", w.Code, w.Body.String())
 	}
 	w = request(t, e.h, http.MethodPost, "/admin/rules/"+uid+"/save", url.Values{"csrf": {s.csrf}, "label": {"dev"}, "field": {"to"}, "op": {"contains"}, "value": {"x"}}, s.headers())
-	if w.Code != http.StatusConflict || !strings.Contains(w.Body.String(), "already has a rule for that label") {
+	if w.Code != http.StatusSeeOther {
 		t.Fatalf("duplicate: %d", w.Code)
+	}
+	if body := request(t, e.h, http.MethodGet, "/admin/rules/"+uid, nil, s.withCookies(w)).Body.String(); !strings.Contains(body, "already has a rule for that label") {
+		t.Fatalf("duplicate: the editor does not say why")
 	}
 	// The live preview answers validation errors with their field.
 	h := s.headers()

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -591,8 +592,9 @@ func TestLoginCSRF(t *testing.T) {
 	}
 }
 
-// TestSessionsEnd: a new sign-in ends the others, a password change ends
-// them all, and so does the admin page's button.
+// TestSessionsEnd: a new sign-in ends no other session, a password change
+// ends them all, and so does the admin page's button; the sessions list
+// shows each with its device and ends any one of them.
 func TestSessionsEnd(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{deps: func(d *Deps) { d.AdminPassword = "" }})
@@ -604,13 +606,35 @@ func TestSessionsEnd(t *testing.T) {
 	}
 	first := login(t, e.h)
 	second := login(t, e.h)
-	if live(first) || !live(second) {
-		t.Errorf("after a second sign-in: first live %v, second live %v; want only the second", live(first), live(second))
+	if !live(first) || !live(second) {
+		t.Errorf("after a second sign-in: first live %v, second live %v; want both", live(first), live(second))
 	}
+	// The list shows both; the second ends the first by its id.
+	page := request(t, e.h, "GET", "/admin/tokens", nil, second.headers()).Body.String()
+	ids := sessionIDs.FindAllStringSubmatch(page, -1)
+	if len(ids) != 2 || !strings.Contains(page, "this browser") {
+		t.Fatalf("the sessions list shows %d sessions, want 2 with this browser marked", len(ids))
+	}
+	var firstID string
+	for _, m := range ids {
+		if !strings.Contains(m[0], "this browser") {
+			firstID = m[1]
+		}
+	}
+	if w := request(t, e.h, "POST", "/admin/sessions/"+firstID+"/end", url.Values{"csrf": {second.csrf}}, second.headers()); w.Code != http.StatusSeeOther {
+		t.Errorf("end the first session: %d", w.Code)
+	}
+	if live(first) || !live(second) {
+		t.Errorf("after ending the first: first live %v, second live %v; want only the second", live(first), live(second))
+	}
+	if w := request(t, e.h, "POST", "/admin/sessions/"+firstID+"/end", url.Values{"csrf": {second.csrf}}, second.headers()); w.Code != http.StatusSeeOther {
+		t.Errorf("end an ended session: %d", w.Code)
+	}
+	first = login(t, e.h)
 	if _, err := EnsureAdminPassword(e.db, "a brand new password"); err != nil {
 		t.Fatal(err)
 	}
-	if live(second) {
+	if live(first) || live(second) {
 		t.Error("a password change left a session live")
 	}
 	w := postLogin(t, e.h, url.Values{"password": {"a brand new password"}}, nil)
@@ -628,6 +652,10 @@ func TestSessionsEnd(t *testing.T) {
 		t.Error("End all sessions left this one live")
 	}
 }
+
+// sessionIDs finds the sessions list's rows: the session's id and the
+// row up to its device cell's end.
+var sessionIDs = regexp.MustCompile(`<tr data-session="([^"]+)">\s*<td>[^\n]*</td>`)
 
 // login2 is login with another password.
 func login2(t testing.TB, h http.Handler, password string) session {

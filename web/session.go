@@ -33,7 +33,7 @@ const (
 // the public URL is https (the browser then insists on Secure, Path=/ and
 // no Domain, so a sibling subdomain cannot plant one).
 type cookieNames struct {
-	session, preSession, flash, device string
+	session, preSession, flash, device, draft string
 }
 
 func newCookieNames(secure bool) cookieNames {
@@ -42,7 +42,7 @@ func newCookieNames(secure bool) cookieNames {
 		prefix = "__Host-"
 	}
 	return cookieNames{session: prefix + "mailroom_session", preSession: prefix + "mailroom_login",
-		flash: prefix + "mailroom_flash", device: prefix + "mailroom_device"}
+		flash: prefix + "mailroom_flash", device: prefix + "mailroom_device", draft: prefix + "mailroom_draft"}
 }
 
 // cookieKeys signs the cookies the server does not store: the login
@@ -145,7 +145,7 @@ func (s *server) login(c *gin.Context) {
 		return
 	}
 	s.limiter.succeeded(ip, counted)
-	cookie, ended, err := s.newSession(now, "")
+	cookie, err := s.newSession(now, c.Request.UserAgent(), ip)
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -154,7 +154,7 @@ func (s *server) login(c *gin.Context) {
 	http.SetCookie(c.Writer, s.cookie(s.cookies.preSession, "", -1))
 	dev := randomToken(16)
 	http.SetCookie(c.Writer, s.cookie(s.cookies.device, dev+"."+s.keys.sign(s.devicePurpose(), dev), int((400*24*time.Hour).Seconds())))
-	s.log.Info("admin signed in", "client_ip", ip, "sessions_ended", ended)
+	s.log.Info("admin signed in", "client_ip", ip)
 	redirect(c, next)
 }
 
@@ -222,22 +222,95 @@ func (s *server) endSessions(c *gin.Context) {
 	redirect(c, "/admin/login")
 }
 
-// newSession stores a session and returns its cookie value. Every other
-// session but keep ends in the same transaction (a new sign-in ends the
-// others); it returns how many ended.
-func (s *server) newSession(now time.Time, keep string) (string, int, error) {
-	cookie, csrf := randomToken(32), randomToken(32)
-	var ended int
-	err := s.deps.DB.Update(func(tx *store.Tx) (err error) {
-		if ended, err = tx.SessionsDeleteAll(keep); err != nil {
-			return err
-		}
-		return tx.SessionPut(cookie, store.Session{CSRF: csrf, CreatedAt: now.UTC(), ExpiresAt: now.Add(s.sessionTTL).UTC()})
-	})
-	if err != nil {
-		return "", 0, fmt.Errorf("web: store session: %w", err)
+// newSession stores a session for the browser (its User-Agent and
+// address, shown in the sessions list) and returns its cookie value. A new
+// sign-in ends no other session: a phone's sign-in leaves the laptop's.
+func (s *server) newSession(now time.Time, userAgent, ip string) (string, error) {
+	cookie := randomToken(32)
+	sess := store.Session{ID: randomToken(12), CSRF: randomToken(32), CreatedAt: now.UTC(), ExpiresAt: now.Add(s.sessionTTL).UTC(),
+		Device: truncateText(200, userAgent), IP: ip, LastSeen: now.UTC()}
+	if err := s.deps.DB.Update(func(tx *store.Tx) error { return tx.SessionPut(cookie, sess) }); err != nil {
+		return "", fmt.Errorf("web: store session: %w", err)
 	}
-	return cookie, ended, nil
+	return cookie, nil
+}
+
+// sessionSeenEvery is how often a session's last-seen time is written:
+// at most once a minute, not on every request.
+const sessionSeenEvery = time.Minute
+
+// endSession ends one session, by its ID, from the sessions list; ending
+// the one in use signs this browser out.
+func (s *server) endSession(c *gin.Context) {
+	id := c.Param("id")
+	cur, _ := sessionOf(c)
+	err := s.deps.DB.Update(func(tx *store.Tx) error { return tx.SessionEnd(id) })
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		s.setFlash(c, "error", "That session had already ended.")
+	case err != nil:
+		s.fail(c, fmt.Errorf("web: end session: %w", err))
+		return
+	default:
+		s.log.Info("admin session ended", "session_id", id)
+		if id == cur.ID {
+			http.SetCookie(c.Writer, s.cookie(s.cookies.session, "", -1))
+			s.setFlash(c, "ok", "This session is ended; sign in again.")
+			redirect(c, "/admin/login")
+			return
+		}
+		s.setFlash(c, "ok", "The session is ended; that browser must sign in again.")
+	}
+	redirect(c, "/admin/tokens#sessions")
+}
+
+// sessionRow is one line of the sessions list.
+type sessionRow struct {
+	store.Session
+	Browser string // the device in words: "Chrome on Android"
+	Current bool   // this browser's session
+}
+
+// sessionRows lists the live sessions for the admin page.
+func (s *server) sessionRows(c *gin.Context) ([]sessionRow, error) {
+	var list []store.Session
+	if err := s.deps.DB.View(func(tx *store.Tx) (err error) { list, err = tx.Sessions(s.now()); return err }); err != nil {
+		return nil, fmt.Errorf("web: list sessions: %w", err)
+	}
+	cur, _ := sessionOf(c)
+	rows := make([]sessionRow, 0, len(list))
+	for _, x := range list {
+		rows = append(rows, sessionRow{Session: x, Browser: browserName(x.Device), Current: x.ID != "" && x.ID == cur.ID})
+	}
+	return rows, nil
+}
+
+// browserName says which browser on which system a User-Agent names, in
+// the words people use ("Firefox on Linux"); the raw string is shown on
+// hover.
+func browserName(ua string) string {
+	if ua == "" {
+		return "Unknown browser"
+	}
+	browser := "A browser"
+	for _, b := range []struct{ token, name string }{
+		{"Edg/", "Edge"}, {"OPR/", "Opera"}, {"Firefox/", "Firefox"}, {"HeadlessChrome/", "Headless Chrome"},
+		{"Chrome/", "Chrome"}, {"Chromium/", "Chromium"}, {"Safari/", "Safari"}, {"curl/", "curl"},
+	} {
+		if strings.Contains(ua, b.token) {
+			browser = b.name
+			break
+		}
+	}
+	for _, o := range []struct{ token, name string }{
+		{"Android", "Android"}, {"iPhone", "iPhone"}, {"iPad", "iPad"}, {"Windows", "Windows"},
+		{"Mac OS X", "macOS"}, {"CrOS", "ChromeOS"}, {"Linux", "Linux"},
+	} {
+		if strings.Contains(ua, o.token) {
+			return browser + " on " + o.name
+		}
+	}
+	return browser
 }
 
 func (s *server) loadSession(c *gin.Context) (store.Session, string, bool) {
@@ -246,12 +319,19 @@ func (s *server) loadSession(c *gin.Context) (store.Session, string, bool) {
 		return store.Session{}, "", false
 	}
 	var sess store.Session
+	now := s.now()
 	err = s.deps.DB.View(func(tx *store.Tx) error {
-		sess, err = tx.SessionGet(ck.Value, s.now())
+		sess, err = tx.SessionGet(ck.Value, now)
 		return err
 	})
 	if err != nil {
 		return store.Session{}, "", false
+	}
+	if now.Sub(sess.LastSeen) >= sessionSeenEvery {
+		sess.LastSeen = now.UTC()
+		if err := s.deps.DB.Update(func(tx *store.Tx) error { return tx.SessionTouch(ck.Value, sess.LastSeen) }); err != nil {
+			s.log.Warn("record a session's last request", "err", err)
+		}
 	}
 	return sess, ck.Value, true
 }
@@ -391,6 +471,17 @@ func EnsureAdminPassword(db *store.DB, password string) (generated string, err e
 		return "", fmt.Errorf("web: store admin password hash: %w", err)
 	}
 	return generated, nil
+}
+
+// ResetAdminPassword generates a new admin password, stores its bcrypt
+// hash in place of the old one, ends every session and returns the new
+// password (mailroom reset-password, with the service stopped).
+func ResetAdminPassword(db *store.DB) (string, error) {
+	password := randomToken(18)
+	if _, err := EnsureAdminPassword(db, password); err != nil {
+		return "", err
+	}
+	return password, nil
 }
 
 func randomToken(n int) string {

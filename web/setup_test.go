@@ -172,7 +172,7 @@ func TestSetupPageNothingConfigured(t *testing.T) {
 		"public_url":    {setupWarn, []string{"set MAILROOM_PUBLIC_URL", "https://"}},
 		"oauth_client":  {setupMissing, []string{"set MAILROOM_GOOGLE_CLIENT_ID and MAILROOM_GOOGLE_CLIENT_SECRET"}},
 		"redirect_url":  {setupWarn, []string{"set MAILROOM_PUBLIC_URL (or MAILROOM_GOOGLE_REDIRECT_URL)"}},
-		"pubsub_topic":  {setupWarn, []string{"polling alone, every 15m", "set MAILROOM_PUBSUB_TOPIC=projects/PROJECT/topics/TOPIC", "not set: polling only"}},
+		"pubsub_topic":  {setupWarn, []string{"polling alone, every 15 minutes", "set MAILROOM_PUBSUB_TOPIC=projects/PROJECT/topics/TOPIC", "not set: polling only"}},
 		"push_auth":     {setupMissing, []string{"Every push is refused", "set MAILROOM_PUSH_AUDIENCE", "MAILROOM_PUSH_TOKEN"}},
 		"alert_webhook": {setupMissing, []string{"set MAILROOM_ALERT_WEBHOOK_URL"}},
 	}

@@ -142,3 +142,31 @@ func renderPage(t *testing.T, name string, data any) string {
 	}
 	return w.Body.String()
 }
+
+// TestHumanDuration: durations read as people say them, never in Go's
+// format ("1m0s", "10.00s").
+func TestHumanDuration(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		0:                                   "—",
+		250 * time.Millisecond:              "250 ms",
+		1500 * time.Millisecond:             "1.5 seconds",
+		time.Second:                         "1 second",
+		10 * time.Second:                    "10 seconds",
+		10*time.Second + 4*time.Millisecond: "10 seconds",
+		time.Minute:                         "1 minute",
+		150 * time.Second:                   "2 minutes 30 seconds",
+		time.Hour + 5*time.Minute:           "1 hour 5 minutes",
+		15 * time.Minute:                    "15 minutes",
+		72 * time.Hour:                      "3 days",
+	} {
+		if got := humanDuration(d); got != want {
+			t.Errorf("humanDuration(%v) = %q, want %q", d, got, want)
+		}
+	}
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	for d, want := range map[time.Duration]string{2 * time.Second: "just now", 30 * time.Second: "30 seconds ago", time.Minute: "1 minute ago", 5 * time.Hour: "5 hours ago"} {
+		if got := ago(now, now.Add(-d)); got != want {
+			t.Errorf("ago(%v) = %q, want %q", d, got, want)
+		}
+	}
+}

@@ -88,7 +88,7 @@
       .catch(function () {})
       .finally(function () {
         var age = Math.round((Date.now() - last) / 1000);
-        if (stamp) stamp.textContent = age < 3 ? "just now" : age + "s ago";
+        if (stamp) stamp.textContent = age < 3 ? "just now" : age + (age === 1 ? " second ago" : " seconds ago");
         if (live) live.classList.toggle("stale", age > 10);
       });
   }

@@ -1,6 +1,7 @@
 // mailroom demo pages: redraw the part marked data-demo-live="MS" every MS
 // milliseconds from a fresh copy of the same page, so rows and labels are
-// seen arriving. Without JavaScript the pages simply do not refresh.
+// seen arriving (the dead letters page uses it too, to follow a redriven
+// task). Without JavaScript the pages simply do not refresh.
 (function () {
   "use strict";
   var live = document.querySelector("[data-demo-live]");
@@ -19,9 +20,11 @@
         if (!html) return;
         var next = new DOMParser().parseFromString(html, "text/html").querySelector("[data-demo-live]");
         if (next && next.innerHTML !== live.innerHTML) live.innerHTML = next.innerHTML;
+        // A part marked data-live-final has reached its end state.
+        if (next && next.hasAttribute("data-live-final")) clearInterval(timer);
       })
       .catch(function () {})
       .finally(function () { busy = false; });
   }
-  setInterval(tick, every);
+  var timer = setInterval(tick, every);
 })();

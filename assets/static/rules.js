@@ -6,15 +6,18 @@
 
   var fmt = new Intl.NumberFormat("en-US");
 
+  // unit says a count with its unit in words: "1 second", "5 seconds".
+  function unit(n, one) { return n + " " + one + (n === 1 ? "" : "s"); }
+
   // Countdowns: <time data-countdown="RFC 3339">.
   function countdown() {
     document.querySelectorAll("[data-countdown]").forEach(function (el) {
       var left = Math.round((Date.parse(el.getAttribute("data-countdown")) - Date.now()) / 1000);
       var text;
       if (left <= 0) text = "any moment now";
-      else if (left < 60) text = "in " + left + "s";
-      else if (left < 3600) text = "in " + Math.floor(left / 60) + "m " + (left % 60) + "s";
-      else text = "in " + Math.floor(left / 3600) + "h " + Math.floor((left % 3600) / 60) + "m";
+      else if (left < 60) text = "in " + unit(left, "second");
+      else if (left < 3600) text = "in " + unit(Math.floor(left / 60), "minute") + (left % 60 ? " " + unit(left % 60, "second") : "");
+      else text = "in " + unit(Math.floor(left / 3600), "hour") + (left % 3600 >= 60 ? " " + unit(Math.floor((left % 3600) / 60), "minute") : "");
       if (el.textContent !== text) el.textContent = text;
     });
   }

@@ -39,6 +39,7 @@ Usage:
   mailroom bench [SCENARIO...]    run benchmark scenarios and print a table
   mailroom backup --out FILE      write a consistent copy of the database
   mailroom compact                give the data file's free space back (service stopped)
+  mailroom reset-password         print a new admin password, ending every session (service stopped)
   mailroom version                print version, commit and Go version
 
 Run "mailroom serve -h" for the configuration flags and their MAILROOM_* twins.
@@ -67,6 +68,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return backupCommand(ctx, rest, getenv, stdout, stderr)
 	case "compact":
 		return compactCommand(ctx, rest, getenv, stdout, stderr)
+	case "reset-password":
+		return resetPasswordCommand(ctx, rest, getenv, stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintf(stdout, "mailroom %s (commit %s, %s)\n", version, commit, goVersion())
 		return nil

@@ -65,7 +65,7 @@ func TestGmailAdminPages(t *testing.T) {
 	if status != http.StatusOK || !strings.Contains(body, gmailAddr) || !strings.Contains(body, "ready") || !strings.Contains(body, "/push/gmail") {
 		t.Fatalf("accounts page: %d\n%s", status, body)
 	}
-	for _, want := range []string{"Gmail units / min", "of 6,000", "s Gmail units, last minute", "of 1,200,000 (MAILROOM_GMAIL_PROJECT_UNITS_PER_MINUTE)", "daily billing threshold, 80,000,000"} {
+	for _, want := range []string{"Gmail units a minute", "of 6,000", "s Gmail units, last minute", "of 1,200,000 (MAILROOM_GMAIL_PROJECT_UNITS_PER_MINUTE)", "daily billing threshold, 80,000,000"} {
 		if !strings.Contains(body, want) {
 			t.Errorf("the accounts page lacks the Gmail quota %q", want)
 		}

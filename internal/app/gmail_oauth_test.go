@@ -38,7 +38,7 @@ func TestGmailOAuthStateBoundToSession(t *testing.T) {
 		t.Fatalf("consent URL without an S256 challenge: %s", consent)
 	}
 	callback := redirectOf(t, a, consent.String())
-	// Another session (signing in ends the first one) brings the callback.
+	// Another session (a second sign-in) brings the callback.
 	b := adminClient(ta)
 	status, body := getPage(t, b, callback.String())
 	if status != http.StatusOK || !strings.Contains(body, "The sign-in state is not valid") {

@@ -50,17 +50,7 @@ func TestDemoBrowser(t *testing.T) {
 
 	// The demo seeds itself; wait for its user and rules (the browser
 	// needs their ids to find its way).
-	var snap demoSnapshot
-	testkit.Eventually(t, 30*time.Second, "the demo user, its two accounts in sync and three rules", func() bool {
-		snap = demoSnapshotOf(ta)
-		ready := 0
-		for _, acc := range demoAccounts {
-			if a, ok := snap.accounts[acc.Email]; ok && a.Status == "ready" {
-				ready++
-			}
-		}
-		return ready == 2 && len(snap.rules) == 3
-	})
+	snap := waitDemoSeeded(t, ta, 30*time.Second)
 	ruleID := snap.rules[reclassifyLabel]
 	t.Logf("demo seeded after %s", demoSince(start))
 

@@ -47,6 +47,24 @@ func startDemo(t *testing.T, dataDir string) *apptest.App {
 	})
 }
 
+// waitDemoSeeded waits within d for the demo's user, its two accounts in
+// sync and its three rules, and returns them.
+func waitDemoSeeded(t *testing.T, ta *apptest.App, d time.Duration) demoSnapshot {
+	t.Helper()
+	var snap demoSnapshot
+	testkit.Eventually(t, d, "the demo user, its two accounts in sync and three rules", func() bool {
+		snap = demoSnapshotOf(ta)
+		ready := 0
+		for _, acc := range demoAccounts {
+			if a, ok := snap.accounts[acc.Email]; ok && a.Status == "ready" {
+				ready++
+			}
+		}
+		return ready == 2 && len(snap.rules) == 3
+	})
+	return snap
+}
+
 type demoSnapshot struct {
 	userID   string
 	accounts map[string]demoAPIAccount // by email
@@ -98,17 +116,7 @@ func TestDemo(t *testing.T) {
 	d := demoOf(t, ta)
 	const deadline = 60 * time.Second
 
-	var snap demoSnapshot
-	testkit.Eventually(t, deadline, "the demo user, its two accounts in sync and three rules", func() bool {
-		snap = demoSnapshotOf(ta)
-		ready := 0
-		for _, acc := range demoAccounts {
-			if a, ok := snap.accounts[acc.Email]; ok && a.Status == "ready" {
-				ready++
-			}
-		}
-		return ready == 2 && len(snap.rules) == 3
-	})
+	waitDemoSeeded(t, ta, deadline)
 	t.Logf("seeded and in sync after %s", time.Since(start).Round(time.Millisecond))
 
 	testkit.Eventually(t, deadline, "rows in both emulated sheets", func() bool {

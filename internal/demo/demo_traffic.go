@@ -51,8 +51,8 @@ func demoJitter(d time.Duration) time.Duration {
 // ---- milestones: what happens once the accounts are in sync ----
 
 // milestones waits for the accounts to finish their first sync, then: on
-// the small account, delivers the one message whose download always fails
-// (its dead letter and alert show the failure path); once both are in
+// the small account, delivers the one message whose download fails until
+// it is dead-lettered (its dead letter and alert show the failure path); once both are in
 // sync, injects a small share of Gmail faults and saves every rule again
 // so that a reclassify covers the whole mirror. When the failing
 // message's dead letter appears, its fault is lifted, so that a redrive
@@ -82,7 +82,7 @@ func (d *demo) milestones(ctx context.Context, ids demoIDs) {
 		if poison == nil && ready[1] {
 			id, h, err := d.deliverPoison()
 			if err != nil {
-				d.log.Warn("demo: cannot deliver the always-failing message", "err", err)
+				d.log.Warn("demo: cannot deliver the failing message", "err", err)
 			} else {
 				poisonID, poison = id, h
 			}
@@ -95,7 +95,7 @@ func (d *demo) milestones(ctx context.Context, ids demoIDs) {
 		if poison != nil && !lifted && d.deadLettered(ctx, poisonID) {
 			lifted = true
 			poison.Remove()
-			d.log.Info("demo: the always-failing message reached the dead-letter archive; its fault is lifted, so a redrive now succeeds",
+			d.log.Info("demo: the failing message reached the dead-letter archive; its fault is lifted, so a redrive now succeeds",
 				"message_id", poisonID, "failed_calls", poison.Fired())
 		}
 		if faulted && lifted || poison == nil && time.Now().After(deadline) {
@@ -105,14 +105,14 @@ func (d *demo) milestones(ctx context.Context, ids demoIDs) {
 }
 
 // deliverPoison adds to the personal mailbox a message whose messages.get
-// always answers 500.
+// answers 500 until the demo lifts the fault (once it is dead-lettered).
 func (d *demo) deliverPoison() (string, *googlefake.FaultHandle, error) {
 	email := demoAccounts[1].Email
 	id, err := d.fake.Gmail.AddMessage(email, googlefake.Message{
 		From:    "Office Scanner <scanner@acme.example>",
 		To:      email,
-		Subject: "Scanned document 0042.pdf (the demo's message that cannot be downloaded)",
-		Body:    "This message is part of the mailroom demo: every attempt to download it fails with a server error, so it ends in the dead-letter archive.",
+		Subject: "Scanned document 0042.pdf (the demo's message that fails until it is dead-lettered)",
+		Body:    "This message is part of the mailroom demo: every attempt to download it fails with a server error until it lands in the dead-letter archive; then the fault is lifted, so a redrive brings it in.",
 	})
 	if err != nil {
 		return "", nil, err
@@ -121,12 +121,12 @@ func (d *demo) deliverPoison() (string, *googlefake.FaultHandle, error) {
 	// push, a sync and a queue hop away.
 	h, err := d.fake.InjectFault(googlefake.Fault{
 		Method: googlefake.MethodMessagesGet, MessageID: id, Code: http.StatusInternalServerError,
-		Message: "demo: this message always fails to download",
+		Message: "demo: this message fails to download until it is dead-lettered (then a redrive succeeds)",
 	})
 	if err != nil {
 		return "", nil, err
 	}
-	d.log.Info("demo: delivered the message whose download always fails; watch it retry and move to the dead letters",
+	d.log.Info("demo: delivered the message whose download fails until it is dead-lettered; watch it retry, move to the dead letters, then redrive it",
 		"email", email, "message_id", id)
 	return id, h, nil
 }

@@ -46,3 +46,12 @@ func TestClassify(t *testing.T) {
 		t.Fatalf("classify (-want +got):\n%s", diff)
 	}
 }
+
+// TestThousands: the quota status writes counts with separators.
+func TestThousands(t *testing.T) {
+	for n, want := range map[int]string{0: "0", 999: "999", 1000: "1,000", 11548: "11,548", 1200000: "1,200,000", -15000: "-15,000"} {
+		if got := thousands(n); got != want {
+			t.Errorf("thousands(%d) = %q, want %q", n, got, want)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package gmail
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -75,8 +76,8 @@ func (p *Pipeline) Quota(ctx context.Context, accountID string) (*QuotaView, err
 			return nil, err
 		}
 		v.QueuedUnits, v.QueuedMinutes = units, minutesOf(units, u.Limit)
-		parts = append(parts, fmt.Sprintf("waiting for Gmail quota: about %s of work queued (%s waiting; %d of %d units spent in the last minute)",
-			plural(v.QueuedMinutes, "minute"), strings.Join(v.Waiting, ", "), u.Used, u.Limit))
+		parts = append(parts, fmt.Sprintf("waiting for Gmail quota: about %s of work queued (%s waiting; %s of %s units spent in the last minute)",
+			plural(v.QueuedMinutes, "minute"), strings.Join(v.Waiting, ", "), thousands(u.Used), thousands(u.Limit)))
 	}
 	if !u.BlockedUntil.IsZero() {
 		t := u.BlockedUntil.UTC()
@@ -120,6 +121,20 @@ func minutesOf(units, limit int) int {
 		return 1
 	}
 	return max(1, (units+limit-1)/limit)
+}
+
+// thousands writes n with thousands separators: 11548 is "11,548".
+func thousands(n int) string {
+	s := strconv.Itoa(n)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	if neg {
+		return "-" + s
+	}
+	return s
 }
 
 func plural(n int, what string) string {

@@ -39,6 +39,9 @@ type Tab struct {
 	ID         int64
 	Title      string
 	Rows, Cols int
+	// Spreadsheet is the title of the spreadsheet the tab is in (the same
+	// for every tab; Tabs reads it in the same call).
+	Spreadsheet string
 }
 
 // Tabs returns a spreadsheet's sheets with their grids, in order
@@ -48,7 +51,7 @@ func (s *Sheets) Tabs(ctx context.Context, spreadsheetID string) ([]Tab, error) 
 	var book *sheetsapi.Spreadsheet
 	err := call(ctx, s.c, s.ts, apiSheets, true, func() (err error) {
 		book, err = s.svc.Spreadsheets.Get(spreadsheetID).
-			Fields("sheets.properties(sheetId,title,gridProperties(rowCount,columnCount))").Context(ctx).Do()
+			Fields("properties.title,sheets.properties(sheetId,title,gridProperties(rowCount,columnCount))").Context(ctx).Do()
 		return err
 	})
 	if err != nil {
@@ -60,6 +63,9 @@ func (s *Sheets) Tabs(ctx context.Context, spreadsheetID string) ([]Tab, error) 
 			continue
 		}
 		t := Tab{ID: sh.Properties.SheetId, Title: sh.Properties.Title}
+		if book.Properties != nil {
+			t.Spreadsheet = book.Properties.Title
+		}
 		if g := sh.Properties.GridProperties; g != nil {
 			t.Rows, t.Cols = int(g.RowCount), int(g.ColumnCount)
 		}

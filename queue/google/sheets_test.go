@@ -70,7 +70,7 @@ func TestSheetsGridAndSentinels(t *testing.T) {
 		t.Fatal(err)
 	}
 	tabs, err := sh.Tabs(ctx, book)
-	if err != nil || len(tabs) != 2 || tabs[0] != (Tab{ID: 0, Title: "Sheet1", Rows: 1000, Cols: 26}) || tabs[1].Title != "Big" || tabs[1].ID == 0 {
+	if err != nil || len(tabs) != 2 || tabs[0] != (Tab{ID: 0, Title: "Sheet1", Rows: 1000, Cols: 26, Spreadsheet: "Forms"}) || tabs[1].Title != "Big" || tabs[1].ID == 0 {
 		t.Fatalf("tabs %+v %v", tabs, err)
 	}
 	if err := sh.WriteRange(ctx, book, "'Sheet1'!A1001:B1001", [][]string{{"a", "b"}}); !errors.Is(err, ErrGridLimit) {

@@ -304,18 +304,21 @@ type FormInput struct {
 
 // FormView is a form with its write bookkeeping, as the API shows it.
 type FormView struct {
-	ID            string    `json:"id"`
-	UserID        string    `json:"userId"`
-	AccountID     string    `json:"accountId"`
-	SpreadsheetID string    `json:"spreadsheetId"`
-	Sheet         string    `json:"sheet"`
-	Columns       []string  `json:"columns"`
-	StartRow      int       `json:"startRow"`
-	NextRow       int       `json:"nextRow"`
-	CreatedAt     time.Time `json:"createdAt"`
-	Buffered      int       `json:"buffered"`
-	RowsWritten   int       `json:"rowsWritten"`
-	WriteCalls    int       `json:"writeCalls"`
+	ID            string `json:"id"`
+	UserID        string `json:"userId"`
+	AccountID     string `json:"accountId"`
+	SpreadsheetID string `json:"spreadsheetId"`
+	// Title is the spreadsheet's title, read when the form was made or
+	// pointed at its sheet.
+	Title       string    `json:"title,omitempty"`
+	Sheet       string    `json:"sheet"`
+	Columns     []string  `json:"columns"`
+	StartRow    int       `json:"startRow"`
+	NextRow     int       `json:"nextRow"`
+	CreatedAt   time.Time `json:"createdAt"`
+	Buffered    int       `json:"buffered"`
+	RowsWritten int       `json:"rowsWritten"`
+	WriteCalls  int       `json:"writeCalls"`
 	// GridGrows counts the grows of the sheet's grid mailroom made for the
 	// form (not in WriteCalls, though each spends a write of the quota).
 	GridGrows int `json:"gridGrows"`
@@ -334,7 +337,7 @@ type FormView struct {
 
 func view(f store.Form, w store.SheetWrites) FormView {
 	v := FormView{
-		ID: f.ID, UserID: f.UserID, AccountID: f.AccountID, SpreadsheetID: f.SpreadsheetID, Sheet: f.Sheet,
+		ID: f.ID, UserID: f.UserID, AccountID: f.AccountID, SpreadsheetID: f.SpreadsheetID, Title: f.Title, Sheet: f.Sheet,
 		Columns: f.Columns, StartRow: f.StartRow, NextRow: w.NextRow, CreatedAt: f.CreatedAt,
 		Buffered: w.Buffered, RowsWritten: w.RowsWritten, WriteCalls: w.Calls, GridGrows: w.Grows, LastError: w.LastError,
 	}
@@ -430,7 +433,7 @@ func (p *Pipeline) CreateForm(ctx context.Context, in FormInput) (FormView, erro
 	}
 	sheet := tab.Title
 	f := store.Form{
-		UserID: in.UserID, AccountID: in.AccountID, SpreadsheetID: in.SpreadsheetID, Sheet: sheet,
+		UserID: in.UserID, AccountID: in.AccountID, SpreadsheetID: in.SpreadsheetID, Title: tab.Spreadsheet, Sheet: sheet,
 		Columns: slices.Clone(in.Columns), StartRow: startRow, CreatedAt: p.cfg.Now().UTC(),
 	}
 	var w store.SheetWrites

@@ -199,6 +199,9 @@ func (p *Pipeline) Repoint(ctx context.Context, formID string, in FormTarget) (F
 		if f, w, err = tx.FormRepoint(formID, in.SpreadsheetID, tab.Title, startRow, tab.Rows, tab.Cols); err != nil {
 			return err
 		}
+		if f, err = tx.FormSetTitle(formID, tab.Spreadsheet); err != nil {
+			return err
+		}
 		if w.Buffered == 0 {
 			return nil
 		}

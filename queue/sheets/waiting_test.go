@@ -117,6 +117,10 @@ func TestFormSpreadsheetDeletedThenRepointed(t *testing.T) {
 	if moved.State != "ok" || moved.Sheet != "Responses" || moved.StartRow != 1 || moved.LastError != "" {
 		t.Errorf("after PUT: %+v", moved)
 	}
+	// The new spreadsheet's title is kept, for the admin page.
+	if f.Title != "Survey" || moved.Title != "New home" || e.formView(f.ID).Title != "New home" {
+		t.Errorf("titles: at creation %q, after PUT %q, read back %q; want Survey, New home, New home", f.Title, moved.Title, e.formView(f.ID).Title)
+	}
 	subs = append(subs, e.submitN(f.ID, "d", 2)...)
 	testkit.Eventually(t, 10*time.Second, "every row written", func() bool { return e.formView(f.ID).RowsWritten == len(subs) })
 	checkOnceInOrder(t, subs, before, e.sheetRows(book, "Responses"))
