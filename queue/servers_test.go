@@ -232,7 +232,7 @@ func TestAlwaysOnServersNeverSleep(t *testing.T) {
 func stopWithin(t *testing.T, q *queue.Queue, d time.Duration) {
 	t.Helper()
 	stopped := make(chan struct{})
-	go func() { q.Stop(); close(stopped) }()
+	go func() { _ = q.Stop(context.Background()); close(stopped) }()
 	select {
 	case <-stopped:
 	case <-time.After(d):
@@ -273,7 +273,7 @@ func BenchmarkWakeCycle(b *testing.B) {
 				if err := q.Start(context.Background()); err != nil {
 					b.Fatal(err)
 				}
-				defer q.Stop()
+				defer q.Stop(context.Background())
 				asleep := func() bool { return alwaysOn || !awake(q, "debug") }
 				for !asleep() {
 					time.Sleep(time.Millisecond)

@@ -68,12 +68,12 @@ func newSecEnv(t *testing.T, more func(*Deps)) *secEnv {
 	e := newEnv(t, envOptions{queue: true, deps: func(d *Deps) {
 		gc := google.New(google.Config{APIURL: fake.URL(), TokenURL: fake.TokenURL(), ClientID: "client-id", ClientSecret: "client-secret",
 			RedirectURL: "https://mail.example.com/oauth/google/callback"})
-		gp, err := gmail.New(gmail.Config{PushToken: pushSecret}, gmail.Deps{DB: d.DB, Accounts: accounts.New(d.DB, gc, accounts.Config{}), Queue: d.Queue, Verifier: verifier})
+		gp, err := gmail.New(gmail.Config{PushToken: pushSecret}, gmail.Deps{DB: d.DB, Accounts: newAccounts(t, accounts.Config{}, accounts.Deps{DB: d.DB, Google: gc}), Queue: d.Queue, Verifier: verifier})
 		if err != nil {
 			t.Fatal(err)
 		}
 		b := brokertest.Embedded(t)
-		rp, err = rules.New(rules.Config{}, d.DB, b.Client(), nil)
+		rp, err = rules.New(rules.Config{}, rules.Deps{DB: d.DB, Broker: b.Client()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -766,4 +766,14 @@ func TestEveryAPIRouteIsScoped(t *testing.T) {
 	if w := request(t, se.h, "GET", "/api/v1/forms/"+a.form, nil, bearer(a.token)); w.Code != 200 {
 		t.Errorf("alice's form after Bob's tries: %d", w.Code)
 	}
+}
+
+// newAccounts builds the Google-accounts service or fails the test.
+func newAccounts(t testing.TB, cfg accounts.Config, deps accounts.Deps) *accounts.Service {
+	t.Helper()
+	s, err := accounts.New(cfg, deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

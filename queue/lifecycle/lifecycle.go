@@ -34,7 +34,7 @@ var ErrStarted = errors.New("lifecycle: the service is running already")
 // Base is embedded by a service: it gives the service its started guard,
 // its run's context and the wait for its goroutines, so the service writes
 // only its Start (Begin, then Run.Go for each loop) and, when it has work
-// of its own to do at stop, its Stop (Stopping, then Run.End). A service
+// of its own to do at stop, its Stop (Ending, then Run.End). A service
 // with nothing to do at stop uses Base's Stop. The zero Base is ready.
 type Base struct {
 	mu  sync.Mutex
@@ -63,10 +63,10 @@ func (b *Base) Begin(ctx context.Context) (*Run, error) {
 	return r, nil
 }
 
-// Stopping takes the service's run for the caller to end (Run.End), nil
+// Ending takes the service's run for the caller to end (Run.End), nil
 // when the service does not run. From here on Running is false and Begin
 // may start a new run.
-func (b *Base) Stopping() *Run {
+func (b *Base) Ending() *Run {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	r := b.run
@@ -77,7 +77,7 @@ func (b *Base) Stopping() *Run {
 // Stop ends the service's run, if any, and waits for its goroutines at
 // most until ctx ends.
 func (b *Base) Stop(ctx context.Context) error {
-	if r := b.Stopping(); r != nil {
+	if r := b.Ending(); r != nil {
 		return r.End(ctx)
 	}
 	return nil
