@@ -182,12 +182,7 @@ func (a *Alerter) Sent() (sent, failed int) {
 // is posted (bounded by the final flush's 5 s, and a post under way by the
 // client's timeout).
 func (a *Alerter) Start(ctx context.Context) error {
-	r, err := a.Begin(ctx)
-	if err != nil {
-		return err
-	}
-	r.Go(a.Run)
-	return nil
+	return a.StartLoop(ctx, a.Run)
 }
 
 // Run posts grouped alerts until ctx ends, then posts what is left.

@@ -33,25 +33,13 @@ func NewEvery(name string, interval time.Duration, log *slog.Logger, fn func(con
 // Start runs the loop until Stop; the first run is one interval away.
 // Stop waits for a run in progress.
 func (e *Every) Start(ctx context.Context) error {
-	r, err := e.Begin(ctx)
-	if err != nil {
-		return err
-	}
-	r.Go(e.loop)
-	return nil
+	return e.StartLoop(ctx, e.loop)
 }
 
 func (e *Every) loop(ctx context.Context) {
-	t := time.NewTicker(e.interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	lifecycle.Tick(ctx, e.interval, func(ctx context.Context) {
 		if err := e.fn(ctx); err != nil && ctx.Err() == nil {
 			e.log.Error(e.name, "err", err)
 		}
-	}
+	})
 }

@@ -177,17 +177,10 @@ func (w *Watch) Start(ctx context.Context) error {
 		w.log.Warn("first broker check", "err", err)
 	}
 	r.Go(func(ctx context.Context) {
-		t := time.NewTicker(w.cfg.Interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
+		lifecycle.Tick(ctx, w.cfg.Interval, func(ctx context.Context) {
 			w.check(ctx)
 			w.checkStore()
-		}
+		})
 	})
 	return nil
 }

@@ -68,7 +68,11 @@ func newSecEnv(t *testing.T, more func(*Deps)) *secEnv {
 	e := newEnv(t, envOptions{queue: true, deps: func(d *Deps) {
 		gc := google.New(google.Config{APIURL: fake.URL(), TokenURL: fake.TokenURL(), ClientID: "client-id", ClientSecret: "client-secret",
 			RedirectURL: "https://mail.example.com/oauth/google/callback"})
-		gp, err := gmail.New(gmail.Config{PushToken: pushSecret}, gmail.Deps{DB: d.DB, Accounts: newAccounts(t, accounts.Config{}, accounts.Deps{DB: d.DB, Google: gc}), Queue: d.Queue, Verifier: verifier})
+		acc, err := accounts.New(accounts.Config{}, accounts.Deps{DB: d.DB, Google: gc})
+		if err != nil {
+			t.Fatal(err)
+		}
+		gp, err := gmail.New(gmail.Config{PushToken: pushSecret}, gmail.Deps{DB: d.DB, Accounts: acc, Queue: d.Queue, Verifier: verifier})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -766,14 +770,4 @@ func TestEveryAPIRouteIsScoped(t *testing.T) {
 	if w := request(t, se.h, "GET", "/api/v1/forms/"+a.form, nil, bearer(a.token)); w.Code != 200 {
 		t.Errorf("alice's form after Bob's tries: %d", w.Code)
 	}
-}
-
-// newAccounts builds the Google-accounts service or fails the test.
-func newAccounts(t testing.TB, cfg accounts.Config, deps accounts.Deps) *accounts.Service {
-	t.Helper()
-	s, err := accounts.New(cfg, deps)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
 }

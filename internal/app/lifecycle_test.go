@@ -13,41 +13,45 @@ import (
 	"mailroom/internal/app"
 	"mailroom/internal/app/apptest"
 	"mailroom/internal/testkit"
-	"mailroom/queue"
 	"mailroom/queue/lifecycle"
 )
 
-// probe is a service of the caller's (as the demo's traffic is): it
-// records its starts and stops, and at each what it saw of the app.
+// recorder keeps, in order, the starts and stops of an app's probes, and
+// what the app looked like when the last probe stopped.
+type recorder struct {
+	a               *app.App
+	mu              sync.Mutex
+	log             []string
+	httpUp, queueUp bool // at the last probe's Stop
+}
+
+// probe is a service of the caller's (as the demo's traffic is).
 type probe struct {
-	name    string
-	fail    bool
-	a       **app.App
-	mu      *sync.Mutex
-	log     *[]string
-	httpUp  *bool // at Stop: HTTP still accepted connections
-	queueUp *bool // at Stop: the task servers still ran
+	r    *recorder
+	name string
+	fail bool // its Start fails
+	last bool // records what it sees of the app at Stop
 }
 
 func (p *probe) Start(context.Context) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.r.mu.Lock()
+	defer p.r.mu.Unlock()
 	if p.fail {
-		*p.log = append(*p.log, "start "+p.name+" failed")
+		p.r.log = append(p.r.log, "start "+p.name+" failed")
 		return errors.New(p.name + " cannot start")
 	}
-	*p.log = append(*p.log, "start "+p.name)
+	p.r.log = append(p.r.log, "start "+p.name)
 	return nil
 }
 
 func (p *probe) Stop(context.Context) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	*p.log = append(*p.log, "stop "+p.name)
-	if p.queueUp != nil {
-		*p.queueUp = (*p.a).Queue().Ready()
-		conn, err := net.Dial("tcp", (*p.a).Addr())
-		*p.httpUp = err == nil
+	p.r.mu.Lock()
+	defer p.r.mu.Unlock()
+	p.r.log = append(p.r.log, "stop "+p.name)
+	if p.last {
+		p.r.queueUp = p.r.a.Queue().Ready()
+		conn, err := net.Dial("tcp", p.r.a.Addr())
+		p.r.httpUp = err == nil
 		if conn != nil {
 			conn.Close()
 		}
@@ -55,15 +59,38 @@ func (p *probe) Stop(context.Context) error {
 	return nil
 }
 
-// running reports the services of a that still run.
-func running(a *app.App) []string {
-	var out []string
-	for _, s := range a.Services() {
-		if r, ok := s.(interface{ Running() bool }); ok && r.Running() {
-			out = append(out, fmt.Sprintf("%T", s))
+// newApp builds an app over cfg with the recorder's probes as the caller's
+// services; a name ending in "!" fails to start.
+func newApp(t *testing.T, cfg *app.Config, names ...string) (*app.App, *recorder) {
+	t.Helper()
+	r := &recorder{}
+	var services []lifecycle.Service
+	for i, n := range names {
+		services = append(services, &probe{r: r, name: strings.TrimSuffix(n, "!"), fail: strings.HasSuffix(n, "!"), last: i == len(names)-1})
+	}
+	a, err := app.New(context.Background(), cfg, app.Deps{Logger: app.NewLogger(cfg, testkit.LogWriter(t)), Services: services})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.a = a
+	return a, r
+}
+
+// check compares the recorded starts and stops with want, and makes sure
+// nothing of the app runs any more.
+func (r *recorder) check(t *testing.T, want ...string) {
+	t.Helper()
+	if !slices.Equal(r.log, want) {
+		t.Fatalf("got %q, want %q", r.log, want)
+	}
+	for _, s := range r.a.Services() {
+		if run, ok := s.(interface{ Running() bool }); ok && run.Running() {
+			t.Errorf("%T still runs", s)
 		}
 	}
-	return out
+	if r.a.Queue().Ready() {
+		t.Error("the task servers still run")
+	}
 }
 
 // New validates the config it is given (after the demo or a benchmark
@@ -88,34 +115,16 @@ func TestNewValidatesAndClosesTheDepsOnFailure(t *testing.T) {
 // the caller's services stop after HTTP and before the task servers.
 func TestAppStartsInOrderAndStopsInReverse(t *testing.T) {
 	t.Parallel()
-	cfg := apptest.Config(t)
-	var (
-		a               *app.App
-		mu              sync.Mutex
-		log             []string
-		httpUp, queueUp bool
-	)
-	first := &probe{name: "first", a: &a, mu: &mu, log: &log}
-	second := &probe{name: "second", a: &a, mu: &mu, log: &log, httpUp: &httpUp, queueUp: &queueUp}
-	a, err := app.New(context.Background(), cfg, app.Deps{Logger: app.NewLogger(cfg, testkit.LogWriter(t)), Services: []lifecycle.Service{first, second}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, r := newApp(t, apptest.Config(t), "first", "second")
 	services := a.Services()
-	if len(services) < 6 {
-		t.Fatalf("%d services", len(services))
-	}
-	if _, ok := services[0].(*queue.Alerter); !ok {
-		t.Errorf("first service %T, want the alerter", services[0])
-	}
-	if _, ok := services[1].(*queue.Watch); !ok {
-		t.Errorf("second service %T, want the broker watch", services[1])
-	}
-	if _, ok := services[2].(*queue.Queue); !ok {
-		t.Errorf("third service %T, want the queue", services[2])
+	want := []string{"*queue.Alerter", "*queue.Watch", "*queue.Queue"}
+	for i, w := range want {
+		if got := fmt.Sprintf("%T", services[i]); got != w {
+			t.Errorf("service %d is %s, want %s", i, got, w)
+		}
 	}
 	n := len(services)
-	if services[n-3] != lifecycle.Service(first) || services[n-2] != lifecycle.Service(second) {
+	if p, ok := services[n-3].(*probe); !ok || p.name != "first" {
 		t.Errorf("the caller's services are not just before HTTP: %T, %T", services[n-3], services[n-2])
 	}
 	if err := a.Start(context.Background()); err != nil {
@@ -127,18 +136,12 @@ func TestAppStartsInOrderAndStopsInReverse(t *testing.T) {
 	if err := a.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"start first", "start second", "stop second", "stop first"}
-	if !slices.Equal(log, want) {
-		t.Fatalf("got %q, want %q", log, want)
-	}
-	if httpUp {
+	r.check(t, "start first", "start second", "stop second", "stop first")
+	if r.httpUp {
 		t.Error("HTTP still accepted connections when the caller's services stopped (it stops first)")
 	}
-	if !queueUp {
+	if !r.queueUp {
 		t.Error("the task servers had stopped before the caller's services (they stop after)")
-	}
-	if r := running(a); len(r) > 0 {
-		t.Errorf("still running after Stop: %v", r)
 	}
 }
 
@@ -146,37 +149,13 @@ func TestAppStartsInOrderAndStopsInReverse(t *testing.T) {
 // started: the app is left with nothing running.
 func TestAppFailedStartUnwindsInReverse(t *testing.T) {
 	t.Parallel()
-	cfg := apptest.Config(t)
-	var (
-		a   *app.App
-		mu  sync.Mutex
-		log []string
-	)
-	probes := []lifecycle.Service{
-		&probe{name: "first", a: &a, mu: &mu, log: &log},
-		&probe{name: "second", a: &a, mu: &mu, log: &log},
-		&probe{name: "third", fail: true, a: &a, mu: &mu, log: &log},
-		&probe{name: "fourth", a: &a, mu: &mu, log: &log},
-	}
-	a, err := app.New(context.Background(), cfg, app.Deps{Logger: app.NewLogger(cfg, testkit.LogWriter(t)), Services: probes})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, r := newApp(t, apptest.Config(t), "first", "second", "third!", "fourth")
 	defer a.Close()
-	err = a.Start(context.Background())
+	err := a.Start(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "third cannot start") {
 		t.Fatalf("Start: %v, want the third's failure", err)
 	}
-	want := []string{"start first", "start second", "start third failed", "stop second", "stop first"}
-	if !slices.Equal(log, want) {
-		t.Fatalf("got %q, want %q", log, want)
-	}
-	if a.Queue().Ready() {
-		t.Error("the queue still runs after a failed start")
-	}
-	if r := running(a); len(r) > 0 {
-		t.Errorf("still running after a failed start: %v", r)
-	}
+	r.check(t, "start first", "start second", "start third failed", "stop second", "stop first")
 }
 
 // HTTP is the last to start: when its address is taken, everything before
@@ -190,25 +169,13 @@ func TestAppHTTPListenFailureUnwinds(t *testing.T) {
 	defer taken.Close()
 	cfg := apptest.Config(t)
 	cfg.HTTPAddr = taken.Addr().String()
-	var (
-		a   *app.App
-		mu  sync.Mutex
-		log []string
-	)
-	probes := []lifecycle.Service{&probe{name: "first", a: &a, mu: &mu, log: &log}}
-	a, err = app.New(context.Background(), cfg, app.Deps{Logger: app.NewLogger(cfg, testkit.LogWriter(t)), Services: probes})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, r := newApp(t, cfg, "first")
 	defer a.Close()
 	err = a.Start(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "listen on --http-addr") {
 		t.Fatalf("Start: %v, want the listen failure", err)
 	}
-	if want := []string{"start first", "stop first"}; !slices.Equal(log, want) {
-		t.Fatalf("got %q, want %q", log, want)
-	}
-	if r := running(a); len(r) > 0 {
-		t.Errorf("still running after a failed start: %v", r)
-	}
+	r.check(t, "start first", "stop first")
 }
+
+var _ lifecycle.Service = (*probe)(nil)

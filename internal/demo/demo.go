@@ -222,12 +222,7 @@ var _ lifecycle.Service = (*demo)(nil)
 // until Stop (which waits for it); the API is called in process, so the
 // HTTP listener need not be up yet.
 func (d *demo) Start(ctx context.Context) error {
-	r, err := d.Begin(ctx)
-	if err != nil {
-		return err
-	}
-	r.Go(d.run)
-	return nil
+	return d.StartLoop(ctx, d.run)
 }
 
 // demoSecret returns n random bytes as hex.

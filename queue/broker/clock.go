@@ -35,12 +35,7 @@ const slowTickWarnEvery = time.Minute
 // Start runs the clock until Stop (lifecycle.Base's, which waits for
 // it; safe to call more than once, and before Start).
 func (c *clock) Start(ctx context.Context) error {
-	r, err := c.Begin(ctx)
-	if err != nil {
-		return err
-	}
-	r.Go(c.run)
-	return nil
+	return c.StartLoop(ctx, c.run)
 }
 
 func (c *clock) run(ctx context.Context) {

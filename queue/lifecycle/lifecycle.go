@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 )
 
 // Service is a part of the app that runs in the background between Start
@@ -35,7 +36,8 @@ var ErrStarted = errors.New("lifecycle: the service is running already")
 // its run's context and the wait for its goroutines, so the service writes
 // only its Start (Begin, then Run.Go for each loop) and, when it has work
 // of its own to do at stop, its Stop (Ending, then Run.End). A service
-// with nothing to do at stop uses Base's Stop. The zero Base is ready.
+// that is one loop starts it with StartLoop, and one with nothing to do at
+// stop uses Base's Stop. The zero Base is ready.
 type Base struct {
 	mu  sync.Mutex
 	run *Run
@@ -61,6 +63,32 @@ func (b *Base) Begin(ctx context.Context) (*Run, error) {
 	r.ctx, r.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	b.run = r
 	return r, nil
+}
+
+// StartLoop begins a run (ErrStarted when one is under way) and runs loop
+// in it until Stop.
+func (b *Base) StartLoop(ctx context.Context, loop func(ctx context.Context)) error {
+	r, err := b.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	r.Go(loop)
+	return nil
+}
+
+// Tick calls fn once per interval until ctx ends (a loop's usual body);
+// the first call is one interval away.
+func Tick(ctx context.Context, interval time.Duration, fn func(ctx context.Context)) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		fn(ctx)
+	}
 }
 
 // Ending takes the service's run for the caller to end (Run.End), nil

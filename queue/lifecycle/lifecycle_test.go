@@ -27,11 +27,7 @@ type ticker struct {
 }
 
 func (s *ticker) Start(ctx context.Context) error {
-	r, err := s.Begin(ctx)
-	if err != nil {
-		return err
-	}
-	r.Go(func(ctx context.Context) {
+	return s.StartLoop(ctx, func(ctx context.Context) {
 		for ctx.Err() == nil {
 			s.ticks.Add(1)
 			select {
@@ -44,7 +40,6 @@ func (s *ticker) Start(ctx context.Context) error {
 		}
 		s.returned.Store(true)
 	})
-	return nil
 }
 
 var _ lifecycle.Service = (*ticker)(nil)

@@ -46,12 +46,7 @@ func (p *Pipeline) Publisher(q Enqueuer) *Publisher {
 
 // Start runs the ticker until Stop, which waits for a publish in progress.
 func (pub *Publisher) Start(ctx context.Context) error {
-	r, err := pub.Begin(ctx)
-	if err != nil {
-		return err
-	}
-	r.Go(pub.run)
-	return nil
+	return pub.StartLoop(ctx, pub.run)
 }
 
 func (pub *Publisher) run(ctx context.Context) {

@@ -41,7 +41,7 @@ func TestAccountsServiceSharesOneConnectionPerAccount(t *testing.T) {
 	t.Parallel()
 	fake := googlefake.StartForTest(t, googlefake.Options{})
 	db := storetest.Open(t)
-	s := newAccounts(t, accounts.Config{}, accounts.Deps{DB: db, Google: google.New(google.Config{APIURL: fake.URL(), TokenURL: fake.TokenURL(), HTTPClient: &http.Client{Timeout: 10 * time.Second}})})
+	s := newService(t, db, fake)
 	ctx := context.Background()
 
 	if _, err := s.Gmail(ctx, "nope"); !queue.IsPermanent(err) || !errors.Is(err, accounts.ErrAccountGone) {
@@ -85,7 +85,7 @@ func TestAccountsServiceRevokedGrantPutsTheAccountInError(t *testing.T) {
 	t.Parallel()
 	fake := googlefake.StartForTest(t, googlefake.Options{})
 	db := storetest.Open(t)
-	s := newAccounts(t, accounts.Config{}, accounts.Deps{DB: db, Google: google.New(google.Config{APIURL: fake.URL(), TokenURL: fake.TokenURL(), HTTPClient: &http.Client{Timeout: 10 * time.Second}})})
+	s := newService(t, db, fake)
 	ctx := context.Background()
 	const email = "bob@example.com"
 	id := connected(t, db, s, email, fake.AddAccount(email))
@@ -110,10 +110,10 @@ func TestAccountsServiceRevokedGrantPutsTheAccountInError(t *testing.T) {
 	}
 }
 
-// newAccounts builds the Google-accounts service or fails the test.
-func newAccounts(t testing.TB, cfg accounts.Config, deps accounts.Deps) *accounts.Service {
+// newService builds the service over db and the emulator.
+func newService(t *testing.T, db *store.DB, fake *googlefake.Server) *accounts.Service {
 	t.Helper()
-	s, err := accounts.New(cfg, deps)
+	s, err := accounts.New(accounts.Config{}, accounts.Deps{DB: db, Google: google.New(google.Config{APIURL: fake.URL(), TokenURL: fake.TokenURL(), HTTPClient: &http.Client{Timeout: 10 * time.Second}})})
 	if err != nil {
 		t.Fatal(err)
 	}
