@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"mailroom/queue/lifecycle"
 	"mailroom/store"
 )
 
@@ -56,11 +57,11 @@ type Alerter struct {
 	failed  int
 	raised  []string // one-off operational alerts (Raise)
 
-	// The loop (Start, Stop).
-	loopMu sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
+	// The loop's lifecycle (Start; Stop is Base's).
+	lifecycle.Base
 }
+
+var _ lifecycle.Service = (*Alerter)(nil)
 
 type alertItem struct{ typ, id, err string }
 
@@ -177,33 +178,11 @@ func (a *Alerter) Sent() (sent, failed int) {
 
 // Start runs the alerter as a loop (Run) until Stop. Start it before the
 // task servers and stop it after them, so the dead letters of a shutdown
-// are announced too.
+// are announced too. Stop ends the loop and waits until what was pending
+// is posted (bounded by the final flush's 5 s, and a post under way by the
+// client's timeout).
 func (a *Alerter) Start(ctx context.Context) error {
-	a.loopMu.Lock()
-	defer a.loopMu.Unlock()
-	if a.cancel != nil {
-		return nil
-	}
-	ctx, a.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	a.done = make(chan struct{})
-	go func(done chan struct{}) {
-		defer close(done)
-		a.Run(ctx)
-	}(a.done)
-	return nil
-}
-
-// Stop ends the loop and waits until what was pending is posted (bounded
-// by the final flush's 5 s, and a post under way by the client's timeout).
-func (a *Alerter) Stop() {
-	a.loopMu.Lock()
-	cancel, done := a.cancel, a.done
-	a.cancel, a.done = nil, nil
-	a.loopMu.Unlock()
-	if cancel != nil {
-		cancel()
-		<-done
-	}
+	return a.StartLoop(ctx, a.Run)
 }
 
 // Run posts grouped alerts until ctx ends, then posts what is left.

@@ -64,7 +64,9 @@ func TestAlertsAreKeptUntilDelivered(t *testing.T) {
 	if n := pending(); n != 3 {
 		t.Fatalf("%d alerts pending in the store, want 3 (one per dead letter, committed with it)", n)
 	}
-	h.q.Stop()
+	if err := h.q.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 
 	// Second run, the webhook refusing: nothing is lost.
 	refuse.Store(true)

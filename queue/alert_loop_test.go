@@ -2,6 +2,7 @@ package queue_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -10,6 +11,7 @@ import (
 
 	"mailroom/internal/testkit"
 	"mailroom/queue"
+	"mailroom/queue/lifecycle"
 )
 
 // The alerter is a loop: Stop returns only once what was pending is
@@ -30,19 +32,24 @@ func TestAlerterLoopPostsPendingBeforeStopReturns(t *testing.T) {
 	if err := alerts.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if err := alerts.Start(context.Background()); err != nil { // a second Start is a no-op
-		t.Fatal(err)
+	// A second Start is refused and leaves the running loop alone.
+	if err := alerts.Start(context.Background()); !errors.Is(err, lifecycle.ErrStarted) {
+		t.Fatalf("second Start: %v, want lifecycle.ErrStarted", err)
 	}
 	alerts.Notify(queue.TypeDebugRecord, "1", "first")
 	testkit.Eventually(t, 5*time.Second, "the first alert", func() bool { return posts.Load() == 1 })
 	// Within the interval: held back until the loop stops.
 	alerts.Notify(queue.TypeDebugRecord, "2", "second")
-	alerts.Stop()
+	if err := alerts.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	if n := posts.Load(); n != 2 {
 		t.Fatalf("%d alerts posted when Stop returned, want 2 (the pending one flushed)", n)
 	}
 	if sent, failed := alerts.Sent(); sent != 2 || failed != 0 {
 		t.Fatalf("sent %d, failed %d; want 2, 0", sent, failed)
 	}
-	alerts.Stop() // a second Stop is a no-op
+	if err := alerts.Stop(context.Background()); err != nil { // a second Stop is a no-op
+		t.Fatal(err)
+	}
 }

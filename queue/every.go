@@ -3,22 +3,23 @@ package queue
 import (
 	"context"
 	"log/slog"
-	"sync"
 	"time"
+
+	"mailroom/queue/lifecycle"
 )
 
-// Every is a background loop with the app's loop lifecycle (Start, Stop):
-// it runs its func once per interval until Stop, and logs the errors.
+// Every is a background loop with the app's one lifecycle (Start, and
+// lifecycle.Base's Stop): it runs its func once per interval until Stop,
+// and logs the errors.
 type Every struct {
+	lifecycle.Base
 	name     string
 	interval time.Duration
 	log      *slog.Logger
 	fn       func(context.Context) error
-
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
 }
+
+var _ lifecycle.Service = (*Every)(nil)
 
 // NewEvery returns a loop that runs fn every interval; name names it in
 // the log.
@@ -30,40 +31,15 @@ func NewEvery(name string, interval time.Duration, log *slog.Logger, fn func(con
 }
 
 // Start runs the loop until Stop; the first run is one interval away.
+// Stop waits for a run in progress.
 func (e *Every) Start(ctx context.Context) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.cancel != nil {
-		return nil
-	}
-	ctx, e.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	e.wg.Add(1)
-	go func() {
-		defer e.wg.Done()
-		t := time.NewTicker(e.interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			if err := e.fn(ctx); err != nil && ctx.Err() == nil {
-				e.log.Error(e.name, "err", err)
-			}
-		}
-	}()
-	return nil
+	return e.StartLoop(ctx, e.loop)
 }
 
-// Stop ends the loop and waits for a run in progress.
-func (e *Every) Stop() {
-	e.mu.Lock()
-	cancel := e.cancel
-	e.cancel = nil
-	e.mu.Unlock()
-	if cancel != nil {
-		cancel()
-	}
-	e.wg.Wait()
+func (e *Every) loop(ctx context.Context) {
+	lifecycle.Tick(ctx, e.interval, func(ctx context.Context) {
+		if err := e.fn(ctx); err != nil && ctx.Err() == nil {
+			e.log.Error(e.name, "err", err)
+		}
+	})
 }

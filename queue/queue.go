@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -19,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"mailroom/queue/lifecycle"
 	"mailroom/store"
 )
 
@@ -115,13 +115,14 @@ type Queue struct {
 	relays    map[string]*relay
 	servers   *serverSet
 	deleter   *deleter
-	started   atomic.Bool
-	cancel    context.CancelFunc
-	wg        sync.WaitGroup
+	started   atomic.Bool // the servers run (Ready)
 	// stopping is closed when Stop begins (see Stopping).
-	stopping  chan struct{}
-	closeStop sync.Once
+	stopping chan struct{}
+
+	lifecycle.Base // Start and Stop
 }
+
+var _ lifecycle.Service = (*Queue)(nil)
 
 // New builds the machinery for table over the broker conn. Like asynq,
 // which splits its Client from its Server, the queue has two sides: the
@@ -168,27 +169,26 @@ func (q *Queue) Start(ctx context.Context) error {
 	if err := q.table.Validate(); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	q.cancel = cancel
-	q.stopping, q.closeStop = make(chan struct{}), sync.Once{}
+	r, err := q.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	ctx = r.Context()
+	q.stopping = make(chan struct{})
 	q.client = asynq.NewClientFromRedisClient(q.conn.MakeRedisClient().(redisClient))
 	q.inspector = asynq.NewInspectorFromRedisClient(q.conn.MakeRedisClient().(redisClient))
 	q.rdb = q.conn.MakeRedisClient().(redisClient)
 	if q.cfg.Watch != nil {
 		signals := q.cfg.Watch.Subscribe()
-		q.wg.Add(1)
-		go func() { defer q.wg.Done(); q.followWatch(ctx, signals) }()
+		r.Go(func(ctx context.Context) { q.followWatch(ctx, signals) })
 	}
-	q.wg.Add(1)
-	go func() { defer q.wg.Done(); q.deleter.run(ctx) }()
+	r.Go(q.deleter.run)
 
 	if err := q.servers.start(ctx); err != nil {
-		q.Stop()
-		return err
+		return errors.Join(err, q.Stop(context.WithoutCancel(ctx)))
 	}
-	for _, r := range q.relays {
-		q.wg.Add(1)
-		go func() { defer q.wg.Done(); r.run(ctx) }()
+	for _, rl := range q.relays {
+		r.Go(rl.run)
 	}
 	q.started.Store(true)
 	return nil
@@ -200,34 +200,27 @@ func (q *Queue) Ready() bool { return q.started.Load() }
 
 // Stop stops the relays, lets running tasks finish (bounded by
 // ShutdownTimeout; the rest go back to the queue), flushes pending outbox
-// deletions and closes the broker clients.
-func (q *Queue) Stop() {
+// deletions and closes the broker clients. ctx bounds the wait for the
+// relays.
+func (q *Queue) Stop(ctx context.Context) error {
+	r := q.Ending()
+	if r == nil {
+		return nil
+	}
 	q.started.Store(false)
 	// Handlers that only wait (for quota, for their turn) give their tasks
 	// back now; work in progress gets the shutdown timeout to finish.
-	if q.stopping != nil {
-		q.closeStop.Do(func() { close(q.stopping) })
-	}
+	close(q.stopping)
 	// Every server gets the same ShutdownTimeout at once, not one after
 	// another.
 	q.servers.stop()
-	if q.cancel != nil {
-		q.cancel()
-	}
-	q.wg.Wait()
+	err := r.End(ctx)
 	q.deleter.flush()
-	if q.client != nil {
-		q.client.Close()
-		q.client = nil
-	}
-	if q.inspector != nil {
-		q.inspector.Close()
-		q.inspector = nil
-	}
-	if q.rdb != nil {
-		q.rdb.Close()
-		q.rdb = nil
-	}
+	q.client.Close()
+	q.inspector.Close()
+	q.rdb.Close()
+	q.client, q.inspector, q.rdb = nil, nil, nil
+	return err
 }
 
 // Option changes how Enqueue records a task.

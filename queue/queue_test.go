@@ -62,7 +62,7 @@ func newHarnessOn(t *testing.T, db *store.DB, b *broker.Broker, cfg queue.Config
 	if err := q.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(q.Stop)
+	t.Cleanup(func() { _ = q.Stop(context.Background()) })
 	return &harness{db: db, q: q}
 }
 
@@ -345,7 +345,7 @@ func testStopHandsBack(t *testing.T, b *broker.Broker) {
 		t.Fatal("the handler never ran")
 	}
 	stopped := make(chan struct{})
-	go func() { h.q.Stop(); close(stopped) }()
+	go func() { _ = h.q.Stop(context.Background()); close(stopped) }()
 	select {
 	case <-stopped:
 	case <-time.After(20 * time.Second):
@@ -439,7 +439,7 @@ func TestOutboxIsHandedAgainAtStart(t *testing.T) {
 	if err := q.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	defer q.Stop()
+	defer q.Stop(context.Background())
 	testkit.Eventually(t, 10*time.Second, "recovered tasks to run", func() bool { return ran.Load() == 100 })
 }
 

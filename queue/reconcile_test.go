@@ -67,7 +67,7 @@ func watchedHarness(t *testing.T, b *broker.Broker, cfg queue.Config, fn queue.H
 	if err := w.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(w.Stop)
+	t.Cleanup(func() { _ = w.Stop(context.Background()) })
 	cfg.Watch = w
 	return newHarnessOn(t, db, b, cfg, fn), w
 }
@@ -180,7 +180,9 @@ func TestWatchFindsAForgottenBrokerAtStart(t *testing.T) {
 	if !w.SpentUntil(time.Minute).IsZero() {
 		t.Fatal("a first start found a loss")
 	}
-	w.Stop()
+	if err := w.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 
 	// Same broker, epoch kept (an external Redis with persistence).
 	w = queue.NewWatch(queue.WatchConfig{}, db, b.Client())
@@ -190,7 +192,9 @@ func TestWatchFindsAForgottenBrokerAtStart(t *testing.T) {
 	if got := w.Health(); got.Losses != 0 || !w.SpentUntil(time.Minute).IsZero() {
 		t.Fatalf("a broker that kept its epoch counted as a loss: %+v", got)
 	}
-	w.Stop()
+	if err := w.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	var state store.BrokerState
 	_ = db.View(func(tx *store.Tx) error { state, _ = tx.BrokerState(); return nil })
 
@@ -200,7 +204,7 @@ func TestWatchFindsAForgottenBrokerAtStart(t *testing.T) {
 	if err := w.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	defer w.Stop()
+	defer w.Stop(context.Background())
 	if h := w.Health(); !h.LostBeforeStart || h.Losses != 0 {
 		t.Fatalf("health %+v, want the loss found at start (and none while running)", h)
 	}

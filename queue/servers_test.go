@@ -231,7 +231,7 @@ func TestAlwaysOnServersNeverSleep(t *testing.T) {
 func stopWithin(t *testing.T, q *queue.Queue, d time.Duration) {
 	t.Helper()
 	stopped := make(chan struct{})
-	go func() { q.Stop(); close(stopped) }()
+	go func() { _ = q.Stop(context.Background()); close(stopped) }()
 	select {
 	case <-stopped:
 	case <-time.After(d):
@@ -272,7 +272,7 @@ func BenchmarkWakeCycle(b *testing.B) {
 				if err := q.Start(context.Background()); err != nil {
 					b.Fatal(err)
 				}
-				defer q.Stop()
+				defer q.Stop(context.Background())
 				asleep := func() bool { return alwaysOn || !awake(q, "debug") }
 				testkit.Eventually(b, 10*time.Second, "the debug server to sleep", asleep)
 				cpu0 := processCPU(b)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"mailroom/queue/lifecycle"
 	"mailroom/store"
 )
 
@@ -90,9 +91,10 @@ type Watch struct {
 	subs      []chan struct{}
 	storeDown bool // the store's commits fail (checkStore)
 
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	lifecycle.Base // Start and Stop
 }
+
+var _ lifecycle.Service = (*Watch)(nil)
 
 // NewWatch returns a watch of the broker rdb, keeping its state in db.
 func NewWatch(cfg WatchConfig, db *store.DB, rdb redis.UniversalClient) *Watch {
@@ -167,49 +169,36 @@ func (w *Watch) SpentUntil(window time.Duration) time.Time {
 // and then watches it every Interval until Stop. It does not fail when the
 // broker is down: that is what it watches for.
 func (w *Watch) Start(ctx context.Context) error {
-	w.mu.Lock()
-	if w.cancel != nil {
-		w.mu.Unlock()
-		return nil
+	r, err := w.Begin(ctx)
+	if err != nil {
+		return err
 	}
-	ctx, w.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	w.mu.Unlock()
-	if err := w.first(ctx); err != nil {
+	if err := w.first(r.Context()); err != nil {
 		w.log.Warn("first broker check", "err", err)
 	}
-	w.wg.Add(1)
-	go func() {
-		defer w.wg.Done()
-		t := time.NewTicker(w.cfg.Interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
+	r.Go(func(ctx context.Context) {
+		lifecycle.Tick(ctx, w.cfg.Interval, func(ctx context.Context) {
 			w.check(ctx)
 			w.checkStore()
-		}
-	}()
+		})
+	})
 	return nil
 }
 
 // Stop ends the watch and records the broker as last seen alive now.
-func (w *Watch) Stop() {
+func (w *Watch) Stop(ctx context.Context) error {
+	r := w.Ending()
+	if r == nil {
+		return nil
+	}
 	w.mu.Lock()
-	cancel := w.cancel
-	w.cancel = nil
 	up, epoch := w.health.Up, w.epoch
 	w.mu.Unlock()
-	if cancel == nil {
-		return
-	}
-	cancel()
-	w.wg.Wait()
+	err := r.End(ctx)
 	if up && epoch != "" {
 		w.heartbeat(epoch, true)
 	}
+	return err
 }
 
 // first compares the broker's epoch with the one stored in bbolt: a broker

@@ -135,7 +135,7 @@ func newTestQueue(t testing.TB, db *store.DB, start bool) (*queue.Queue, *flakyH
 		if err := q.Start(context.Background()); err != nil {
 			t.Fatalf("queue.Start: %v", err)
 		}
-		t.Cleanup(q.Stop)
+		t.Cleanup(func() { _ = q.Stop(context.Background()) })
 	}
 	return q, flaky
 }

@@ -56,7 +56,7 @@ func rulesEnv(t *testing.T, cfg rules.Config) (*env, *rules.Pipeline, string) {
 	var p *rules.Pipeline
 	e := newEnv(t, envOptions{deps: func(d *Deps) {
 		var err error
-		p, err = rules.New(cfg, d.DB, brokertest.Embedded(t).Client(), nil)
+		p, err = rules.New(cfg, rules.Deps{DB: d.DB, Broker: brokertest.Embedded(t).Client()})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -72,13 +72,16 @@ func newSecEnv(t *testing.T, more func(*Deps)) *secEnv {
 	e := newEnv(t, envOptions{queue: true, deps: func(d *Deps) {
 		gc := google.New(google.Config{APIURL: fake.URL(), TokenURL: fake.TokenURL(), ClientID: "client-id", ClientSecret: "client-secret",
 			RedirectURL: "https://mail.example.com/oauth/google/callback"})
-		accts := accounts.New(d.DB, gc, accounts.Config{Now: clock.Now})
+		accts, err := accounts.New(accounts.Config{Now: clock.Now}, accounts.Deps{DB: d.DB, Google: gc})
+		if err != nil {
+			t.Fatal(err)
+		}
 		gp, err := gmail.New(gmail.Config{PushToken: pushSecret}, gmail.Deps{DB: d.DB, Accounts: accts, Queue: d.Queue, Verifier: verifier})
 		if err != nil {
 			t.Fatal(err)
 		}
 		b := brokertest.Embedded(t)
-		rp, err = rules.New(rules.Config{}, d.DB, b.Client(), nil)
+		rp, err = rules.New(rules.Config{}, rules.Deps{DB: d.DB, Broker: b.Client()})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -25,7 +25,7 @@ func TestBackupWhileDemoRuns(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the demo")
 	}
-	ta := apptest.Start(t, func(c *app.Config) { c.Demo, c.DemoScale, c.SheetsFlushDelay = true, 0.02, 300*time.Millisecond }, demo.Option())
+	ta := apptest.Start(t, func(c *app.Config) { c.Demo, c.DemoScale, c.SheetsFlushDelay = true, 0.02, 300*time.Millisecond }, demo.Prepare)
 	var forms struct {
 		Forms []struct {
 			ID string `json:"id"`

@@ -13,11 +13,15 @@ import (
 func serve(ctx context.Context, cfg *app.Config, stdout, stderr io.Writer) error {
 	logger := app.NewLogger(cfg, stderr)
 	app.TuneGC(cfg.GOGC, int64(cfg.MemoryLimit))
-	var opts []app.Option
+	deps := app.Deps{Logger: logger}
 	if cfg.Demo {
-		opts = append(opts, demo.Option())
+		// The demo's changes to the config and its parts, before New.
+		var err error
+		if deps, err = demo.Prepare(ctx, cfg, logger); err != nil {
+			return err
+		}
 	}
-	a, err := app.New(ctx, cfg, logger, opts...)
+	a, err := app.New(ctx, cfg, deps)
 	if err != nil {
 		return err
 	}

@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -17,20 +15,13 @@ import (
 	"mailroom/queue/broker"
 	"mailroom/queue/gmail"
 	"mailroom/queue/google/accounts"
+	"mailroom/queue/lifecycle"
 	"mailroom/queue/rules"
 	"mailroom/queue/sheets"
 	"mailroom/queue/webhooks"
 	"mailroom/store"
 	"mailroom/web"
 )
-
-// Loop is a background service with a lifecycle (tickers, relays, the
-// demo's traffic generator). The app starts loops in order and stops them
-// in reverse.
-type Loop interface {
-	Start(ctx context.Context) error
-	Stop()
-}
 
 // App is the whole appliance, built by New for serve, the demo, the
 // end-to-end tests and every benchmark alike.
@@ -47,9 +38,7 @@ type App struct {
 	watch  *queue.Watch // the broker's health and memory (health.go)
 
 	handler    http.Handler
-	server     *http.Server
-	listener   net.Listener
-	loops      []Loop
+	http       *httpService
 	demoSource web.DemoSource // the demo pages' view of the emulator, with --demo
 	debug      *debugTasks
 	accounts   *accounts.Service  // set by wireAccounts
@@ -58,24 +47,39 @@ type App struct {
 	rules      *rules.Pipeline    // set by wireRules
 	webhooks   *webhooks.Pipeline // set by wireEvents
 
+	// services are every background part, in start order: the alerter
+	// (before the task servers, whose dead letters it announces), the
+	// broker watch, the queue, the pipelines' loops, the caller's services
+	// (the demo's traffic), HTTP. Start starts them in order, Stop stops
+	// them in reverse: senders before receivers.
+	services lifecycle.Sequence
+
 	// generatedPassword is set when the admin password was made on this start.
 	generatedPassword string
 
-	cancel context.CancelFunc
-	done   chan struct{}
-	closed []func() error // reverse-order closers of what New opened
+	closed     []func() error // reverse-order closers of what New opened
+	depClosers []func() error // Deps.Closers, run first
 }
 
-// New opens the store and the broker and builds the task table, the
-// pipelines and the web handler; each option (the demo world is one) runs
-// before the pipelines are built. Nothing runs until Start.
-func New(ctx context.Context, cfg *Config, logger *slog.Logger, opts ...Option) (_ *App, err error) {
-	a := &App{cfg: cfg, log: logger, registry: prometheus.NewRegistry(), done: make(chan struct{})}
+// New validates cfg and builds the finished app from it and deps: it opens
+// the store and the broker and builds the task table, the pipelines, the
+// web handler and the ordered list of services. Nothing is changed after
+// New returns, and nothing runs until Start. New owns deps.Closers: a
+// failed New runs them.
+func New(ctx context.Context, cfg *Config, deps Deps) (_ *App, err error) {
+	a := &App{cfg: cfg, log: deps.Logger, registry: prometheus.NewRegistry(), demoSource: deps.DemoSource, depClosers: deps.Closers}
+	if a.log == nil {
+		a.log = slog.New(slog.DiscardHandler)
+	}
+	logger := a.log
 	defer func() {
 		if err != nil {
 			a.Close()
 		}
 	}()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	a.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	if err := a.openStore(cfg, logger); err != nil {
@@ -92,7 +96,11 @@ func New(ctx context.Context, cfg *Config, logger *slog.Logger, opts ...Option) 
 	}
 	a.closed = append(a.closed, a.broker.Close)
 
-	a.alerts = queue.NewAlerter(queue.AlertConfig{WebhookURL: cfg.AlertWebhookURL, PublicURL: cfg.BaseURL(), Logger: logger, DB: a.db})
+	alerts := queue.AlertConfig{WebhookURL: cfg.AlertWebhookURL, PublicURL: cfg.BaseURL(), Logger: logger, DB: a.db}
+	if deps.AlertURL != "" {
+		alerts.WebhookURL, alerts.Client = deps.AlertURL, deps.AlertClient
+	}
+	a.alerts = queue.NewAlerter(alerts)
 	a.table = queue.NewTable(queue.TableConfig{
 		MaxRetries:              cfg.MaxRetries,
 		ConcurrencyMessageAdded: cfg.ConcurrencyMessageAdded,
@@ -102,23 +110,23 @@ func New(ctx context.Context, cfg *Config, logger *slog.Logger, opts ...Option) 
 	if cfg.Overrides.Tasks != nil {
 		a.table = queue.NewTableFromRows(cfg.Overrides.Tasks(a.table.Types()))
 	}
-	// Raise reaches a.alerts at call time: the demo may replace it.
-	a.watch = queue.NewWatch(queue.WatchConfig{Logger: logger, Raise: func(text string) { a.alerts.Raise(text) }}, a.db, a.broker.Client())
-	b := &Builder{a: a}
-	for _, o := range opts {
-		if err := o(ctx, b); err != nil {
-			return nil, err
-		}
-	}
+	a.watch = queue.NewWatch(queue.WatchConfig{Logger: logger, Raise: a.alerts.Raise}, a.db, a.broker.Client())
 	if err := a.openQueue(cfg, logger); err != nil {
 		return nil, err
 	}
+	a.services = lifecycle.Sequence{a.alerts, a.watch, a.queue}
 	if err := a.buildPipelines(ctx); err != nil {
 		return nil, err
 	}
+	a.services = append(a.services, deps.Services...)
 	if err := a.buildWeb(); err != nil {
 		return nil, err
 	}
+	if deps.UseHandler != nil {
+		deps.UseHandler(a.handler)
+	}
+	a.http = newHTTPService(cfg.HTTPAddr, a.handler, a.log)
+	a.services = append(a.services, a.http)
 	return a, nil
 }
 
@@ -182,104 +190,36 @@ func (a *App) ready(ctx context.Context) error {
 	return nil
 }
 
-// Start starts the alerter (before the task servers, whose dead letters
-// it announces), hands the outbox to the broker and starts the task
-// servers and the loops, then serves HTTP on cfg.HTTPAddr.
-func (a *App) Start(ctx context.Context) error {
-	ctx, a.cancel = context.WithCancel(ctx)
-	if err := a.alerts.Start(ctx); err != nil {
-		return err
-	}
-	if err := a.watch.Start(ctx); err != nil {
-		a.alerts.Stop()
-		return err
-	}
-	if err := a.queue.Start(ctx); err != nil {
-		a.watch.Stop()
-		a.alerts.Stop()
-		return err
-	}
-	for i, l := range a.loops {
-		if err := l.Start(ctx); err != nil {
-			for j := i - 1; j >= 0; j-- {
-				a.loops[j].Stop()
-			}
-			a.queue.Stop()
-			a.watch.Stop()
-			a.alerts.Stop()
-			return err
-		}
-	}
-	ln, err := net.Listen("tcp", a.cfg.HTTPAddr)
-	if err != nil {
-		a.stopLoops()
-		a.queue.Stop()
-		a.watch.Stop()
-		a.alerts.Stop()
-		return fmt.Errorf("listen on --http-addr %s: %w", a.cfg.HTTPAddr, err)
-	}
-	a.listener = ln
-	a.server = &http.Server{
-		Handler:           a.handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      60 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
-	}
-	go func() {
-		defer close(a.done)
-		if err := a.server.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			a.log.Error("http server", "err", err)
-		}
-	}()
-	return nil
-}
+// Start starts the services in order: the alerter, the broker watch, the
+// queue (handing the outbox to the broker and starting the task servers),
+// the pipelines' loops, the caller's services, then HTTP on cfg.HTTPAddr.
+// When one fails to start, the ones that had started are stopped in
+// reverse order.
+func (a *App) Start(ctx context.Context) error { return a.services.Start(ctx) }
 
 // Addr is the address HTTP listens on (useful with port 0).
-func (a *App) Addr() string { return a.listener.Addr().String() }
+func (a *App) Addr() string { return a.http.Addr() }
 
-func (a *App) stopLoops() {
-	for i := len(a.loops) - 1; i >= 0; i-- {
-		a.loops[i].Stop()
-	}
-}
-
-// Stop shuts down senders before receivers: HTTP, loops, task servers
-// (bounded by the shutdown timeout), the alerter (posting what the
-// shutdown dead-lettered), then the broker and bbolt.
+// Stop stops the services in reverse order, senders before receivers:
+// HTTP, the caller's services, the pipelines' loops, the task servers
+// (bounded by the shutdown timeout), the watch, the alerter (posting what
+// the shutdown dead-lettered); then it closes the broker and bbolt.
 func (a *App) Stop(ctx context.Context) error {
-	var errs []error
-	if a.server != nil {
-		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		if err := a.server.Shutdown(sctx); err != nil {
-			errs = append(errs, fmt.Errorf("http shutdown: %w", err))
-		}
-		cancel()
-		<-a.done
-	}
-	a.stopLoops()
-	a.queue.Stop()
-	a.watch.Stop()
-	a.alerts.Stop()
-	if a.cancel != nil {
-		a.cancel()
-	}
-	errs = append(errs, a.Close())
-	return errors.Join(errs...)
+	return errors.Join(a.services.Stop(ctx), a.Close())
 }
 
-// Close closes what New opened; Stop calls it, and so must whoever calls
-// New and then fails to Start.
+// Close closes what New opened (Deps.Closers first); Stop calls it, and so
+// must whoever calls New and then fails to Start.
 func (a *App) Close() error {
 	var errs []error
-	for i := len(a.closed) - 1; i >= 0; i-- {
-		if err := a.closed[i](); err != nil {
-			errs = append(errs, err)
+	for _, list := range [][]func() error{a.depClosers, a.closed} {
+		for i := len(list) - 1; i >= 0; i-- {
+			if err := list[i](); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
-	a.closed = nil
+	a.depClosers, a.closed = nil, nil
 	return errors.Join(errs...)
 }
 
@@ -296,8 +236,7 @@ func NewLogger(cfg *Config, w io.Writer) *slog.Logger {
 	return slog.New(cfg.Redactor().Handler(h))
 }
 
-// Config is the configuration the app runs with (options may have
-// changed it).
+// Config is the configuration the app runs with.
 func (a *App) Config() *Config { return a.cfg }
 
 // GeneratedPassword is the admin password made on this start, or "".
@@ -323,5 +262,5 @@ func (a *App) Webhooks() *webhooks.Pipeline { return a.webhooks }
 // Broker is the app's broker.
 func (a *App) Broker() *broker.Broker { return a.broker }
 
-// Loops are the app's loops, in start order.
-func (a *App) Loops() []Loop { return append([]Loop(nil), a.loops...) }
+// Services are the app's services, in start order.
+func (a *App) Services() []lifecycle.Service { return append([]lifecycle.Service(nil), a.services...) }

@@ -4,13 +4,23 @@ import (
 	"context"
 
 	"mailroom/queue"
+	"mailroom/queue/lifecycle"
 )
 
-// buildPipelines builds the pipelines over the queue's enqueue side,
-// attaches every task type's handler to the table and adds the pipelines'
-// loops (web gets the pipelines in buildWeb). The Google accounts come first, the rules
-// before Gmail (which applies them to new mail). Each pipeline's wiring
-// lives in its own wire_*.go file.
+// pipeline is the one shape of every pipeline (and of the Google-accounts
+// service they share): built by its New(Config, Deps), it gives the task
+// table its own task types' handlers and dead-letter hooks, and lists its
+// loops.
+type pipeline interface {
+	Register(*queue.Table) error
+	Services() []lifecycle.Service
+}
+
+// buildPipelines builds the pipelines over the queue's enqueue side; each
+// registers its handlers on the table and adds its loops to the app's
+// services (web gets the pipelines in buildWeb). The Google accounts come
+// first, the rules before Gmail (which applies them to new mail). Each
+// pipeline's config and deps are made in its own wire_*.go file.
 func (a *App) buildPipelines(ctx context.Context) error {
 	if a.cfg.DebugTasks {
 		d, err := newDebugTasks(a.cfg.DataDir, a.db, a.queue)
@@ -23,10 +33,15 @@ func (a *App) buildPipelines(ctx context.Context) error {
 			return err
 		}
 	}
-	for _, wire := range []func(context.Context) error{a.wireAccounts, a.wireRules, a.wireGmail, a.wireSheets, a.wireEvents} {
-		if err := wire(ctx); err != nil {
+	for _, build := range []func(context.Context) (pipeline, error){a.wireAccounts, a.wireRules, a.wireGmail, a.wireSheets, a.wireEvents} {
+		p, err := build(ctx)
+		if err != nil {
 			return err
 		}
+		if err := p.Register(a.table); err != nil {
+			return err
+		}
+		a.services = append(a.services, p.Services()...)
 	}
 	return nil
 }

@@ -116,7 +116,7 @@ func TestNoSecretInLogs(t *testing.T) {
 	logger := app.NewLogger(cfg, &logs)
 	cfg.RedisURL = ""
 	ctx := context.Background()
-	a, err := app.New(ctx, cfg, logger)
+	a, err := app.New(ctx, cfg, app.Deps{Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}

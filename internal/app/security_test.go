@@ -101,7 +101,7 @@ func TestNewTightensDataDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs bytes.Buffer
-	a, err := app.New(context.Background(), cfg, app.NewLogger(cfg, &logs))
+	a, err := app.New(context.Background(), cfg, app.Deps{Logger: app.NewLogger(cfg, &logs)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,7 @@ import (
 // wireAccounts builds the Google-accounts service the Gmail, rules and
 // Sheets pipelines share (one token source per account: one refresh, one
 // saved token).
-func (a *App) wireAccounts(context.Context) error {
+func (a *App) wireAccounts(context.Context) (pipeline, error) {
 	cfg := a.cfg
 	// One Gmail budget per account and for the project, in the broker: every
 	// Gmail call of every pipeline spends from it.
@@ -33,7 +33,7 @@ func (a *App) wireAccounts(context.Context) error {
 			Logger:     a.log, Registerer: a.registry,
 		}, a.broker.Client())
 		if err != nil {
-			return err
+			return nil, err
 		}
 	}
 	gc := google.New(google.Config{
@@ -43,8 +43,12 @@ func (a *App) wireAccounts(context.Context) error {
 		Budget:     budget,
 		Registerer: a.registry,
 	})
-	a.accounts = accounts.New(a.db, gc, accounts.Config{Logger: a.log})
-	return nil
+	s, err := accounts.New(accounts.Config{Logger: a.log}, accounts.Deps{DB: a.db, Google: gc})
+	if err != nil {
+		return nil, err
+	}
+	a.accounts = s
+	return s, nil
 }
 
 // accountSheets gives the sheets pipeline each account's Sheets client.

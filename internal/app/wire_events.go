@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"mailroom/queue"
+	"mailroom/queue/lifecycle"
 	"mailroom/queue/webhooks"
 	"mailroom/store"
 )
@@ -15,53 +16,39 @@ import (
 // that pruning never holds the writer long.
 const eventsPruneBatch = 1000
 
-// wireEvents adds the event log's pruner (events older than
-// MAILROOM_EVENTS_RETENTION, a minute at a time in short transactions)
-// and its metric. The pipelines record events through the store, in the
-// transactions of their changes.
-func (a *App) wireEvents(context.Context) error {
+// wireEvents builds the webhooks pipeline, with the event log's pruner
+// (events older than MAILROOM_EVENTS_RETENTION, a minute at a time in
+// short transactions) among its services, and the log's metric. The
+// pipelines record events through the store, in the transactions of their
+// changes.
+func (a *App) wireEvents(context.Context) (pipeline, error) {
 	total := prometheus.NewDesc("mailroom_events_total", "Events recorded (committed), by type.", []string{"type"}, nil)
 	if err := a.registry.Register(eventsCollector{a.db, total}); err != nil {
-		return err
+		return nil, err
 	}
-	retention := a.cfg.EventsRetention
-	a.loops = append(a.loops, queue.NewEvery("events pruner", time.Minute, a.log, func(ctx context.Context) error {
-		return pruneEvents(ctx, a.db, time.Now().Add(-retention))
-	}))
 	p, err := webhooks.New(webhooks.Config{
 		MaxAge: a.cfg.WebhookMaxAge, AllowPrivate: a.cfg.WebhookAllowPrivate,
 		Logger: a.log, Registerer: a.registry, Alert: a.alerts.Raise,
 	}, webhooks.Deps{DB: a.db, Queue: a.queue})
 	if err != nil {
-		return err
-	}
-	if err := p.Register(a.table); err != nil {
-		return err
+		return nil, err
 	}
 	a.webhooks = p
-	a.loops = append(a.loops, &runLoop{run: p.Run})
-	return nil
+	retention := a.cfg.EventsRetention
+	pruner := queue.NewEvery("events pruner", time.Minute, a.log, func(ctx context.Context) error {
+		return pruneEvents(ctx, a.db, time.Now().Add(-retention))
+	})
+	return eventsPipeline{p, pruner}, nil
 }
 
-// runLoop runs a blocking loop between Start and Stop.
-type runLoop struct {
-	run    func(ctx context.Context)
-	cancel context.CancelFunc
-	done   chan struct{}
+// eventsPipeline is the webhooks pipeline with the event log's pruner.
+type eventsPipeline struct {
+	*webhooks.Pipeline
+	pruner lifecycle.Service
 }
 
-func (l *runLoop) Start(ctx context.Context) error {
-	ctx, l.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	l.done = make(chan struct{})
-	go func() { defer close(l.done); l.run(ctx) }()
-	return nil
-}
-
-func (l *runLoop) Stop() {
-	if l.cancel != nil {
-		l.cancel()
-		<-l.done
-	}
+func (e eventsPipeline) Services() []lifecycle.Service {
+	return append(e.Pipeline.Services(), e.pruner)
 }
 
 // pruneEvents deletes the events before cutoff, a batch at a time.

@@ -8,8 +8,8 @@ import (
 )
 
 // wireGmail builds the gmail pipeline (after the rules it applies to new
-// mail): its handlers in the task table, its loops (web reaches it through buildWeb).
-func (a *App) wireGmail(ctx context.Context) error {
+// mail; web reaches it through buildWeb).
+func (a *App) wireGmail(ctx context.Context) (pipeline, error) {
 	cfg := a.cfg
 	var verifier gmail.TokenVerifier
 	if cfg.PushAudience != "" {
@@ -17,7 +17,7 @@ func (a *App) wireGmail(ctx context.Context) error {
 			CertsURL: cfg.GoogleCertsURL, Audience: cfg.PushAudience, ServiceAccount: cfg.PushServiceAccount,
 		})
 		if err != nil {
-			return err
+			return nil, err
 		}
 		verifier = v
 	}
@@ -30,12 +30,8 @@ func (a *App) wireGmail(ctx context.Context) error {
 		Registerer:   a.registry,
 	}, gmail.Deps{DB: a.db, Accounts: a.accounts, Queue: a.queue, Verifier: verifier, Rules: a.rules})
 	if err != nil {
-		return err
-	}
-	if err := p.Register(a.table); err != nil {
-		return err
+		return nil, err
 	}
 	a.gmail = p
-	a.loops = append(a.loops, p.Maintainer(), p.TombstonePruner())
-	return nil
+	return p, nil
 }

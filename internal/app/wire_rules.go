@@ -3,15 +3,13 @@ package app
 import (
 	"context"
 
-	"mailroom/queue"
 	"mailroom/queue/rules"
 )
 
-// wireRules builds the rules pipeline: its handler in the task table, its
-// publisher loop (web reaches it through buildWeb). It runs before wireGmail, whose
-// pipeline applies these rules to new mail; both open the accounts' Gmail
-// through the accounts service.
-func (a *App) wireRules(ctx context.Context) error {
+// wireRules builds the rules pipeline (web reaches it through buildWeb).
+// It runs before wireGmail, whose pipeline applies these rules to new
+// mail; both open the accounts' Gmail through the accounts service.
+func (a *App) wireRules(context.Context) (pipeline, error) {
 	cfg := a.cfg
 	acc := a.accounts
 	p, err := rules.New(rules.Config{
@@ -24,19 +22,17 @@ func (a *App) wireRules(ctx context.Context) error {
 		SpentUntil: a.watch.SpentUntil,
 		Logger:     a.log,
 		Registerer: a.registry,
-	}, a.db, a.broker.Client(), func(ctx context.Context, accountID string) (rules.Gmail, error) {
-		return acc.Gmail(ctx, accountID)
+	}, rules.Deps{
+		DB:     a.db,
+		Broker: a.broker.Client(),
+		Gmail: func(ctx context.Context, accountID string) (rules.Gmail, error) {
+			return acc.Gmail(ctx, accountID)
+		},
+		Queue: a.queue,
 	})
 	if err != nil {
-		return err
-	}
-	if err := a.table.Handle(queue.TypeRulesReclassifyBatch, p.HandleBatch); err != nil {
-		return err
-	}
-	if err := a.table.OnDead(queue.TypeRulesReclassifyBatch, p.BatchDead); err != nil {
-		return err
+		return nil, err
 	}
 	a.rules = p
-	a.loops = append(a.loops, p.Publisher(a.queue))
-	return nil
+	return p, nil
 }

@@ -3,13 +3,11 @@ package app
 import (
 	"context"
 
-	"mailroom/queue"
 	"mailroom/queue/sheets"
 )
 
-// wireSheets builds the sheets pipeline: its handlers in the task table, its loops
-// (web reaches it through buildWeb).
-func (a *App) wireSheets(ctx context.Context) error {
+// wireSheets builds the sheets pipeline (web reaches it through buildWeb).
+func (a *App) wireSheets(context.Context) (pipeline, error) {
 	p, err := sheets.New(sheets.Config{
 		FlushDelay:      a.cfg.SheetsFlushDelay,
 		Threshold:       a.cfg.SheetsFlushThreshold,
@@ -31,14 +29,8 @@ func (a *App) wireSheets(ctx context.Context) error {
 		SpentUntil: a.watch.SpentUntil,
 	}, sheets.Deps{DB: a.db, Queue: a.queue, Broker: a.broker.Client(), Clients: accountSheets{a.accounts}, Alerts: a.alerts})
 	if err != nil {
-		return err
-	}
-	if err := a.table.Handle(queue.TypeSheetsFlush, p.HandleFlush); err != nil {
-		return err
+		return nil, err
 	}
 	a.sheets = p
-	if pruner := p.Pruner(); pruner != nil {
-		a.loops = append(a.loops, pruner)
-	}
-	return nil
+	return p, nil
 }

@@ -35,7 +35,7 @@ func startApp(ctx context.Context, mutate func(*app.Config)) (a *app.App, stop f
 	if err := cfg.Validate(); err != nil {
 		return nil, nil, err
 	}
-	a, err = app.New(ctx, cfg, slog.New(slog.DiscardHandler))
+	a, err = app.New(ctx, cfg, app.Deps{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -19,6 +19,7 @@ import (
 
 	"mailroom/internal/app"
 	"mailroom/internal/googlefake"
+	"mailroom/queue/lifecycle"
 )
 
 // The demo's world: one user with a work and a personal Gmail account, a
@@ -124,8 +125,7 @@ type demo struct {
 	seeded   [][]string
 	sheetIDs []string // spreadsheet ids, by demoSheets index
 
-	cancel context.CancelFunc
-	done   chan struct{}
+	lifecycle.Base // Start and Stop
 
 	mu     sync.Mutex
 	recent [][]string // recent live message ids, by demoAccounts index
@@ -216,25 +216,13 @@ func (d *demo) scaled(n, least int) int {
 // close stops the emulator.
 func (d *demo) close() error { return d.fake.Close() }
 
-// Start runs the seed and then the traffic generator in the background;
-// the API is called in process, so the HTTP listener need not be up yet.
-func (d *demo) Start(ctx context.Context) error {
-	ctx, d.cancel = context.WithCancel(ctx)
-	d.done = make(chan struct{})
-	go func() {
-		defer close(d.done)
-		d.run(ctx)
-	}()
-	return nil
-}
+var _ lifecycle.Service = (*demo)(nil)
 
-// Stop ends the traffic generator and waits for it.
-func (d *demo) Stop() {
-	if d.cancel == nil {
-		return
-	}
-	d.cancel()
-	<-d.done
+// Start runs the seed and then the traffic generator in the background
+// until Stop (which waits for it); the API is called in process, so the
+// HTTP listener need not be up yet.
+func (d *demo) Start(ctx context.Context) error {
+	return d.StartLoop(ctx, d.run)
 }
 
 // demoSecret returns n random bytes as hex.

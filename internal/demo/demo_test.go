@@ -21,15 +21,15 @@ import (
 	"mailroom/web/webtest"
 )
 
-// demoOf returns the app's demo loop.
+// demoOf returns the app's demo service.
 func demoOf(t *testing.T, ta *apptest.App) *demo {
 	t.Helper()
-	for _, l := range ta.Loops() {
-		if d, ok := l.(*demo); ok {
+	for _, s := range ta.Services() {
+		if d, ok := s.(*demo); ok {
 			return d
 		}
 	}
-	t.Fatal("the app has no demo loop")
+	t.Fatal("the app has no demo service")
 	return nil
 }
 
@@ -353,5 +353,5 @@ func TestDemoConfigKeepsExplicitTimings(t *testing.T) {
 // startApp starts the app in process with the demo built in.
 func startApp(t *testing.T, mutate func(*app.Config)) *apptest.App {
 	t.Helper()
-	return apptest.Start(t, mutate, Option())
+	return apptest.Start(t, mutate, Prepare)
 }

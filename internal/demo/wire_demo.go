@@ -32,17 +32,16 @@ var demoTimings = []struct {
 // (Google's limit for projects made before May 2026).
 const demoGmailUserUnits = 15000
 
-// Option builds `serve --demo` into the app (cmd adds it only with
-// --demo): it starts the emulated Google on a loopback port and points
-// every Google setting at it, before the pipelines read the configuration;
-// it shortens the default timings, catches alerts in process when no
-// webhook is set, and adds the traffic generator (a loop) and the demo
-// pages' source.
-func Option() app.Option {
-	return func(ctx context.Context, b *app.Builder) error {
-		_, err := wire(ctx, b)
-		return err
-	}
+// Prepare makes `serve --demo` before the app is built (cmd calls it
+// only with --demo, then app.New, which validates the config it leaves):
+// it starts the emulated Google on a loopback port and points every Google
+// setting of cfg at it, shortens the default timings, and returns the
+// app's deps: logger with the demo's own requests at debug level, alerts
+// caught in process when no webhook is set, the traffic generator (a
+// service), the demo pages' source and the emulator's closer.
+func Prepare(ctx context.Context, cfg *app.Config, logger *slog.Logger) (app.Deps, error) {
+	_, deps, err := prepare(ctx, cfg, logger)
+	return deps, err
 }
 
 // warnReplacedGoogleSettings warns about the Google settings the demo's
@@ -68,12 +67,14 @@ func warnReplacedGoogleSettings(log *slog.Logger, cfg *app.Config) {
 	}
 }
 
-// wire is Option, returning the demo (the tests drive it).
-func wire(ctx context.Context, b *app.Builder) (*demo, error) {
-	cfg := b.Config()
-	log := b.Logger().With("component", "demo")
+// prepare is Prepare, returning the demo too.
+func prepare(_ context.Context, cfg *app.Config, logger *slog.Logger) (*demo, app.Deps, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	log := logger.With("component", "demo")
 	// The demo's own requests are logged at debug level.
-	b.SetLogger(slog.New(demoLogHandler{b.Logger().Handler()}))
+	deps := app.Deps{Logger: slog.New(demoLogHandler{logger.Handler()})}
 
 	warnReplacedGoogleSettings(log, cfg)
 
@@ -115,13 +116,16 @@ func wire(ctx context.Context, b *app.Builder) (*demo, error) {
 		cfg.APIToken = "demo-" + demoSecret(24)
 	}
 
-	handler := demoInProcess{handler: b.Handler}
+	// The app's handler, given by app.New before anything runs.
+	var appHandler http.Handler
+	deps.UseHandler = func(h http.Handler) { appHandler = h }
+	handler := demoInProcess{handler: func() http.Handler { return appHandler }}
 	api := &demoAPI{client: &http.Client{Transport: handler, Timeout: 30 * time.Second}, token: cfg.APIToken}
 	d, err := newDemo(log, cfg, pushURL, api, handler)
 	if err != nil {
-		return nil, err
+		return nil, app.Deps{}, err
 	}
-	b.OnClose(d.close)
+	deps.Closers = append(deps.Closers, d.close)
 	base := d.fake.URL()
 	cfg.GoogleAPIURL = base
 	cfg.GoogleTokenURL = d.fake.TokenURL()
@@ -130,11 +134,11 @@ func wire(ctx context.Context, b *app.Builder) (*demo, error) {
 
 	if cfg.AlertWebhookURL == "" {
 		d.webhook = &demoWebhook{now: time.Now, log: log}
-		b.SetAlertClient(demoWebhookURL, &http.Client{Transport: d.webhook, Timeout: 10 * time.Second})
+		deps.AlertURL, deps.AlertClient = demoWebhookURL, &http.Client{Transport: d.webhook, Timeout: 10 * time.Second}
 	}
-	b.AddLoop(d)
-	b.SetDemoSource(demoSource{d})
+	deps.Services = append(deps.Services, d)
+	deps.DemoSource = demoSource{d}
 	log.Info("demo: simulated Google running", "url", base, "accounts", len(demoAccounts), "spreadsheets", len(demoSheets),
 		"scale", d.scale, "shortened_timings", strings.Join(shortened, ","), "alerts_in_process", d.webhook != nil)
-	return d, nil
+	return d, deps, nil
 }

@@ -39,8 +39,6 @@ var (
 	// ErrClosed is returned by Ping, and by the dialer of every client the
 	// broker made, after Close.
 	ErrClosed = errors.New("broker: closed")
-
-	errClockStarted = errors.New("clock already started")
 )
 
 const (
@@ -323,7 +321,7 @@ func (b *Broker) Close() error {
 		b.mu.Unlock()
 
 		if b.clock != nil {
-			b.clock.Stop()
+			_ = b.clock.Stop(context.Background()) // its loop returns within a tick
 		}
 		var errs []error
 		if err := b.client.Close(); err != nil {

@@ -3,8 +3,9 @@ package broker
 import (
 	"context"
 	"log/slog"
-	"sync"
 	"time"
+
+	"mailroom/queue/lifecycle"
 )
 
 // fastForwarder is the part of miniredis the clock drives.
@@ -21,9 +22,7 @@ type clock struct {
 	logger *slog.Logger
 	now    func() time.Time
 
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
+	lifecycle.Base // Start and Stop
 }
 
 func newClock(store fastForwarder, tick time.Duration, logger *slog.Logger) *clock {
@@ -33,34 +32,13 @@ func newClock(store fastForwarder, tick time.Duration, logger *slog.Logger) *clo
 // slowTickWarnEvery limits the slow-tick warning.
 const slowTickWarnEvery = time.Minute
 
-// Start runs the clock until Stop or until ctx ends.
+// Start runs the clock until Stop (lifecycle.Base's, which waits for
+// it; safe to call more than once, and before Start).
 func (c *clock) Start(ctx context.Context) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.cancel != nil {
-		return errClockStarted
-	}
-	ctx, c.cancel = context.WithCancel(ctx)
-	c.done = make(chan struct{})
-	go c.run(ctx, c.done)
-	return nil
+	return c.StartLoop(ctx, c.run)
 }
 
-// Stop stops the clock and waits for it. It is safe to call more than once,
-// and before Start.
-func (c *clock) Stop() {
-	c.mu.Lock()
-	cancel, done := c.cancel, c.done
-	c.mu.Unlock()
-	if cancel == nil {
-		return
-	}
-	cancel()
-	<-done
-}
-
-func (c *clock) run(ctx context.Context, done chan<- struct{}) {
-	defer close(done)
+func (c *clock) run(ctx context.Context) {
 	t := time.NewTicker(c.tick)
 	defer t.Stop()
 	last := c.now()

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"mailroom/internal/testkit"
+	"mailroom/queue/lifecycle"
 )
 
 type fakeStore struct {
@@ -33,22 +34,24 @@ func TestClockAdvancesByElapsedTime(t *testing.T) {
 	t.Parallel()
 	store := &fakeStore{}
 	c := newClock(store, 10*time.Millisecond, slog.New(slog.DiscardHandler))
-	c.Stop() // before Start: a no-op
+	_ = c.Stop(t.Context()) // before Start: a no-op
 
 	start := time.Now()
 	if err := c.Start(t.Context()); err != nil {
 		t.Fatalf("Start: %v", err)
 	}
-	if err := c.Start(t.Context()); !errors.Is(err, errClockStarted) {
-		t.Errorf("second Start: err = %v, want errClockStarted", err)
+	if err := c.Start(t.Context()); !errors.Is(err, lifecycle.ErrStarted) {
+		t.Errorf("second Start: err = %v, want lifecycle.ErrStarted", err)
 	}
 	testkit.Eventually(t, 5*time.Second, "the clock to tick 5 times", func() bool {
 		_, calls := store.get()
 		return calls >= 5
 	})
-	c.Stop()
+	if err := c.Stop(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 	elapsed := time.Since(start)
-	c.Stop() // twice: a no-op
+	_ = c.Stop(t.Context()) // twice: a no-op
 
 	total, calls := store.get()
 	if total <= 0 || total > elapsed {

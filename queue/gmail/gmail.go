@@ -28,6 +28,7 @@ import (
 	"mailroom/queue"
 	"mailroom/queue/google"
 	"mailroom/queue/google/accounts"
+	"mailroom/queue/lifecycle"
 	"mailroom/store"
 )
 
@@ -222,6 +223,13 @@ func New(cfg Config, deps Deps) (*Pipeline, error) {
 		labelsAt: map[string]time.Time{},
 		known:    map[string]map[string]bool{},
 	}, nil
+}
+
+// Services are the pipeline's loops: the maintainer (polls and watch
+// renewals) and the tombstone pruner. Each call makes them anew: the app
+// calls it once.
+func (p *Pipeline) Services() []lifecycle.Service {
+	return []lifecycle.Service{p.Maintainer(), p.TombstonePruner()}
 }
 
 // Register attaches the handlers of every gmail:* task type to the table.

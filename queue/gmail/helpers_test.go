@@ -111,7 +111,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.p, err = gmail.New(cfg, gmail.Deps{DB: e.db, Accounts: accounts.New(e.db, gc, accounts.Config{Logger: cfg.Logger}), Queue: e.q, Rules: o.rules})
+	e.p, err = gmail.New(cfg, gmail.Deps{DB: e.db, Accounts: newAccounts(t, accounts.Config{Logger: cfg.Logger}, accounts.Deps{DB: e.db, Google: gc}), Queue: e.q, Rules: o.rules})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +127,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 		if err := e.q.Start(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(e.q.Stop)
+		t.Cleanup(func() { _ = e.q.Stop(context.Background()) })
 	}
 	err = e.db.Update(func(tx *store.Tx) (err error) {
 		e.user, err = tx.UserCreate("owner@example.com", "Owner")
@@ -361,4 +361,14 @@ func mutate(t *testing.T, fake *googlefake.Server, email string, seed uint64) {
 // diff compares the mailbox with the mirror (-mailbox +mirror).
 func (e *env) diff(accountID, email string) string {
 	return cmp.Diff(e.want(email), e.got(accountID))
+}
+
+// newAccounts builds the Google-accounts service or fails the test.
+func newAccounts(t testing.TB, cfg accounts.Config, deps accounts.Deps) *accounts.Service {
+	t.Helper()
+	s, err := accounts.New(cfg, deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

@@ -105,7 +105,7 @@ func TestPushAuth(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := newEnv(t, envOptions{cfg: gmail.Config{PushToken: "s3cret"}})
-	p, err := gmail.New(gmail.Config{PushToken: "s3cret"}, gmail.Deps{DB: e.db, Accounts: accounts.New(e.db, google.New(google.Config{}), accounts.Config{}), Queue: e.q, Verifier: v})
+	p, err := gmail.New(gmail.Config{PushToken: "s3cret"}, gmail.Deps{DB: e.db, Accounts: newAccounts(t, accounts.Config{}, accounts.Deps{DB: e.db, Google: google.New(google.Config{})}), Queue: e.q, Verifier: v})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +150,7 @@ func TestPushAuth(t *testing.T) {
 		t.Errorf("oversized with auth: %v", err)
 	}
 	// With neither OIDC nor a shared token, every push is refused.
-	closed, err := gmail.New(gmail.Config{}, gmail.Deps{DB: e.db, Accounts: accounts.New(e.db, google.New(google.Config{}), accounts.Config{}), Queue: e.q})
+	closed, err := gmail.New(gmail.Config{}, gmail.Deps{DB: e.db, Accounts: newAccounts(t, accounts.Config{}, accounts.Deps{DB: e.db, Google: google.New(google.Config{})}), Queue: e.q})
 	if err != nil {
 		t.Fatal(err)
 	}

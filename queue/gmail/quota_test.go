@@ -151,7 +151,7 @@ func TestRestartResumesTheBudgetConservatively(t *testing.T) {
 		t.Fatal(err)
 	}
 	gc := google.New(google.Config{APIURL: e.fake.URL(), TokenURL: e.fake.TokenURL(), Budget: e.budget})
-	if _, err := accounts.New(e.db, gc, accounts.Config{}).Gmail(ctx, acc.ID); err != nil {
+	if _, err := newAccounts(t, accounts.Config{}, accounts.Deps{DB: e.db, Google: gc}).Gmail(ctx, acc.ID); err != nil {
 		t.Fatal(err)
 	}
 	u, err = e.budget.Usage(ctx, acc.ID)

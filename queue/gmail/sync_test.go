@@ -80,7 +80,7 @@ func TestPollSyncsWithoutPush(t *testing.T) {
 	if err := m.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(m.Stop)
+	t.Cleanup(func() { _ = m.Stop(context.Background()) })
 	acc := e.connect(ann, 10)
 	e.waitConverged(acc.ID, ann, 20*time.Second)
 	if err := e.fake.Gmail.MarkRead(ann, e.fake.Gmail.Messages(ann)[0].ID); err != nil {

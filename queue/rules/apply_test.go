@@ -82,8 +82,10 @@ func TestApplyNewLabelsOnceWithActionsAndProvenance(t *testing.T) {
 	if _, err := f.p.Update(ctx, saved.Rule.ID, spec("Dev", cond("from", "contains", "@gitlab.com"))); err != nil {
 		t.Fatal(err)
 	}
-	f.q.Start(ctx)
-	defer f.q.Stop()
+	if err := f.q.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer f.q.Stop(ctx)
 	f.waitDone(f.publish().ID)
 	f.checkLabels("Dev", map[string]bool{other: true})
 }

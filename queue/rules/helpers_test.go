@@ -55,23 +55,7 @@ func newFixture(t testing.TB, cfg Config, start bool) *fixture {
 		t.Fatal(err)
 	}
 	f.client = google.New(google.Config{APIURL: f.fake.URL(), TokenURL: f.fake.TokenURL(), ReadRetries: -1, Budget: budget})
-	f.p, err = New(cfg, f.db, f.broker.Client(), f.open)
-	if err != nil {
-		t.Fatal(err)
-	}
 	table := queue.NewTable(queue.TableConfig{MaxRetries: 3, ConcurrencyMessageAdded: 1, ConcurrencyState: 1})
-	for _, tt := range table.Types() {
-		h := func(context.Context, *queue.Task) error { return nil }
-		if tt.Name == queue.TypeRulesReclassifyBatch {
-			h = f.p.HandleBatch
-		}
-		if err := table.Handle(tt.Name, h); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := table.OnDead(queue.TypeRulesReclassifyBatch, f.p.BatchDead); err != nil {
-		t.Fatal(err)
-	}
 	f.q, err = queue.New(queue.Config{
 		RetryInitial: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond,
 		PollInterval: 10 * time.Millisecond, DelayedCheckInterval: 100 * time.Millisecond, ShutdownTimeout: 5 * time.Second,
@@ -79,11 +63,25 @@ func newFixture(t testing.TB, cfg Config, start bool) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
+	f.p, err = New(cfg, Deps{DB: f.db, Broker: f.broker.Client(), Gmail: f.open, Queue: f.q})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.p.Register(table); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range table.Types() {
+		if tt.Name != queue.TypeRulesReclassifyBatch {
+			if err := table.Handle(tt.Name, func(context.Context, *queue.Task) error { return nil }); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	if start {
 		if err := f.q.Start(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(f.q.Stop)
+		t.Cleanup(func() { _ = f.q.Stop(context.Background()) })
 	}
 	f.user = f.addUser("ann@example.com")
 	f.email = "ann@example.com"

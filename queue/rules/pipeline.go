@@ -14,6 +14,7 @@ import (
 
 	"mailroom/queue"
 	"mailroom/queue/google"
+	"mailroom/queue/lifecycle"
 	"mailroom/store"
 )
 
@@ -119,16 +120,31 @@ type Enqueuer interface {
 
 var _ Enqueuer = (*queue.Queue)(nil)
 
+// Deps are what the pipeline is built over.
+type Deps struct {
+	// DB is the store. Required.
+	DB *store.DB
+	// Broker holds the save limit's windows (broker.Broker.Client()).
+	// Required.
+	Broker RedisClient
+	// Gmail opens an account's Gmail (the Google-accounts service).
+	Gmail GmailOpener
+	// Queue records the batch tasks of published jobs (the queue's enqueue
+	// side). Nil: the pipeline has no publisher among its Services.
+	Queue Enqueuer
+}
+
 // Pipeline is the label rules pipeline. Its methods are safe for
 // concurrent use.
 type Pipeline struct {
-	cfg     Config
-	db      *store.DB
-	limiter *Limiter
-	gmail   GmailOpener
-	log     *slog.Logger
-	metrics *metrics
-	gate    *gate
+	cfg       Config
+	db        *store.DB
+	publisher *Publisher // nil without Deps.Queue
+	limiter   *Limiter
+	gmail     GmailOpener
+	log       *slog.Logger
+	metrics   *metrics
+	gate      *gate
 	// labelLocks give label creation of one account's label one caller
 	// at a time (labelIDs).
 	labelLocks keyedLocks
@@ -137,10 +153,13 @@ type Pipeline struct {
 	compiled map[string]*compiledRule // by rule id, the latest version seen
 }
 
-// New builds the pipeline over the store, the broker's client (for the
-// save limit and the Gmail quota) and the Gmail opener.
-func New(cfg Config, db *store.DB, rdb RedisClient, gmail GmailOpener) (*Pipeline, error) {
+// New builds the pipeline over its deps. Nothing runs until its Services
+// start; its task's handler reaches the table through Register.
+func New(cfg Config, deps Deps) (*Pipeline, error) {
 	cfg.defaults()
+	if deps.DB == nil || deps.Broker == nil {
+		return nil, errors.New("rules: New needs Deps.DB and Deps.Broker")
+	}
 	if cfg.MaxWait < cfg.Debounce {
 		return nil, fmt.Errorf("rules: max wait %s is shorter than the debounce %s", cfg.MaxWait, cfg.Debounce)
 	}
@@ -150,15 +169,36 @@ func New(cfg Config, db *store.DB, rdb RedisClient, gmail GmailOpener) (*Pipelin
 	}
 	p := &Pipeline{
 		cfg:      cfg,
-		db:       db,
-		limiter:  &Limiter{rdb: rdb, limit: cfg.SaveLimit, window: cfg.SaveWindow, spent: cfg.SpentUntil},
-		gmail:    gmail,
+		db:       deps.DB,
+		limiter:  &Limiter{rdb: deps.Broker, limit: cfg.SaveLimit, window: cfg.SaveWindow, spent: cfg.SpentUntil},
+		gmail:    deps.Gmail,
 		log:      cfg.Logger.With("component", "rules"),
 		metrics:  m,
 		gate:     newGate(),
 		compiled: map[string]*compiledRule{},
 	}
+	if deps.Queue != nil {
+		p.publisher = p.Publisher(deps.Queue)
+	}
 	return p, nil
+}
+
+// Register gives the task table the pipeline's handler of reclassify
+// batches and its dead-letter hook.
+func (p *Pipeline) Register(t *queue.Table) error {
+	if err := t.Handle(queue.TypeRulesReclassifyBatch, p.HandleBatch); err != nil {
+		return err
+	}
+	return t.OnDead(queue.TypeRulesReclassifyBatch, p.BatchDead)
+}
+
+// Services are the pipeline's loops: the publisher of due reclassify jobs
+// (with Deps.Queue).
+func (p *Pipeline) Services() []lifecycle.Service {
+	if p.publisher == nil {
+		return nil
+	}
+	return []lifecycle.Service{p.publisher}
 }
 
 // Config returns the pipeline's configuration with its defaults filled.

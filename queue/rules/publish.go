@@ -2,13 +2,12 @@ package rules
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	"mailroom/queue"
+	"mailroom/queue/lifecycle"
 	"mailroom/store"
 )
 
@@ -28,49 +27,26 @@ type batchPayload struct {
 // (two loops, two processes sharing the file) never publish one twice: the
 // second transaction finds the entry gone.
 type Publisher struct {
-	p *Pipeline
-	q Enqueuer
-
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
-	kick   chan struct{}
+	lifecycle.Base // Start and Stop
+	p              *Pipeline
+	q              Enqueuer
+	kick           chan struct{}
 }
 
-// Publisher returns the pipeline's publisher, enqueueing batch tasks
-// through q.
+var _ lifecycle.Service = (*Publisher)(nil)
+
+// Publisher returns a publisher of the pipeline's due jobs that enqueues
+// batch tasks through q (the pipeline's own is among its Services).
 func (p *Pipeline) Publisher(q Enqueuer) *Publisher {
 	return &Publisher{p: p, q: q, kick: make(chan struct{}, 1)}
 }
 
-// Start runs the ticker until Stop.
+// Start runs the ticker until Stop, which waits for a publish in progress.
 func (pub *Publisher) Start(ctx context.Context) error {
-	pub.mu.Lock()
-	defer pub.mu.Unlock()
-	if pub.cancel != nil {
-		return errors.New("rules: publisher already started")
-	}
-	ctx, pub.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	pub.done = make(chan struct{})
-	go pub.run(ctx, pub.done)
-	return nil
+	return pub.StartLoop(ctx, pub.run)
 }
 
-// Stop stops the ticker and waits for a publish in progress.
-func (pub *Publisher) Stop() {
-	pub.mu.Lock()
-	cancel, done := pub.cancel, pub.done
-	pub.cancel = nil
-	pub.mu.Unlock()
-	if cancel == nil {
-		return
-	}
-	cancel()
-	<-done
-}
-
-func (pub *Publisher) run(ctx context.Context, done chan<- struct{}) {
-	defer close(done)
+func (pub *Publisher) run(ctx context.Context) {
 	t := time.NewTicker(pub.p.cfg.Tick)
 	defer t.Stop()
 	for {

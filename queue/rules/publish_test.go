@@ -247,11 +247,16 @@ func TestPublisherTicks(t *testing.T) {
 	t.Parallel()
 	cfg := testConfig()
 	f := newFixture(t, cfg, false)
-	pub := f.p.Publisher(f.q)
+	// The pipeline's own publisher: its one service.
+	services := f.p.Services()
+	if len(services) != 1 {
+		t.Fatalf("services: %d, want the publisher", len(services))
+	}
+	pub := services[0]
 	if err := pub.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	defer pub.Stop()
+	defer pub.Stop(context.Background())
 	if _, err := f.p.Create(context.Background(), f.user, spec("Dev", cond("from", "contains", "@github.com"))); err != nil {
 		t.Fatal(err)
 	}
@@ -259,8 +264,12 @@ func TestPublisherTicks(t *testing.T) {
 		st, err := f.p.Status(f.user, 10)
 		return err == nil && st.Pending == nil && len(st.Jobs) == 1
 	})
-	pub.Stop()
-	pub.Stop() // twice is fine
+	if err := pub.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := pub.Stop(context.Background()); err != nil { // twice is fine
+		t.Fatal(err)
+	}
 }
 
 // A full sync hands its account over: every live rule of the user joins the

@@ -170,19 +170,20 @@ func newEnv(t *testing.T, o envOptions) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := p.Register(table); err != nil {
+		t.Fatal(err)
+	}
 	for _, tt := range table.Types() {
-		h := p.HandleFlush
 		if tt.Name != queue.TypeSheetsFlush {
-			h = func(context.Context, *queue.Task) error { return nil }
-		}
-		if err := table.Handle(tt.Name, h); err != nil {
-			t.Fatal(err)
+			if err := table.Handle(tt.Name, func(context.Context, *queue.Task) error { return nil }); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	if err := q.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(q.Stop)
+	t.Cleanup(func() { _ = q.Stop(context.Background()) })
 	e := &env{t: t, db: db, fake: fake, q: q, p: p, reg: reg, clients: clients, alerts: alerts}
 	err = db.Update(func(tx *store.Tx) error {
 		e.user, err = tx.UserCreate("owner@example.com", "Owner")

@@ -54,7 +54,7 @@ func TestPruneWrittenSubmissions(t *testing.T) {
 	if err := loop.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(loop.Stop)
+	t.Cleanup(func() { _ = loop.Stop(context.Background()) })
 	testkit.Eventually(t, 10*time.Second, "the loop to prune the next ten", func() bool {
 		return e.metric("mailroom_sheets_submissions_pruned_total") == 30
 	})

@@ -31,6 +31,7 @@ import (
 
 	"mailroom/queue"
 	"mailroom/queue/google"
+	"mailroom/queue/lifecycle"
 	"mailroom/store"
 )
 
@@ -267,6 +268,20 @@ func New(cfg Config, deps Deps) (*Pipeline, error) {
 	}
 	p.metrics = m
 	return p, nil
+}
+
+// Register gives the task table the pipeline's flush handler.
+func (p *Pipeline) Register(t *queue.Table) error {
+	return t.Handle(queue.TypeSheetsFlush, p.HandleFlush)
+}
+
+// Services are the pipeline's loops: the pruner of written submissions,
+// when Retention is set. Each call makes them anew: the app calls it once.
+func (p *Pipeline) Services() []lifecycle.Service {
+	if pruner := p.Pruner(); pruner != nil {
+		return []lifecycle.Service{pruner}
+	}
+	return nil
 }
 
 // Quota returns the write quota (per account and per project).

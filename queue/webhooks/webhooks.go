@@ -30,6 +30,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"mailroom/queue"
+	"mailroom/queue/lifecycle"
 	"mailroom/store"
 )
 
@@ -314,6 +315,18 @@ func (p *Pipeline) Replay(id string, after uint64) error {
 	}
 	return err
 }
+
+// Services are the pipeline's loops: the scheduler, which plans batches
+// while it runs (Run).
+func (p *Pipeline) Services() []lifecycle.Service { return []lifecycle.Service{&scheduler{p: p}} }
+
+// scheduler runs Run with the one lifecycle.
+type scheduler struct {
+	lifecycle.Base
+	p *Pipeline
+}
+
+func (s *scheduler) Start(ctx context.Context) error { return s.StartLoop(ctx, s.p.Run) }
 
 // Kick asks the scheduler for a pass now.
 func (p *Pipeline) Kick() {

@@ -146,7 +146,7 @@ func newEnv(t *testing.T, cfg Config) *env {
 	if err := q.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(q.Stop)
+	t.Cleanup(func() { _ = q.Stop(context.Background()) })
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { p.Run(ctx); close(done) }()

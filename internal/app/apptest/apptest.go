@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -53,18 +54,28 @@ func Config(t testing.TB) *app.Config {
 	return cfg
 }
 
-// Start builds and starts the app with opts; mutate may change the test
-// config. The app stops when the test ends.
-func Start(t testing.TB, mutate func(*app.Config), opts ...app.Option) *App {
+// Prepare makes the app's deps from the test config before New, and may
+// change the config (demo.Prepare is one).
+type Prepare func(ctx context.Context, cfg *app.Config, logger *slog.Logger) (app.Deps, error)
+
+// Start builds and starts the app; mutate may change the test config, and
+// prepare, when given, makes the app's deps (and may change the config
+// too) before app.New. The app stops when the test ends.
+func Start(t testing.TB, mutate func(*app.Config), prepare ...Prepare) *App {
 	t.Helper()
 	cfg := Config(t)
 	if mutate != nil {
 		mutate(cfg)
 	}
-	if err := cfg.Validate(); err != nil {
-		t.Fatalf("test config: %v", err)
+	logger := app.NewLogger(cfg, testkit.LogWriter(t))
+	deps := app.Deps{Logger: logger}
+	for _, p := range prepare {
+		var err error
+		if deps, err = p(context.Background(), cfg, logger); err != nil {
+			t.Fatalf("prepare: %v", err)
+		}
 	}
-	a, err := app.New(context.Background(), cfg, app.NewLogger(cfg, testkit.LogWriter(t)), opts...)
+	a, err := app.New(context.Background(), cfg, deps)
 	if err != nil {
 		t.Fatalf("app.New: %v", err)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"mailroom/queue"
 	"mailroom/queue/google"
+	"mailroom/queue/lifecycle"
 	"mailroom/store"
 )
 
@@ -67,16 +68,36 @@ type conn struct {
 	sheets *google.Sheets
 }
 
-// New builds the service over the store and the Google client.
-func New(db *store.DB, g *google.Client, cfg Config) *Service {
+// Deps are what the service is built over.
+type Deps struct {
+	// DB is the store. Required.
+	DB *store.DB
+	// Google is the Google client every account's adapters share.
+	// Required.
+	Google *google.Client
+}
+
+// New builds the service over its deps. It has no task types of its own
+// and no loops: Register and Services have nothing to add.
+func New(cfg Config, deps Deps) (*Service, error) {
+	if deps.DB == nil || deps.Google == nil {
+		return nil, errors.New("accounts: New needs Deps.DB and Deps.Google")
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Service{db: db, google: g, log: cfg.Logger.With("component", "accounts"), now: cfg.Now, conns: map[string]*conn{}}
+	return &Service{db: deps.DB, google: deps.Google, log: cfg.Logger.With("component", "accounts"), now: cfg.Now, conns: map[string]*conn{}}, nil
 }
+
+// Register adds nothing to the task table: the service has no task types
+// (the pipelines' tasks call it).
+func (s *Service) Register(*queue.Table) error { return nil }
+
+// Services lists none: the service has no loops (tokens refresh when used).
+func (s *Service) Services() []lifecycle.Service { return nil }
 
 // Google is the Google client (OAuth consent and code exchange).
 func (s *Service) Google() *google.Client { return s.google }

@@ -41,7 +41,7 @@ func TestAccountsServiceSharesOneConnectionPerAccount(t *testing.T) {
 	t.Parallel()
 	fake := googlefake.StartForTest(t, googlefake.Options{})
 	db := storetest.Open(t)
-	s := accounts.New(db, google.New(google.Config{APIURL: fake.URL(), TokenURL: fake.TokenURL(), HTTPClient: &http.Client{Timeout: 10 * time.Second}}), accounts.Config{})
+	s := newService(t, db, fake)
 	ctx := context.Background()
 
 	if _, err := s.Gmail(ctx, "nope"); !queue.IsPermanent(err) || !errors.Is(err, accounts.ErrAccountGone) {
@@ -85,7 +85,7 @@ func TestAccountsServiceRevokedGrantPutsTheAccountInError(t *testing.T) {
 	t.Parallel()
 	fake := googlefake.StartForTest(t, googlefake.Options{})
 	db := storetest.Open(t)
-	s := accounts.New(db, google.New(google.Config{APIURL: fake.URL(), TokenURL: fake.TokenURL(), HTTPClient: &http.Client{Timeout: 10 * time.Second}}), accounts.Config{})
+	s := newService(t, db, fake)
 	ctx := context.Background()
 	const email = "bob@example.com"
 	id := connected(t, db, s, email, fake.AddAccount(email))
@@ -108,4 +108,14 @@ func TestAccountsServiceRevokedGrantPutsTheAccountInError(t *testing.T) {
 	if _, err := s.Sheets(ctx, id); !queue.IsPermanent(err) || !errors.Is(err, google.ErrRevoked) {
 		t.Fatalf("an account in error: %v, want a permanent ErrRevoked", err)
 	}
+}
+
+// newService builds the service over db and the emulator.
+func newService(t *testing.T, db *store.DB, fake *googlefake.Server) *accounts.Service {
+	t.Helper()
+	s, err := accounts.New(accounts.Config{}, accounts.Deps{DB: db, Google: google.New(google.Config{APIURL: fake.URL(), TokenURL: fake.TokenURL(), HTTPClient: &http.Client{Timeout: 10 * time.Second}})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
