@@ -350,3 +350,18 @@ func (tx *Tx) EventsSize() (count int, bytes int64) {
 func createEventBuckets(tx *bolt.Tx) error {
 	return createBuckets(tx, bucketEvents, bucketUserEvents, bucketEventsMeta, bucketWebhooks)
 }
+
+// EventsLatest returns up to n of the newest events, newest first.
+func (tx *Tx) EventsLatest(n int) ([]Event, error) {
+	out := []Event{}
+	c := tx.tx.Bucket(bucketEvents).Cursor()
+	for k, v := c.Last(); k != nil && len(out) < n; k, v = c.Prev() {
+		var e Event
+		if err := json.Unmarshal(v, &e); err != nil {
+			return nil, fmt.Errorf("store: decode event: %w", err)
+		}
+		e.Seq = binary.BigEndian.Uint64(k)
+		out = append(out, e)
+	}
+	return out, nil
+}

@@ -9,6 +9,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"mailroom/queue"
+	"mailroom/store"
 )
 
 // queueStats is every queue of the table with live counts; none when the
@@ -68,11 +69,13 @@ type dataFileView struct {
 type overviewView struct {
 	// Panels are figures of the pipelines (the Gmail quota; page only,
 	// not refreshed).
-	Panels   []overviewPanel `json:"-"`
-	Running  bool            `json:"running"`
-	Problems []Problem       `json:"problems"`
-	Queues   []queueRow      `json:"queues"`
-	Totals   queueTotals     `json:"totals"`
+	Panels []overviewPanel `json:"-"`
+	// Events are the newest events of the log (page only).
+	Events   []store.Event `json:"-"`
+	Running  bool          `json:"running"`
+	Problems []Problem     `json:"problems"`
+	Queues   []queueRow    `json:"queues"`
+	Totals   queueTotals   `json:"totals"`
 	// DataFile is the bbolt file's size and the part of it free for reuse
 	// (mailroom compact gives it back), in bytes.
 	DataFile  dataFileView `json:"dataFile"`
@@ -149,6 +152,9 @@ func queueStatus(st queue.QueueStats) (label, class string) {
 	return "idle", "muted"
 }
 
+// overviewEvents is how many of the newest events the overview shows.
+const overviewEvents = 12
+
 func (s *server) overviewPage(c *gin.Context) {
 	v, err := s.overview(c)
 	if err != nil {
@@ -166,6 +172,10 @@ func (s *server) overviewPage(c *gin.Context) {
 		if len(p.Figures) > 0 {
 			v.Panels = append(v.Panels, p)
 		}
+	}
+	if err := s.deps.DB.View(func(tx *store.Tx) (err error) { v.Events, err = tx.EventsLatest(overviewEvents); return err }); err != nil {
+		s.fail(c, err)
+		return
 	}
 	s.render(c, http.StatusOK, "overview", v)
 }

@@ -21,6 +21,7 @@ type Webhooks interface {
 	Delete(id string) error
 	Replay(id string, after uint64) error
 	TestDelivery(ctx context.Context, id string) error
+	Backlog(w store.Webhook) (webhooks.Backlog, error)
 }
 
 var _ Webhooks = (*webhooks.Pipeline)(nil)

@@ -174,6 +174,12 @@ func request(t testing.TB, h http.Handler, method, path string, body any, header
 		r, contentType = bytes.NewReader(b), "application/json"
 	case url.Values:
 		r, contentType = strings.NewReader(b.Encode()), "application/x-www-form-urlencoded"
+	case map[string]any:
+		raw, err := json.Marshal(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, contentType = bytes.NewReader(raw), "application/json"
 	default:
 		t.Fatalf("request: unsupported body type %T", body)
 	}

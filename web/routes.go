@@ -77,6 +77,12 @@ func (s *server) adminRoutes(e *gin.Engine, h handlers) {
 	admin.POST("/deadletters/:id/discard", s.adminDiscard)
 	admin.POST("/alerts/test", s.adminTestAlert)
 	admin.GET("/tokens", s.tokensPage)
+	if p := s.deps.Webhooks; p != nil {
+		wh := webhookHandlers{server: s, p: p}
+		admin.GET("/webhooks", wh.adminPage)
+		admin.POST("/webhooks/:id/test", wh.adminTest)
+		admin.POST("/webhooks/:id/replay", wh.adminReplay)
+	}
 	admin.POST("/tokens", s.createToken)
 	admin.POST("/tokens/:id/revoke", s.revokeToken)
 	if h.cn != nil {
@@ -194,6 +200,9 @@ func (s *server) buildNav() []navItem {
 	}
 	if s.deps.Forms != nil {
 		nav = append(nav, navItem{Title: "Forms", Path: "/admin/forms"})
+	}
+	if s.deps.Webhooks != nil {
+		nav = append(nav, navItem{Title: "Webhooks", Path: "/admin/webhooks"})
 	}
 	if s.deps.Setup != nil {
 		nav = append(nav, navItem{Title: "Setup", Path: "/admin/setup"})

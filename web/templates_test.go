@@ -50,6 +50,11 @@ func templateSamples() map[string]any {
 			{APIToken: store.APIToken{ID: "t3", Name: "soon", Prefix: "mr_yyyyy", UserID: "u1", CreatedAt: at, ExpiresAt: at.Add(time.Hour)}, UserEmail: "ann@example.com"}},
 			Users: []store.User{{ID: "u1", Email: "ann@example.com"}}, UserID: "u1", ExpiresIn: "720h",
 			New: &newToken{Name: "ci", Token: "mr_secret", UserEmail: "ann@example.com", ExpiresAt: at, BaseURL: "https://mail.example.com", Example: "/api/v1/users/u1/rules"}, Error: "bad name"},
+		"webhooks": webhooksView{Retention: "7 days", Hooks: []webhookRow{
+			{Webhook: store.Webhook{ID: "w1", URL: "https://app.example.com/hook", Types: []string{"message.added"}, UserID: "u1", LastDeliveryAt: at, Delivered: 1200},
+				UserEmail: "ann@example.com", Backlog: 10000, BacklogMore: true, Oldest: at},
+			{Webhook: store.Webhook{ID: "w2", URL: "https://app.example.com/all", LastError: "webhooks: answered 503 <Service Unavailable>", FailingSince: at}},
+		}},
 	}
 }
 

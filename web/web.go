@@ -34,6 +34,9 @@ type Deps struct {
 	DB *store.DB
 	// Webhooks is the webhooks pipeline. Nil: no /api/v1/webhooks.
 	Webhooks Webhooks
+	// EventsRetention is MAILROOM_EVENTS_RETENTION, said on the Webhooks
+	// page.
+	EventsRetention time.Duration
 	// Queue is the task machinery. Nil: the queue pages and /api/v1/queues
 	// show no queues, and redrive answers 503.
 	Queue *queue.Queue

@@ -46,6 +46,7 @@ func (a *App) buildWeb() error {
 	}
 	if a.webhooks != nil {
 		deps.Webhooks = a.webhooks
+		deps.EventsRetention = a.cfg.EventsRetention
 	}
 	h, err := web.New(deps)
 	if err != nil {

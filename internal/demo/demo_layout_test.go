@@ -149,6 +149,7 @@ func TestDemoLayout(t *testing.T) {
 		{"rules-editor", "/admin/rules/" + snap.userID},
 		{"forms", "/admin/forms"},
 		{"setup", "/admin/setup"},
+		{"webhooks", "/admin/webhooks"},
 		{"tokens", "/admin/tokens"},
 		{"logout", "/admin/logout"},
 	}

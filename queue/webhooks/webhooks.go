@@ -335,3 +335,37 @@ func (p *Pipeline) Kick() {
 	default:
 	}
 }
+
+// Backlog is what a webhook has yet to receive: how many events (counted
+// up to backlogScan; More when there are more) and the oldest one's time.
+type Backlog struct {
+	Events int
+	More   bool
+	Oldest time.Time
+}
+
+// backlogScan bounds the events Backlog counts.
+const backlogScan = 10000
+
+// Backlog counts the events w has yet to receive.
+func (p *Pipeline) Backlog(w store.Webhook) (Backlog, error) {
+	var b Backlog
+	err := p.db.View(func(tx *store.Tx) error {
+		after := w.Cursor
+		if w.Batch != nil {
+			after = w.Batch.After
+		}
+		q := w.Query(max(after, tx.EventsPruned()), backlogScan)
+		q.Scan = backlogScan
+		events, next, err := tx.Events(q)
+		if err != nil {
+			return err
+		}
+		b.Events, b.More = len(events), next < tx.EventsHead() && len(events) == backlogScan
+		if len(events) > 0 {
+			b.Oldest = events[0].OccurredAt
+		}
+		return nil
+	})
+	return b, err
+}
