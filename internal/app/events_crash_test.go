@@ -1,20 +1,17 @@
 package app_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
-	"mailroom/internal/googlefake"
 	"mailroom/internal/testkit"
 )
 
@@ -93,72 +90,19 @@ func TestEventsSurviveKill9(t *testing.T) {
 		t.Skip("builds and kills the binary")
 	}
 	t.Parallel()
-	fake := googlefake.StartForTest(t, googlefake.Options{GmailQuotaWindow: 2 * time.Second})
-	fake.AddAccount(gmailAddr)
-	if _, err := fake.Gmail.Generate(gmailAddr, 200, 3); err != nil {
-		t.Fatal(err)
-	}
 	r := newHookReceiver(t)
-	env := []string{
-		"MAILROOM_GOOGLE_API_URL=" + fake.URL(),
-		"MAILROOM_GOOGLE_TOKEN_URL=" + fake.TokenURL(),
-		"MAILROOM_PUSH_TOKEN=" + pushSharedKey,
-		"MAILROOM_GMAIL_POLL_INTERVAL=1h",
-		"MAILROOM_GMAIL_QUOTA_WINDOW=2s",
-		"MAILROOM_RETRY_INITIAL=100ms",
-		"MAILROOM_RETRY_MAX=500ms",
-		"MAILROOM_DELAYED_CHECK_INTERVAL=100ms",
-		"MAILROOM_WEBHOOK_ALLOW_PRIVATE=true",
-	}
-	dir := t.TempDir()
-	p := startProc(t, dir, env...)
-	var user struct{ ID string }
-	p.call(http.MethodPost, "/api/v1/users", map[string]string{"email": "owner@example.com", "name": "Owner"}, http.StatusCreated, &user)
-	var hook struct{ Secret string }
-	p.call(http.MethodPost, "/api/v1/webhooks", map[string]any{"url": r.srv.URL + "/hook", "userId": user.ID}, http.StatusCreated, &hook)
-	r.mu.Lock()
-	r.secret = hook.Secret
-	r.mu.Unlock()
-	var acc gmailTestAccount
-	p.call(http.MethodPost, "/api/v1/accounts", map[string]string{"userId": user.ID, "email": gmailAddr, "refreshToken": fake.AddAccount(gmailAddr)}, http.StatusCreated, &acc)
-	testkit.Eventually(t, 30*time.Second, "the first full sync", func() bool {
-		var a gmailTestAccount
-		p.call(http.MethodGet, "/api/v1/accounts/"+acc.ID, nil, http.StatusOK, &a)
-		return a.Status == "ready"
+	k := killMidSync(t, []string{"MAILROOM_WEBHOOK_ALLOW_PRIVATE=true"}, 2000, 400, func(p *proc, userID string) {
+		var hook struct{ Secret string }
+		p.call(http.MethodPost, "/api/v1/webhooks", map[string]any{"url": r.srv.URL + "/hook", "userId": userID}, http.StatusCreated, &hook)
+		r.mu.Lock()
+		r.secret = hook.Secret
+		r.mu.Unlock()
 	})
-	var a gmailTestAccount
-	p.call(http.MethodGet, "/api/v1/accounts/"+acc.ID, nil, http.StatusOK, &a)
-	from, _ := strconv.ParseUint(a.HistoryID, 10, 64)
-
-	makeHistory(t, fake, gmailAddr, 2000)
-	to := fake.Gmail.HistoryID(gmailAddr)
-	if _, err := fake.InjectFault(googlefake.Fault{Method: googlefake.MethodHistoryList, Latency: 150 * time.Millisecond}); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.Post(p.url+"/push/gmail?token="+pushSharedKey, "application/json", bytes.NewReader(fake.PushEnvelope(gmailAddr, to)))
-	if err != nil || resp.StatusCode != http.StatusNoContent {
-		t.Fatalf("push: %v %v", resp, err)
-	}
-	resp.Body.Close()
-	var mark uint64
-	testkit.Eventually(t, 30*time.Second, "the sync to be under way", func() bool {
-		var a gmailTestAccount
-		p.call(http.MethodGet, "/api/v1/accounts/"+acc.ID, nil, http.StatusOK, &a)
-		mark, _ = strconv.ParseUint(a.HistoryID, 10, 64)
-		return mark > from+400
-	})
-	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	<-p.exited
-	if mark >= to {
-		t.Fatalf("the sync finished (watermark %d of %d) before the kill; the test proves nothing", mark, to)
-	}
-	delivered := len(r.ids())
-	t.Logf("killed with the watermark at %d of %d..%d, %d events delivered", mark, from, to, delivered)
+	fake, acc, to := k.fake, k.acc, k.to
+	t.Logf("%d events delivered at the kill", len(r.ids()))
 
 	fake.ClearFaults()
-	p = startProc(t, dir, env...)
+	p := startProc(t, k.dir, k.env...)
 	testkit.EventuallyNil(t, 60*time.Second, "the mirror to converge", func() error {
 		var a gmailTestAccount
 		p.call(http.MethodGet, "/api/v1/accounts/"+acc.ID, nil, http.StatusOK, &a)
@@ -168,7 +112,7 @@ func TestEventsSurviveKill9(t *testing.T) {
 		return nil
 	})
 
-	evs := p.feedOf(user.ID)
+	evs := p.feedOf(k.userID)
 	state := replay(t, evs)
 	mirror := p.mirror(acc.ID)
 	for id, m := range mirror {

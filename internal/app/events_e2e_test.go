@@ -25,6 +25,7 @@ type feedEvent struct {
 	Type      string          `json:"type"`
 	UserID    string          `json:"userId"`
 	AccountID string          `json:"accountId"`
+	FormID    string          `json:"formId"`
 	Data      json.RawMessage `json:"data"`
 }
 
@@ -82,8 +83,13 @@ func (r *hookReceiver) ids() []string {
 // feed reads every event of the query through GET /api/v1/events.
 func feed(ta *apptest.App, query string) []feedEvent {
 	ta.T().Helper()
+	return feedAfter(ta, "", query)
+}
+
+// feedAfter reads every event of the query after the cursor after.
+func feedAfter(ta *apptest.App, after, query string) []feedEvent {
+	ta.T().Helper()
 	var out []feedEvent
-	after := ""
 	for {
 		var page struct {
 			Events []feedEvent `json:"events"`
@@ -265,4 +271,108 @@ func firstDiff(a, b []string) int {
 		}
 	}
 	return min(len(a), len(b))
+}
+
+// TestEventsFormsAndDeadLetters: a form's rows written, its sheet deleted
+// and replaced, and a dead letter redriven give exactly their events, in
+// order, over the feed and over a webhook of every type and user.
+func TestEventsFormsAndDeadLetters(t *testing.T) {
+	t.Parallel()
+	fake := googlefake.StartForTest(t, googlefake.Options{})
+	ta, userID, accountID, book := sheetsApp(t, fake, func(cfg *app.Config) {
+		cfg.SheetsRecheckMax = 2 * time.Second
+		cfg.WebhookAllowPrivate = true
+		cfg.DebugTasks = true
+	})
+	// The account's own sync done, only this test's changes follow.
+	testkit.Eventually(t, 30*time.Second, "the account ready", func() bool { return account(ta, accountID).Status == "ready" })
+	r := newHookReceiver(t)
+	var hook struct{ Secret string }
+	ta.JSON(http.MethodPost, "/api/v1/webhooks", map[string]any{"url": r.srv.URL + "/hook"}, http.StatusCreated, &hook)
+	r.mu.Lock()
+	r.secret = hook.Secret
+	r.mu.Unlock()
+	var head struct{ Next string }
+	ta.JSON(http.MethodGet, "/api/v1/events?after=now", nil, http.StatusOK, &head)
+
+	var f sheetsForm
+	ta.JSON(http.MethodPost, "/api/v1/forms", map[string]any{
+		"userId": userID, "accountId": accountID, "spreadsheetId": book, "sheet": "Responses", "columns": []string{"name"},
+	}, http.StatusCreated, &f)
+	submit := func(n int) []string {
+		var ids []string
+		for i := range n {
+			var s struct{ ID string }
+			ta.JSON(http.MethodPost, "/api/v1/forms/"+f.ID+"/submissions", map[string]any{"answers": map[string]any{"name": fmt.Sprint("n", i)}}, http.StatusAccepted, &s)
+			ids = append(ids, s.ID)
+		}
+		return ids
+	}
+	first := submit(3)
+	testkit.Eventually(t, 10*time.Second, "the first rows written", func() bool { return getForm(ta, f.ID).RowsWritten == 3 })
+	if err := fake.Sheets.DeleteSpreadsheet(book); err != nil {
+		t.Fatal(err)
+	}
+	second := submit(2)
+	testkit.Eventually(t, 10*time.Second, "the form in error", func() bool { return getForm(ta, f.ID).State == "error" })
+	fresh, err := fake.Sheets.CreateSpreadsheet("forms@example.com", "Fresh", "Sheet1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ta.JSON(http.MethodPut, "/api/v1/forms/"+f.ID, map[string]any{"spreadsheetId": fresh, "sheet": "Sheet1"}, http.StatusOK, nil)
+	testkit.Eventually(t, 10*time.Second, "the rows in the new sheet", func() bool { return getForm(ta, f.ID).RowsWritten == 5 })
+
+	ta.JSON(http.MethodPost, "/api/v1/debug/tasks", map[string]any{"count": 1, "fail": "permanent"}, http.StatusAccepted, nil)
+	var dead struct{ Deadletters []struct{ ID string } }
+	testkit.Eventually(t, 10*time.Second, "a dead letter", func() bool {
+		ta.JSON(http.MethodGet, "/api/v1/deadletters", nil, http.StatusOK, &dead)
+		return len(dead.Deadletters) == 1
+	})
+	was := dead.Deadletters[0].ID
+	ta.JSON(http.MethodPost, "/api/v1/deadletters/"+was+"/redrive", nil, http.StatusAccepted, nil)
+	testkit.Eventually(t, 10*time.Second, "the redriven task dead again", func() bool {
+		ta.JSON(http.MethodGet, "/api/v1/deadletters", nil, http.StatusOK, &dead)
+		return len(dead.Deadletters) == 1 && dead.Deadletters[0].ID != was
+	})
+
+	evs := feedAfter(ta, head.Next, "")
+	var got []string
+	for _, e := range evs {
+		var d struct {
+			ID, Type, State string
+			SubmissionIDs   []string
+			FirstRow        int
+		}
+		if err := json.Unmarshal(e.Data, &d); err != nil {
+			t.Fatal(err)
+		}
+		switch e.Type {
+		case "form.rows_written":
+			got = append(got, fmt.Sprintf("%s %v", e.Type, d.SubmissionIDs))
+		case "form.state":
+			got = append(got, e.Type+" "+d.State)
+		case "deadletter.added", "deadletter.redriven":
+			got = append(got, e.Type+" "+d.Type)
+		}
+		if e.Type != "deadletter.added" && e.Type != "deadletter.redriven" && (e.UserID != userID || e.FormID != f.ID) {
+			t.Errorf("event %s %s: user %q form %q", e.ID, e.Type, e.UserID, e.FormID)
+		}
+	}
+	want := []string{
+		fmt.Sprintf("form.rows_written %v", first),
+		"form.state error",
+		"form.state ok",
+		fmt.Sprintf("form.rows_written %v", second),
+		"deadletter.added debug:record",
+		"deadletter.redriven debug:record",
+		"deadletter.added debug:record",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("events:\n got %q\nwant %q", got, want)
+	}
+	wantIDs := eventIDs(evs)
+	testkit.Eventually(t, 30*time.Second, "the webhook to take the feed's events", func() bool { return len(r.ids()) >= len(wantIDs) })
+	if ids := r.ids(); !slices.Equal(ids, wantIDs) {
+		t.Errorf("the webhook took %d events, the feed has %d; first difference at %d", len(ids), len(wantIDs), firstDiff(ids, wantIDs))
+	}
 }

@@ -109,6 +109,89 @@ func makeHistory(t *testing.T, fake *googlefake.Server, email string, n int) {
 	}
 }
 
+// midSyncKill is a binary killed with SIGKILL during a sync: the crash
+// tests' set-up.
+type midSyncKill struct {
+	fake     *googlefake.Server
+	env      []string
+	dir      string
+	userID   string
+	acc      gmailTestAccount
+	from, to uint64 // the watermark before the burst, and the mailbox's history id after it
+	mark     uint64 // the watermark at the kill
+}
+
+// killMidSync starts the binary (with the crash tests' settings and
+// extraEnv) on a fresh data dir, connects the emulator's 200-message
+// mailbox, calls ready once it is synced, makes records more history
+// records, pushes them with history pages slowed down (the emulator runs in
+// the test process), and kills the binary once the watermark has moved
+// killAfter records but not all of them.
+func killMidSync(t *testing.T, extraEnv []string, records, killAfter uint64, ready func(p *proc, userID string)) *midSyncKill {
+	t.Helper()
+	k := &midSyncKill{dir: t.TempDir()}
+	k.fake = googlefake.StartForTest(t, googlefake.Options{GmailQuotaWindow: 2 * time.Second})
+	fake := k.fake
+	fake.AddAccount(gmailAddr)
+	if _, err := fake.Gmail.Generate(gmailAddr, 200, 3); err != nil {
+		t.Fatal(err)
+	}
+	k.env = append([]string{
+		"MAILROOM_GOOGLE_API_URL=" + fake.URL(),
+		"MAILROOM_GOOGLE_TOKEN_URL=" + fake.TokenURL(),
+		"MAILROOM_PUSH_TOKEN=" + pushSharedKey,
+		"MAILROOM_GMAIL_POLL_INTERVAL=1h",
+		"MAILROOM_GMAIL_QUOTA_WINDOW=2s",
+		"MAILROOM_RETRY_INITIAL=100ms",
+		"MAILROOM_RETRY_MAX=500ms",
+		"MAILROOM_DELAYED_CHECK_INTERVAL=100ms",
+	}, extraEnv...)
+	p := startProc(t, k.dir, k.env...)
+	var user struct{ ID string }
+	p.call(http.MethodPost, "/api/v1/users", map[string]string{"email": "owner@example.com", "name": "Owner"}, http.StatusCreated, &user)
+	k.userID = user.ID
+	if ready != nil {
+		ready(p, user.ID)
+	}
+	p.call(http.MethodPost, "/api/v1/accounts", map[string]string{"userId": user.ID, "email": gmailAddr, "refreshToken": fake.AddAccount(gmailAddr)}, http.StatusCreated, &k.acc)
+	testkit.Eventually(t, 30*time.Second, "the first full sync", func() bool {
+		var a gmailTestAccount
+		p.call(http.MethodGet, "/api/v1/accounts/"+k.acc.ID, nil, http.StatusOK, &a)
+		return a.Status == "ready"
+	})
+	var a gmailTestAccount
+	p.call(http.MethodGet, "/api/v1/accounts/"+k.acc.ID, nil, http.StatusOK, &a)
+	k.from, _ = strconv.ParseUint(a.HistoryID, 10, 64)
+
+	makeHistory(t, fake, gmailAddr, int(records))
+	k.to = fake.Gmail.HistoryID(gmailAddr)
+	if _, err := fake.InjectFault(googlefake.Fault{Method: googlefake.MethodHistoryList, Latency: 150 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Post(p.url+"/push/gmail?token="+pushSharedKey, "application/json", bytes.NewReader(fake.PushEnvelope(gmailAddr, k.to)))
+	if err != nil || resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("push: %v %v", resp, err)
+	}
+	resp.Body.Close()
+
+	// Kill once the sync has recorded some pages but not all.
+	testkit.Eventually(t, 30*time.Second, "the sync to be under way", func() bool {
+		var a gmailTestAccount
+		p.call(http.MethodGet, "/api/v1/accounts/"+k.acc.ID, nil, http.StatusOK, &a)
+		k.mark, _ = strconv.ParseUint(a.HistoryID, 10, 64)
+		return k.mark > k.from+killAfter
+	})
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-p.exited
+	if k.mark >= k.to {
+		t.Fatalf("the sync finished (watermark %d of %d) before the kill; the test proves nothing", k.mark, k.to)
+	}
+	t.Logf("killed with the watermark at %d of %d..%d", k.mark, k.from, k.to)
+	return k
+}
+
 // TestGmailCrashDuringSync kills the binary with SIGKILL while it syncs
 // 5,000 history records (history pages are slowed down by the emulator,
 // which runs in the test process), restarts it on the same data dir, and
@@ -121,67 +204,12 @@ func TestGmailCrashDuringSync(t *testing.T) {
 		t.Skip("builds and kills the binary")
 	}
 	t.Parallel()
-	fake := googlefake.StartForTest(t, googlefake.Options{GmailQuotaWindow: 2 * time.Second})
-	fake.AddAccount(gmailAddr)
-	if _, err := fake.Gmail.Generate(gmailAddr, 200, 3); err != nil {
-		t.Fatal(err)
-	}
-	env := []string{
-		"MAILROOM_GOOGLE_API_URL=" + fake.URL(),
-		"MAILROOM_GOOGLE_TOKEN_URL=" + fake.TokenURL(),
-		"MAILROOM_PUSH_TOKEN=" + pushSharedKey,
-		"MAILROOM_GMAIL_POLL_INTERVAL=1h",
-		"MAILROOM_GMAIL_QUOTA_WINDOW=2s",
-		"MAILROOM_RETRY_INITIAL=100ms",
-		"MAILROOM_RETRY_MAX=500ms",
-		"MAILROOM_DELAYED_CHECK_INTERVAL=100ms",
-	}
-	dir := t.TempDir()
-	p := startProc(t, dir, env...)
-	var user struct{ ID string }
-	p.call(http.MethodPost, "/api/v1/users", map[string]string{"email": "owner@example.com", "name": "Owner"}, http.StatusCreated, &user)
-	var acc gmailTestAccount
-	p.call(http.MethodPost, "/api/v1/accounts", map[string]string{"userId": user.ID, "email": gmailAddr, "refreshToken": fake.AddAccount(gmailAddr)}, http.StatusCreated, &acc)
-	testkit.Eventually(t, 30*time.Second, "the first full sync", func() bool {
-		var a gmailTestAccount
-		p.call(http.MethodGet, "/api/v1/accounts/"+acc.ID, nil, http.StatusOK, &a)
-		return a.Status == "ready"
-	})
-	var a gmailTestAccount
-	p.call(http.MethodGet, "/api/v1/accounts/"+acc.ID, nil, http.StatusOK, &a)
-	from, _ := strconv.ParseUint(a.HistoryID, 10, 64)
-
-	makeHistory(t, fake, gmailAddr, 5000)
-	to := fake.Gmail.HistoryID(gmailAddr)
-	if _, err := fake.InjectFault(googlefake.Fault{Method: googlefake.MethodHistoryList, Latency: 150 * time.Millisecond}); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.Post(p.url+"/push/gmail?token="+pushSharedKey, "application/json", bytes.NewReader(fake.PushEnvelope(gmailAddr, to)))
-	if err != nil || resp.StatusCode != http.StatusNoContent {
-		t.Fatalf("push: %v %v", resp, err)
-	}
-	resp.Body.Close()
-
-	// Kill once the sync has recorded some pages but not all.
-	var mark uint64
-	testkit.Eventually(t, 30*time.Second, "the sync to be half way", func() bool {
-		var a gmailTestAccount
-		p.call(http.MethodGet, "/api/v1/accounts/"+acc.ID, nil, http.StatusOK, &a)
-		mark, _ = strconv.ParseUint(a.HistoryID, 10, 64)
-		return mark > from+1000
-	})
-	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	<-p.exited
-	if mark >= to {
-		t.Fatalf("the sync finished (watermark %d of %d) before the kill; the test proves nothing", mark, to)
-	}
-	t.Logf("killed with the watermark at %d of %d..%d", mark, from, to)
+	k := killMidSync(t, nil, 5000, 1000, nil)
+	fake, acc, to := k.fake, k.acc, k.to
 
 	// Restart with no push: the recorded sync and events finish the work.
 	fake.ClearFaults()
-	p = startProc(t, dir, env...)
+	p := startProc(t, k.dir, k.env...)
 	testkit.EventuallyNil(t, 60*time.Second, "convergence after the restart", func() error {
 		want, got := mailbox(fake, gmailAddr), p.mirror(acc.ID)
 		var a gmailTestAccount

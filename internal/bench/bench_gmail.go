@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"net/http/httptest"
 	"os"
 	"slices"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	"mailroom/queue"
 	"mailroom/queue/gmail"
 	"mailroom/queue/google"
+	"mailroom/queue/webhooks"
 	"mailroom/store"
 )
 
@@ -35,6 +37,9 @@ type gmailBench struct {
 	stop    func()
 	addr    string // the app's HTTP listener (its /metrics)
 	account string
+	// hook receives the events when gmailBenchOptions.webhook is set.
+	hook      *eventsReceiver
+	closeHook func()
 
 	mu      sync.Mutex
 	waiting map[string]time.Time // message id -> when its read was pushed
@@ -49,6 +54,9 @@ type gmailBenchOptions struct {
 	// messages in the mailbox at the start, of which the first unread are
 	// unread.
 	messages, unread int
+	// webhook registers one webhook for every event, to an in-process
+	// receiver (MAILROOM_WEBHOOK_ALLOW_PRIVATE=true: it listens on loopback).
+	webhook bool
 }
 
 // gmailEventTypes are the seven event types.
@@ -88,6 +96,7 @@ func newGmailBench(ctx context.Context, o gmailBenchOptions) (_ *gmailBench, err
 		c.GoogleAPIURL, c.GoogleTokenURL = g.fake.URL(), g.fake.TokenURL()
 		c.PushToken, c.GmailPollInterval, c.ShutdownTimeout = benchPushToken, time.Hour, 2*time.Second
 		c.Overrides.GmailQuotaOff = true
+		c.WebhookAllowPrivate = o.webhook
 		if o.oneQueue {
 			workers := c.ConcurrencyMessageAdded + 6*c.ConcurrencyState
 			c.Overrides.Tasks = func(rows []queue.TaskType) []queue.TaskType {
@@ -113,12 +122,26 @@ func newGmailBench(ctx context.Context, o gmailBenchOptions) (_ *gmailBench, err
 		return nil, err
 	}
 	g.account = acc.ID
-	return g, g.waitSynced(ctx, 2*time.Minute)
+	if err := g.waitSynced(ctx, 2*time.Minute); err != nil {
+		return g, err
+	}
+	if o.webhook {
+		g.hook = &eventsReceiver{}
+		srv := httptest.NewServer(g.hook)
+		g.closeHook = srv.Close
+		if _, _, err := a.Webhooks().Create(ctx, webhooks.CreateRequest{URL: srv.URL + "/hook"}); err != nil {
+			return g, err
+		}
+	}
+	return g, nil
 }
 
 func (g *gmailBench) close() {
 	if g.stop != nil {
 		g.stop()
+	}
+	if g.closeHook != nil {
+		g.closeHook()
 	}
 	if g.fake != nil {
 		g.fake.Close()
@@ -364,54 +387,88 @@ func benchGmailThroughput(ctx context.Context, o Options) (Result, error) {
 
 	targets, stop := benchTargets(ctx, o, &r)
 	defer stop()
+	runs := make([]gmailThroughputCase, 0, len(targets)+1)
 	for _, tg := range targets {
-		o.progress("   %s: %d history records", tg.name, records)
-		g, err := newGmailBench(ctx, gmailBenchOptions{redisURL: tg.url, messages: mailbox, unread: mailbox / 4})
-		if err != nil {
-			return r, fmt.Errorf("%s: %w", tg.name, err)
-		}
-		err = mixHistory(g.fake.Gmail, benchMailbox, records, 7)
-		if err == nil {
-			var events0 int
-			events0, err = gmailEventsHandled(ctx, g.addr)
-			cpu0, cpuErr := procCPUSeconds(os.Getpid())
-			start := time.Now()
-			if err == nil {
-				err = g.push(ctx)
-			}
-			if err == nil {
-				err = g.waitIdle(ctx, 5*time.Minute)
-			}
-			elapsed := time.Since(start)
-			cpu1, cpuErr1 := procCPUSeconds(os.Getpid())
-			var events int
-			if err == nil {
-				events, err = gmailEventsHandled(ctx, g.addr)
-				events -= events0
-			}
-			if err == nil {
-				broker := "redis-server"
-				if tg.name == "embedded" {
-					broker = "embedded broker"
-					r.addTarget("history records/s push to applied, embedded broker", float64(records)/elapsed.Seconds(), "records/s", 1500, true)
-				} else {
-					r.add("history records/s push to applied, redis-server", float64(records)/elapsed.Seconds(), "records/s")
-				}
-				r.add("event tasks/s, "+broker, float64(events)/elapsed.Seconds(), "events/s")
-				if err := errors.Join(cpuErr, cpuErr1); err != nil {
-					r.Notes = append(r.Notes, "CPU per record not measured: "+err.Error())
-				} else {
-					r.add("CPU-s per 1,000 history records, one account, "+broker, (cpu1-cpu0)*1000/float64(records), "CPU-s")
-				}
-				r.Notes = append(r.Notes, fmt.Sprintf("%s: %d records became %d event tasks after de-duplication, all applied in %s", tg.name, records, events, elapsed.Round(time.Millisecond)))
-			}
-		}
-		g.close()
-		if err != nil {
-			return r, fmt.Errorf("%s: %w", tg.name, err)
+		runs = append(runs, gmailThroughputCase{target: tg})
+	}
+	// The same burst with one webhook taking every event: what events cost
+	// the path they record (the events are written either way).
+	runs = append(runs, gmailThroughputCase{target: targets[0], webhook: true})
+	for _, run := range runs {
+		if err := gmailThroughputOne(ctx, o, &r, run, records, mailbox); err != nil {
+			return r, err
 		}
 	}
 	return r, gmailThroughputFleet(ctx, o, &r, targets, records)
+}
+
+// gmailThroughputCase is one one-account run of gmail-throughput.
+type gmailThroughputCase struct {
+	target  benchTarget
+	webhook bool
+}
+
+// gmailThroughputOne runs one burst of records on one account and adds its
+// figures to r.
+func gmailThroughputOne(ctx context.Context, o Options, r *Result, run gmailThroughputCase, records, mailbox int) error {
+	tg := run.target
+	name := tg.name
+	if run.webhook {
+		name += ", one webhook"
+	}
+	o.progress("   %s: %d history records", name, records)
+	g, err := newGmailBench(ctx, gmailBenchOptions{redisURL: tg.url, messages: mailbox, unread: mailbox / 4, webhook: run.webhook})
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err) // newGmailBench closed what it opened
+	}
+	defer g.close()
+	if err := mixHistory(g.fake.Gmail, benchMailbox, records, 7); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	events0, err := gmailEventsHandled(ctx, g.addr)
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	cpu0, cpuErr := procCPUSeconds(os.Getpid())
+	start := time.Now()
+	if err := g.push(ctx); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	if err := g.waitIdle(ctx, 5*time.Minute); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	elapsed := time.Since(start)
+	cpu1, cpuErr1 := procCPUSeconds(os.Getpid())
+	events, err := gmailEventsHandled(ctx, g.addr)
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	events -= events0
+	broker := "redis-server"
+	if tg.name == "embedded" {
+		broker = "embedded broker"
+	}
+	switch {
+	case run.webhook:
+		r.add("history records/s push to applied, embedded broker, one webhook taking every event", float64(records)/elapsed.Seconds(), "records/s")
+	case tg.name == "embedded":
+		r.addTarget("history records/s push to applied, embedded broker", float64(records)/elapsed.Seconds(), "records/s", 1500, true)
+	default:
+		r.add("history records/s push to applied, redis-server", float64(records)/elapsed.Seconds(), "records/s")
+	}
+	if run.webhook {
+		delivered := g.hook.count()
+		r.Notes = append(r.Notes, fmt.Sprintf("%s: %d records, %d event tasks applied in %s; the webhook had received %d events by then (the rest follow: delivery is not on the path it reports)", name, records, events, elapsed.Round(time.Millisecond), delivered))
+		return nil
+	}
+	r.add("event tasks/s, "+broker, float64(events)/elapsed.Seconds(), "events/s")
+	if err := errors.Join(cpuErr, cpuErr1); err != nil {
+		r.Notes = append(r.Notes, "CPU per record not measured: "+err.Error())
+	} else {
+		r.add("CPU-s per 1,000 history records, one account, "+broker, (cpu1-cpu0)*1000/float64(records), "CPU-s")
+	}
+	r.Notes = append(r.Notes, fmt.Sprintf("%s: %d records became %d event tasks after de-duplication, all applied in %s", tg.name, records, events, elapsed.Round(time.Millisecond)))
+	return nil
 }
 
 // fleetRun is one many-account burst of gmail-throughput.

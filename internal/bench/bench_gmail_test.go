@@ -19,10 +19,12 @@ func TestBenchGmailThroughputQuick(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	quotaOn, floors := 0, 0
+	quotaOn, floors, webhook := 0, 0, 0
 	for _, m := range r.Metrics {
 		t.Logf("%s = %.2f %s %s", m.Name, m.Value, m.Unit, m.Target)
 		switch {
+		case strings.HasSuffix(m.Name, "one webhook taking every event"):
+			webhook++
 		case strings.HasPrefix(m.Name, "Google quota refusals"):
 			if m.Value != 0 {
 				t.Errorf("%s = %v, want 0", m.Name, m.Value)
@@ -36,7 +38,7 @@ func TestBenchGmailThroughputQuick(t *testing.T) {
 			}
 		}
 	}
-	if quotaOn == 0 || floors != 3 {
-		t.Errorf("%d quota-on rate rows and %d floors, want at least one and 3", quotaOn, floors)
+	if quotaOn == 0 || floors != 3 || webhook != 1 {
+		t.Errorf("%d quota-on rate rows, %d floors and %d rows with a webhook, want at least one, 3 and 1", quotaOn, floors, webhook)
 	}
 }
