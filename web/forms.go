@@ -36,7 +36,7 @@ func mapFormsError(err error) *httpError {
 			whose = "the forms of this form's user together"
 		}
 		return &httpError{Status: http.StatusTooManyRequests, Code: "rate_limited", RetryAfter: limited.RetryAfter, Err: err,
-			Message: fmt.Sprintf("Too many submissions: %s took %d in the last %s; retry after the time in Retry-After.", whose, limited.Limit, limited.Window)}
+			Message: fmt.Sprintf("Too many submissions: %s took %d in the last %s; retry after the time in Retry-After.", whose, limited.Limit, timeSpan(limited.Window))}
 	case errors.As(err, &full):
 		msg := fmt.Sprintf("%d rows of this form wait to be written to its sheet, the most one form may have waiting; new submissions are refused until rows are written (nothing accepted is lost).", full.Waiting)
 		if full.LastError != "" {

@@ -331,7 +331,10 @@ func (d *demo) formLoop(ctx context.Context, ids demoIDs) {
 		submit(mrand.IntN(len(ids.forms)))
 		if time.Now().After(nextBurst) {
 			i := mrand.IntN(len(ids.forms))
-			n := d.scaled(300+mrand.IntN(301), 20)
+			// 300 to 500: a burst may fill a buffer (the flush at once at
+			// 500) and stays within MAILROOM_SUBMISSIONS_PER_FORM's 600 a
+			// minute with the steady pace beside it.
+			n := d.scaled(300+mrand.IntN(201), 20)
 			d.log.Info("demo: a burst of form submissions", "form_id", ids.forms[i], "submissions", n)
 			for range n {
 				if ctx.Err() != nil {
