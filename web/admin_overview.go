@@ -153,7 +153,7 @@ func queueStatus(st queue.QueueStats) (label, class string) {
 }
 
 // overviewEvents is how many of the newest events the overview shows.
-const overviewEvents = 12
+const overviewEvents = 10
 
 func (s *server) overviewPage(c *gin.Context) {
 	v, err := s.overview(c)
