@@ -59,7 +59,7 @@ lint: fmt-check vet ## gofmt and go vet (staticcheck too when installed)
 
 # The parsers that face the network, each fuzzed for FUZZTIME.
 FUZZTIME ?= 1m
-FUZZ_TARGETS := ./web:FuzzBindJSON ./queue/gmail:FuzzPushDecode ./queue/rules:FuzzMatch ./queue/rules:FuzzRuleParse ./queue/sheets:FuzzSubmissionAnswers
+FUZZ_TARGETS := ./web:FuzzBindJSON ./queue/gmail:FuzzPushDecode ./queue/rules:FuzzMatch ./queue/rules:FuzzRuleParse ./queue/sheets:FuzzSubmissionAnswers ./store:FuzzParseEventCursor
 
 fuzz: ## fuzz every network-facing parser for FUZZTIME each (default 1m)
 	@for t in $(FUZZ_TARGETS); do \

@@ -273,3 +273,20 @@ func TestEventsWakeOnCommit(t *testing.T) {
 		t.Errorf("form.state counted %d times, want 1", got)
 	}
 }
+
+// FuzzParseEventCursor: any text a client sends as a cursor is either
+// refused or read as a position whose cursor reads back the same.
+func FuzzParseEventCursor(f *testing.F) {
+	for _, s := range []string{"", "cur_", store.EventCursor(0), store.EventCursor(1 << 40), "cur_AAAAAAAAAAA", "now", "cur_//////////8"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		seq, ok := store.ParseEventCursor(s)
+		if !ok {
+			return
+		}
+		if back, ok := store.ParseEventCursor(store.EventCursor(seq)); !ok || back != seq {
+			t.Fatalf("cursor %q read as %d, which writes back as %d (%v)", s, seq, back, ok)
+		}
+	})
+}
