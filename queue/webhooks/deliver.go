@@ -167,7 +167,7 @@ func (p *Pipeline) handleDeliver(ctx context.Context, t *queue.Task) error {
 		return err
 	}
 	now := p.cfg.Now()
-	status, retryAfter, err := p.post(ctx, w.URL, secret, pl.Batch.ID, events, now)
+	status, retryAfter, err := p.post(ctx, w.URL, secret, pl.Batch.ID, events)
 	if err == nil {
 		return p.delivered(t, pl, events)
 	}
@@ -300,7 +300,7 @@ func (p *Pipeline) deliverDead(tx *store.Tx, t *queue.Task) error {
 
 // post sends one signed batch. It returns the answer's status, its
 // Retry-After, and an error unless the answer was a 2xx.
-func (p *Pipeline) post(ctx context.Context, url, secret, msgID string, events []store.Event, now time.Time) (int, time.Duration, error) {
+func (p *Pipeline) post(ctx context.Context, url, secret, msgID string, events []store.Event) (int, time.Duration, error) {
 	body, err := json.Marshal(map[string]any{"events": events})
 	if err != nil {
 		return 0, 0, err
@@ -309,7 +309,10 @@ func (p *Pipeline) post(ctx context.Context, url, secret, msgID string, events [
 	if err != nil {
 		return 0, 0, queue.Permanent(fmt.Errorf("webhooks: the stored secret is unusable: %w", err))
 	}
-	sig, err := signer.Sign(msgID, now, body)
+	// The signature's timestamp is the wall clock's, whatever clock the
+	// pipeline runs on: receivers check it against theirs.
+	sent := time.Now()
+	sig, err := signer.Sign(msgID, sent, body)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -322,7 +325,7 @@ func (p *Pipeline) post(ctx context.Context, url, secret, msgID string, events [
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "mailroom-webhooks")
 	req.Header.Set("webhook-id", msgID)
-	req.Header.Set("webhook-timestamp", strconv.FormatInt(now.Unix(), 10))
+	req.Header.Set("webhook-timestamp", strconv.FormatInt(sent.Unix(), 10))
 	req.Header.Set("webhook-signature", sig)
 	resp, err := p.client.Do(req)
 	if err != nil {
@@ -333,7 +336,7 @@ func (p *Pipeline) post(ctx context.Context, url, secret, msgID string, events [
 	if resp.StatusCode/100 == 2 {
 		return resp.StatusCode, 0, nil
 	}
-	retryAfter := parseRetryAfter(resp.Header.Get("Retry-After"), now)
+	retryAfter := parseRetryAfter(resp.Header.Get("Retry-After"), sent)
 	return resp.StatusCode, retryAfter, fmt.Errorf("webhooks: %s answered %s", req.URL.Redacted(), resp.Status)
 }
 
@@ -364,6 +367,6 @@ func (p *Pipeline) TestDelivery(ctx context.Context, id string) error {
 		return err
 	}
 	now := p.cfg.Now()
-	_, _, err = p.post(ctx, w.URL, secret, fmt.Sprintf("msg_%s_test_%d", w.ID, now.UnixNano()), []store.Event{}, now)
+	_, _, err = p.post(ctx, w.URL, secret, fmt.Sprintf("msg_%s_test_%d", w.ID, now.UnixNano()), []store.Event{})
 	return err
 }

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -383,4 +384,67 @@ func counter(t *testing.T, c prometheus.Counter) float64 {
 		t.Fatal(err)
 	}
 	return m.GetCounter().GetValue()
+}
+
+// TestAlertAfterAnHourOfFailures: a webhook failing for an hour raises one
+// alert, not one per attempt, and a delivery that then succeeds clears
+// its failure.
+func TestAlertAfterAnHourOfFailures(t *testing.T) {
+	t.Parallel()
+	clock := &testkit.Clock{}
+	var mu sync.Mutex
+	var alerts []string
+	e := newEnv(t, Config{AllowPrivate: true, Now: clock.Now, Alert: func(text string) {
+		mu.Lock()
+		defer mu.Unlock()
+		alerts = append(alerts, text)
+	}})
+	r := newReceiver(t)
+	failing := true
+	r.fail = func(int) (int, string, time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		if failing {
+			return http.StatusBadGateway, "", 0
+		}
+		return 0, "", 0
+	}
+	w := e.hook(r, CreateRequest{Types: []string{store.EventFormState}})
+	want := e.emit(3, "u1", store.EventFormState)
+	failingSince := func() time.Time {
+		got, err := e.p.Webhook(w.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got.FailingSince
+	}
+	testkit.Eventually(t, 10*time.Second, "the first failure noted", func() bool { return !failingSince().IsZero() })
+	mu.Lock()
+	if len(alerts) != 0 {
+		t.Errorf("alerted at once: %q", alerts)
+	}
+	mu.Unlock()
+	clock.Advance(61 * time.Minute)
+	testkit.Eventually(t, 10*time.Second, "the alert", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(alerts) > 0
+	})
+	// More failed attempts after the alert raise no more.
+	r.mu.Lock()
+	posts := r.posts
+	r.mu.Unlock()
+	testkit.Eventually(t, 10*time.Second, "three more attempts", func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.posts >= posts+3
+	})
+	mu.Lock()
+	if len(alerts) != 1 || !strings.Contains(alerts[0], "failed for an hour") || !strings.Contains(alerts[0], "502") {
+		t.Errorf("alerts %q, want one saying the webhook failed for an hour and how", alerts)
+	}
+	failing = false
+	mu.Unlock()
+	waitFor(t, r, want)
+	testkit.Eventually(t, 10*time.Second, "the failure cleared", func() bool { return failingSince().IsZero() })
 }
