@@ -175,7 +175,7 @@ func (p *Pipeline) handleDeliver(ctx context.Context, t *queue.Task) error {
 		p.log.Warn("note a webhook failure", "webhook_id", pl.WebhookID, "err", nerr)
 	}
 	if now.Sub(pl.Batch.CreatedAt) >= p.cfg.MaxAge {
-		return queue.Permanent(fmt.Errorf("webhooks: %s: batch %s undelivered for %s (MAILROOM_WEBHOOK_MAX_AGE): %w", w.URL, pl.Batch.ID, p.cfg.MaxAge, err))
+		return queue.Permanent(fmt.Errorf("webhooks: %s: batch %s undelivered for %s (MAILROOM_WEBHOOK_MAX_AGE): %w", w.URL, pl.Batch.ID, spoken(p.cfg.MaxAge), err))
 	}
 	p.metrics.deliveries.WithLabelValues("retried").Inc()
 	if retryAfter > 0 && (status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable) {
@@ -184,6 +184,24 @@ func (p *Pipeline) handleDeliver(ctx context.Context, t *queue.Task) error {
 		return queue.RateLimited(err, wait)
 	}
 	return err
+}
+
+// spoken says a max age as people do: "72 hours", "30 minutes", or
+// seconds for what is shorter (tests).
+func spoken(d time.Duration) string {
+	unit := func(n time.Duration, one string) string {
+		if n == 1 {
+			return "1 " + one
+		}
+		return fmt.Sprintf("%d %ss", n, one)
+	}
+	switch {
+	case d >= time.Hour && d%time.Hour == 0:
+		return unit(d/time.Hour, "hour")
+	case d >= time.Minute && d%time.Minute == 0:
+		return unit(d/time.Minute, "minute")
+	}
+	return fmt.Sprintf("%.1f seconds", d.Seconds())
 }
 
 // batchEvents returns the events of batch b that w takes.

@@ -44,10 +44,8 @@ const (
 	failingAlertAfter = time.Hour
 )
 
-// Errors with a field, for the API's 400s.
-var (
-	ErrNotFound = errors.New("webhooks: no such webhook")
-)
+// ErrNotFound: there is no webhook of that id.
+var ErrNotFound = errors.New("webhooks: no such webhook")
 
 // InvalidError is a bad request naming its field.
 type InvalidError struct {
