@@ -79,6 +79,12 @@ func (b *Base) StartLoop(ctx context.Context, loop func(ctx context.Context)) er
 // Tick calls fn once per interval until ctx ends (a loop's usual body);
 // the first call is one interval away.
 func Tick(ctx context.Context, interval time.Duration, fn func(ctx context.Context)) {
+	TickOrKick(ctx, interval, nil, fn)
+}
+
+// TickOrKick is Tick that also calls fn at once whenever kick receives (a
+// nil kick never does).
+func TickOrKick(ctx context.Context, interval time.Duration, kick <-chan struct{}, fn func(ctx context.Context)) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -86,6 +92,7 @@ func Tick(ctx context.Context, interval time.Duration, fn func(ctx context.Conte
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-kick:
 		}
 		fn(ctx)
 	}

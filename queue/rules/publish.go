@@ -47,15 +47,7 @@ func (pub *Publisher) Start(ctx context.Context) error {
 }
 
 func (pub *Publisher) run(ctx context.Context) {
-	t := time.NewTicker(pub.p.cfg.Tick)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		case <-pub.kick:
-		}
+	lifecycle.TickOrKick(ctx, pub.p.cfg.Tick, pub.kick, func(ctx context.Context) {
 		st, err := pub.RunOnce(ctx, pub.p.cfg.Now())
 		if err != nil && ctx.Err() == nil {
 			pub.p.log.Error("publish due reclassify jobs", "err", err)
@@ -67,7 +59,7 @@ func (pub *Publisher) run(ctx context.Context) {
 			default:
 			}
 		}
-	}
+	})
 }
 
 // PublishStats says what one RunOnce did.
