@@ -458,7 +458,7 @@ func gmailThroughputOne(ctx context.Context, o Options, r *Result, run gmailThro
 	}
 	if run.webhook {
 		delivered := g.hook.count()
-		r.Notes = append(r.Notes, fmt.Sprintf("%s: %d records, %d event tasks applied in %s; the webhook had received %d events by then (the rest follow: delivery is not on the path it reports)", name, records, events, elapsed.Round(time.Millisecond), delivered))
+		r.Notes = append(r.Notes, fmt.Sprintf("%s: %d records, %d event tasks applied in %s; the webhook had received %d events by then (the rest follow: delivery is not on the path it reports); this run also sets MAILROOM_WEBHOOK_ALLOW_PRIVATE=true (its in-process receiver listens on loopback) and registers one webhook taking every type", name, records, events, elapsed.Round(time.Millisecond), delivered))
 		return nil
 	}
 	r.add("event tasks/s, "+broker, float64(events)/elapsed.Seconds(), "events/s")
