@@ -55,6 +55,25 @@ func RateLimited(err error, after time.Duration) error {
 	return &RateLimitedError{Err: err, After: after}
 }
 
+// RateLimitedNotBefore is RateLimited for a wait that must not end early
+// (an HTTP Retry-After): asynq keeps a retry's time in whole seconds,
+// truncated, so a wait ending inside a second would run up to a second
+// early; this one is stretched to the next whole second. Quota waits use
+// RateLimited: an early retry there is refused again at no cost, and
+// stretching each of them slows a queue of them down.
+func RateLimitedNotBefore(err error, after time.Duration) error {
+	return RateLimited(err, notBefore(time.Now(), after))
+}
+
+// notBefore is a wait of at least d from now that ends on a whole second.
+func notBefore(now time.Time, d time.Duration) time.Duration {
+	at := now.Add(d)
+	if t := at.Truncate(time.Second); !t.Equal(at) {
+		at = t.Add(time.Second)
+	}
+	return at.Sub(now)
+}
+
 // RetryAfter returns the wait a rate-limited error names.
 func RetryAfter(err error) (time.Duration, bool) {
 	var r *RateLimitedError

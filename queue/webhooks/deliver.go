@@ -181,7 +181,7 @@ func (p *Pipeline) handleDeliver(ctx context.Context, t *queue.Task) error {
 	if retryAfter > 0 && (status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable) {
 		// Not past the max age: the last try is at most at its end.
 		wait := min(retryAfter, pl.Batch.CreatedAt.Add(p.cfg.MaxAge).Sub(now)+time.Second)
-		return queue.RateLimited(err, wait)
+		return queue.RateLimitedNotBefore(err, wait)
 	}
 	return err
 }
