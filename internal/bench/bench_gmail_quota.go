@@ -83,8 +83,8 @@ type gqRun struct {
 	calls      int
 	refusals   map[string]int
 	unitsBy    map[string]int
-	least      int // units the work needs with mailroom's calls
-	leastBig   int // ... with Google's largest calls (batchModify of 1,000 ids)
+	least      int        // units the work needs with mailroom's calls before issue 21
+	floor      gmailFloor // Google's floor: the least units Google's table and limits allow
 }
 
 // gqEnv is the app built by app.New against a strict emulator.

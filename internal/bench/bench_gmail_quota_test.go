@@ -27,8 +27,8 @@ func TestBenchGmailQuotaQuick(t *testing.T) {
 		got[m.Name] = m.Value
 	}
 	for _, name := range []string{"mailroom", "old limiters"} {
-		for _, fig := range []string{"time until the mirror and every label are final", "floor (least units ÷ 6,000 a minute)",
-			"Gmail units spent", "least units the work needs (mailroom's calls)", "Gmail calls (refused ones included)",
+		for _, fig := range []string{"time until the mirror and every label are final", "Google's floor of time (the floor's units at 6,000 a minute, the first minute's at once)",
+			"Gmail units spent", "Google's floor of units (the least Google's table and call limits allow)", "Gmail calls (refused ones included)",
 			"quota refusals ÷ Gmail calls", "p99 push to label of a new matching message", "new messages matching a rule saved before they arrived (measured)"} {
 			if _, ok := got[name+": "+fig]; !ok {
 				t.Errorf("no figure %q", name+": "+fig)
@@ -37,9 +37,10 @@ func TestBenchGmailQuotaQuick(t *testing.T) {
 		if got[name+": new messages matching a rule saved before they arrived (measured)"] == 0 {
 			t.Errorf("%s: no new matching message was measured", name)
 		}
-		if got[name+": Gmail units spent"] < got[name+": least units the work needs (mailroom's calls)"]*0.5 {
-			t.Errorf("%s: %v units spent, well under the least the work needs (%v): the work was not done", name,
-				got[name+": Gmail units spent"], got[name+": least units the work needs (mailroom's calls)"])
+		// Google's floor is a lower bound of any program's units: a run
+		// under it did not do the work, or the floor is wrong.
+		if spent, floor := got[name+": Gmail units spent"], got[name+": Google's floor of units (the least Google's table and call limits allow)"]; spent < floor {
+			t.Errorf("%s: %v units spent, under Google's floor (%v): the work was not done, or the floor is wrong", name, spent, floor)
 		}
 	}
 	if got["mailroom: mirror and every label final (1 yes, 0 not by the deadline)"] != 1 {

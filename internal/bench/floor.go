@@ -1,0 +1,164 @@
+package bench
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"mailroom/queue/rules"
+)
+
+// Google's floor: the least Gmail quota units a piece of work can cost by
+// Google's own documents, whatever program does it. The benches measure
+// mailroom against it, not against a floor built from mailroom's own
+// calls (a floor that moves with the code hides the units the code
+// wastes).
+//
+// The per-method costs are Google's table (developers.google.com/
+// workspace/gmail/api/reference/quota): getProfile 1, labels.list 1,
+// history.list 2, labels.create 5, messages.list 5, messages.get 5,
+// messages.modify 5, threads.get 10, messages.batchModify 50, watch 100.
+// The call limits are the methods' references: messages.list returns at
+// most 500 ids a page (users.messages/list, maxResults "the maximum
+// allowed value for this field is 500"); batchModify takes at most 1,000
+// ids ("There is a limit of 1000 ids per request"); threads.get returns
+// every message of a thread (users.threads/get).
+const (
+	floorListPage   = 500
+	floorBatchIDs   = 1000
+	floorProfile    = 1
+	floorLabelsList = 1
+	floorLabelsNew  = 5
+	floorList       = 5
+	floorGet        = 5
+	floorModify     = 5
+	floorThreadGet  = 10
+	floorBatch      = 50
+	floorWatch      = 100
+)
+
+// gmailWork is Gmail work as the floor sees it: what must happen in
+// Gmail, not how a program makes it happen.
+type gmailWork struct {
+	// threads are the sizes (messages each) of the threads a full sync
+	// mirrors; none: no full sync. A full sync lists every id and fetches
+	// each thread once: threads.get for two messages or more, messages.get
+	// for one (the cheaper of the two).
+	threads []int
+	// watch: the full sync starts a push watch.
+	watch bool
+	// labels is how many labels the rules create.
+	labels int
+	// changes are, per label and direction (added, removed), how many
+	// messages change: the rules' label pass over mail already mirrored
+	// (a full sync's, a reclassify's). Each group costs one batchModify
+	// per 1,000 of them.
+	changes []int
+	// newMail is how many messages arrive live, one by one, each read with
+	// one messages.get; newLabelled how many of them a rule labels, each
+	// with one messages.modify. A batchModify (50 units) is cheaper only
+	// for more than 10 messages labelled at once, and mail that arrives
+	// seconds apart and must be labelled within seconds never is; the
+	// history.list calls that find new mail are left out (pushes may be
+	// coalesced, so none is needed per message): the floor stays below
+	// any program's.
+	newMail, newLabelled int
+	// bodies is how many messages the rules must read the text of (a
+	// messages.get of format full each).
+	bodies int
+}
+
+// gmailFloor is the floor of some work: its units in all and by method.
+type gmailFloor struct {
+	units    int
+	byMethod map[string]int
+}
+
+// floor returns the least units w costs by Google's table and limits.
+func (w gmailWork) floor() gmailFloor {
+	f := gmailFloor{byMethod: map[string]int{}}
+	add := func(method string, calls, units int) {
+		if calls > 0 {
+			f.byMethod[method] += calls * units
+			f.units += calls * units
+		}
+	}
+	if len(w.threads) > 0 {
+		add("labels.list", 1, floorLabelsList)
+		add("getProfile", 1, floorProfile)
+		msgs, multi, single := 0, 0, 0
+		for _, n := range w.threads {
+			msgs += n
+			switch {
+			case n >= 2:
+				multi++
+			case n == 1:
+				single++
+			}
+		}
+		add("messages.list", ceilDiv(msgs, floorListPage), floorList)
+		add("threads.get", multi, floorThreadGet)
+		add("messages.get", single, floorGet)
+	}
+	if w.watch {
+		add("watch", 1, floorWatch)
+	}
+	add("labels.create", w.labels, floorLabelsNew)
+	for _, n := range w.changes {
+		add("messages.batchModify", ceilDiv(n, floorBatchIDs), floorBatch)
+	}
+	add("messages.get", w.newMail+w.bodies, floorGet)
+	add("messages.modify", w.newLabelled, floorModify)
+	return f
+}
+
+// least is the least time a budget of perWindow units a window allows
+// for the floor's units: Google's window is a sliding minute, so the
+// first window's units may all be spent at once, and then a window's
+// worth each window.
+func (f gmailFloor) least(perWindow int, window time.Duration) time.Duration {
+	over := max(f.units-perWindow, 0)
+	return time.Duration(float64(window) * float64(over) / float64(perWindow))
+}
+
+// String lists the floor's units by method, for a bench's note.
+func (f gmailFloor) String() string {
+	var parts []string
+	for _, m := range slices.Sorted(maps.Keys(f.byMethod)) {
+		parts = append(parts, fmt.Sprintf("%s %d", m, f.byMethod[m]))
+	}
+	return fmt.Sprintf("%d units (%s)", f.units, strings.Join(parts, ", "))
+}
+
+// threadSizes returns the sizes of the threads of a mailbox.
+func threadSizes(v mailboxView) []int {
+	n := map[string]int{}
+	for _, m := range v.Messages {
+		n[m.ThreadID]++
+	}
+	return slices.Collect(maps.Values(n))
+}
+
+// labelChanges returns, for each rule of specs, how many messages of the
+// mailbox its label must be added to: those it matches that do not carry
+// it yet (the mailbox as Gmail has it before the rules ran).
+func labelChanges(v mailboxView, specs []rules.Spec) ([]int, error) {
+	var out []int
+	for _, s := range specs {
+		want, err := v.matches(s)
+		if err != nil {
+			return nil, err
+		}
+		has := v.labelled(s.Label)
+		n := 0
+		for id := range want {
+			if !has[id] {
+				n++
+			}
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}

@@ -1,0 +1,69 @@
+package bench
+
+import (
+	"testing"
+	"time"
+)
+
+// TestGmailFloor checks the floor against sums worked by hand from
+// Google's table.
+func TestGmailFloor(t *testing.T) {
+	w := gmailWork{
+		// 7 messages: one list page; two single messages (messages.get 5
+		// each) and two threads of 2 and 3 (threads.get 10 each).
+		threads: []int{1, 1, 2, 3},
+		watch:   true,
+		labels:  2,
+		// 1,500 adds of one label: two batchModify calls; none of
+		// another; 999 removals: one.
+		changes:     []int{1500, 0, 999},
+		newMail:     4,
+		newLabelled: 2,
+	}
+	f := w.floor()
+	want := map[string]int{
+		"labels.list": 1, "getProfile": 1, "messages.list": 5, "threads.get": 20, "messages.get": 10 + 20,
+		"watch": 100, "labels.create": 10, "messages.batchModify": 150, "messages.modify": 10,
+	}
+	total := 0
+	for m, u := range want {
+		total += u
+		if f.byMethod[m] != u {
+			t.Errorf("%s: %d units, want %d", m, f.byMethod[m], u)
+		}
+	}
+	if len(f.byMethod) != len(want) || f.units != total {
+		t.Errorf("floor %v, want %d units in %d methods", f, total, len(want))
+	}
+	// The first window's units may be spent at once: 6,327 units at 6,000
+	// a minute take 327/6,000 of a minute more.
+	g := gmailFloor{units: 6327}
+	if got, want := g.least(6000, time.Minute), time.Duration(float64(time.Minute)*327/6000); got != want {
+		t.Errorf("least time %s, want %s", got, want)
+	}
+	if got := (gmailFloor{units: 10}).least(6000, time.Minute); got != 0 {
+		t.Errorf("least time of a window's worth %s, want 0", got)
+	}
+}
+
+// TestGmailFloorIssueMailbox is issue 21's example: a mailbox of 2,500
+// messages in 1,444 threads costs less fetched thread-aware than message
+// by message.
+func TestGmailFloorIssueMailbox(t *testing.T) {
+	// 1,444 threads of 2,500 messages: 700 single, 744 of 2 or more.
+	var sizes []int
+	for range 700 {
+		sizes = append(sizes, 1)
+	}
+	rest := 2500 - 700
+	for i := range 744 {
+		n := rest / (744 - i)
+		sizes = append(sizes, n)
+		rest -= n
+	}
+	f := gmailWork{threads: sizes}.floor()
+	byMessage := 1 + 1 + 5*5 + 2500*5
+	if want := 1 + 1 + 5*5 + 700*5 + 744*10; f.units != want || f.units >= byMessage {
+		t.Errorf("floor %d units, want %d (message by message %d)", f.units, want, byMessage)
+	}
+}
