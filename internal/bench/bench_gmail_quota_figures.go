@@ -240,7 +240,9 @@ func gqFigures(r *Result, name string, run gqRun, size gqSize, targets bool) {
 	r.add(name+": mirror and every label final (1 yes, 0 not by the deadline)", final, "")
 	r.add(name+": time until the mirror and every label are final", minutes, "min")
 	r.add(name+": Google's floor of time (the floor's units at 6,000 a minute, the first minute's at once)", floor, "min")
-	add("time ÷ Google's floor", minutes/floor, "ratio", 1.10)
+	if floor > 0 { // none when the work fits in the first minute (the quick run)
+		add("time ÷ Google's floor", minutes/floor, "ratio", 1.10)
+	}
 	r.add(name+": Gmail units spent", float64(run.units), "units")
 	r.add(name+": Google's floor of units (the least Google's table and call limits allow)", float64(run.floor.units), "units")
 	add("units spent ÷ Google's floor", float64(run.units)/float64(max(run.floor.units, 1)), "ratio", 1.05)

@@ -575,7 +575,9 @@ func rulesThroughputQuota(ctx context.Context, o Options, r *Result) error {
 	r.add("quota on: Google's floor of units per thread (the least Google's table and call limits allow)", float64(run.floor.units)/float64(run.threads), "units")
 	r.add("quota on: units spent ÷ Google's floor", float64(run.units)/float64(max(run.floor.units, 1)), "ratio")
 	r.add("quota on: Google's floor of time (the floor's units at 6,000 a minute, the first minute's at once)", least.Seconds(), "s")
-	r.add("quota on: elapsed ÷ Google's floor of time", realSecs/max(least.Seconds(), 1e-9), "ratio")
+	if least > 0 { // none when the work fits in the first minute (the quick run)
+		r.add("quota on: elapsed ÷ Google's floor of time", realSecs/least.Seconds(), "ratio")
+	}
 	r.add("quota on: the most units spent in any minute ÷ the account's 6,000 (1: the limit bound)", float64(run.peak)/google.DefaultUserUnitsPerMinute, "ratio")
 	r.add("quota on, one account: Google quota refusals", float64(run.refusals), "calls")
 	compressed := "in real time (Gmail's minute is a minute)"
