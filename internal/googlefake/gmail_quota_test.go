@@ -219,3 +219,92 @@ func TestGmailPeakProjectUnits(t *testing.T) {
 		t.Errorf("peak after a reset = %d, want 0", got)
 	}
 }
+
+// Each shape of the per-user refusal (SetUserRefusal) is answered as
+// Google words it (doc_gmail.go names the report each comes from), costs
+// nothing, and is counted under userRateLimitExceeded; the default is the
+// documented one.
+func TestGmailUserRefusalShapes(t *testing.T) {
+	type want struct {
+		code         int
+		status       string
+		reason       string
+		domain       string
+		message      string // the message, with <at> for the retry time
+		namesRetryAt bool
+	}
+	wants := map[googlefake.RefusalShape]want{
+		googlefake.RefusalUserDocumented: {403, "PERMISSION_DENIED", "userRateLimitExceeded", "usageLimits",
+			"User-rate limit exceeded.  Retry after <at>", true},
+		googlefake.RefusalQueriesPerUser: {403, "PERMISSION_DENIED", "rateLimitExceeded", "usageLimits",
+			"Quota exceeded for quota metric 'Queries' and limit 'Queries per minute per user' of service 'gmail.googleapis.com' for consumer 'project_number:123456789012'.", false},
+		googlefake.RefusalUserRateRetry: {403, "PERMISSION_DENIED", "rateLimitExceeded", "usageLimits",
+			"User-rate limit exceeded.  Retry after <at>", true},
+		googlefake.RefusalResourceExhausted: {429, "RESOURCE_EXHAUSTED", "rateLimitExceeded", "global",
+			"Resource has been exhausted (e.g. check quota).", false},
+	}
+	if len(wants) != len(googlefake.UserRefusalShapes()) {
+		t.Fatalf("the test covers %d shapes, the emulator has %d", len(wants), len(googlefake.UserRefusalShapes()))
+	}
+	for _, shape := range googlefake.UserRefusalShapes() {
+		t.Run(string(shape), func(t *testing.T) {
+			w := wants[shape]
+			clk := newClock(time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC))
+			e := newEnv(t, googlefake.Options{Now: clk.Now, GmailUserUnitsPerMinute: 5})
+			if shape != googlefake.RefusalUserDocumented {
+				if err := e.srv.Gmail.SetUserRefusal(shape); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := e.gmail.Users.Messages.List("me").Do(); err != nil {
+				t.Fatal(err)
+			}
+			clk.Advance(10 * time.Second)
+			_, err := e.gmail.Users.Messages.List("me").Do()
+			ge := quotaErr(t, err)
+			msg := strings.ReplaceAll(w.message, "<at>", "2026-06-01T12:01:00.000Z")
+			if ge.Code != w.code || ge.Errors[0].Reason != w.reason || ge.Message != msg || ge.Errors[0].Message != msg ||
+				!strings.Contains(ge.Body, `"domain":"`+w.domain+`"`) || !strings.Contains(ge.Body, `"status":"`+w.status+`"`) {
+				t.Fatalf("refusal = %d %+v %s, want %d %s in %s (%s): %q", ge.Code, ge.Errors[0], ge.Body, w.code, w.reason, w.domain, w.status, msg)
+			}
+			if got := e.srv.Gmail.QuotaUnits(ann); got != 5 {
+				t.Errorf("units = %d, want 5 (the refused call costs nothing)", got)
+			}
+			if got := e.srv.Gmail.QuotaRefusals(ann); got[googlefake.ReasonUserRateLimit] != 1 || len(got) != 1 {
+				t.Errorf("refusals = %v, want one of the user's limit", got)
+			}
+		})
+	}
+	e := newEnv(t, googlefake.Options{})
+	if err := e.srv.Gmail.SetUserRefusal(googlefake.RefusalProject); err == nil {
+		t.Error("the project's shape was taken for a user's refusal")
+	}
+}
+
+// A fault answers with any refusal shape, naming the retry time it is
+// given in the message where the shape does, and in Retry-After.
+func TestFaultRefusalShapes(t *testing.T) {
+	clk := newClock(time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC))
+	e := newEnv(t, googlefake.Options{Now: clk.Now})
+	for _, shape := range googlefake.RefusalShapes() {
+		h, err := e.srv.InjectFault(googlefake.Fault{Method: googlefake.MethodLabelsList, Account: ann, Refusal: shape,
+			RetryAfter: 7 * time.Second, Times: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = e.gmail.Users.Labels.List("me").Do()
+		ge := quotaErr(t, err)
+		if h.Fired() != 1 || (ge.Code != 403 && ge.Code != 429) || ge.Errors[0].Reason == "" || ge.Header.Get("Retry-After") != "7" {
+			t.Errorf("%s: %d %+v (Retry-After %q), want a quota refusal with Retry-After 7", shape, ge.Code, ge.Errors[0], ge.Header.Get("Retry-After"))
+		}
+		if strings.Contains(ge.Message, "Retry after") && !strings.Contains(ge.Message, "Retry after 2026-06-01T12:00:07.000Z") {
+			t.Errorf("%s: message %q does not name the retry time 12:00:07", shape, ge.Message)
+		}
+	}
+	if _, err := e.srv.InjectFault(googlefake.Fault{Refusal: "no-such-shape"}); err == nil {
+		t.Error("an unknown shape was taken")
+	}
+	if _, err := e.srv.InjectFault(googlefake.Fault{Refusal: googlefake.RefusalProject, Code: 500}); err == nil {
+		t.Error("a shape with a code of its own was taken")
+	}
+}
