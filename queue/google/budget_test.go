@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"mailroom/internal/googlefake"
 	"mailroom/queue"
@@ -683,4 +685,96 @@ func TestBudgetInFlightSlots(t *testing.T) {
 	if left != 0 {
 		t.Fatalf("%d accounts' slots kept with no call in flight, want 0", left)
 	}
+}
+
+// interleave is a go-redis hook that runs during once, right after the
+// first command moving units out of a bucket (HINCRBY of a negative count
+// on a bucket log) that is not inside a MULTI: Redis may run another
+// client's commands between two commands sent apart, or between those of
+// a plain pipeline, so the hook does it here, every time. Commands of a
+// MULTI ... EXEC pass as one.
+type interleave struct {
+	once   sync.Once
+	during func(ctx context.Context)
+}
+
+type interleaving struct{}
+
+func (h *interleave) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *interleave) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		h.after(ctx, cmd)
+		return err
+	}
+}
+
+func (h *interleave) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if len(cmds) == 0 || cmds[0].Name() == "multi" || ctx.Value(interleaving{}) != nil {
+			return next(ctx, cmds)
+		}
+		var first error
+		for i := range cmds {
+			if err := next(ctx, cmds[i:i+1]); err != nil && first == nil {
+				first = err
+			}
+			h.after(ctx, cmds[i])
+		}
+		return first
+	}
+}
+
+func (h *interleave) after(ctx context.Context, cmd redis.Cmder) {
+	args := cmd.Args()
+	if ctx.Value(interleaving{}) != nil || cmd.Name() != "hincrby" || len(args) != 4 ||
+		!strings.HasSuffix(fmt.Sprint(args[1]), ":b") || !strings.HasPrefix(fmt.Sprint(args[3]), "-") {
+		return
+	}
+	h.once.Do(func() { h.during(context.WithValue(ctx, interleaving{}, true)) })
+}
+
+// Settle moves a call's units out of the bucket of its grant and into the
+// bucket of its answer, for the account and the project, in one MULTI: a
+// spend between the two moves would find the units in neither bucket and
+// be granted too many. The hook lets another worker's spend of the same
+// account run between any two commands Settle sends apart; the window
+// must still never hold more than the limit.
+func TestBudgetSettleIsAtomic(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, b *broker.Broker) {
+		ctx := context.Background()
+		cfg := BudgetConfig{UserUnits: 100, ProjectUnits: 1000, Pace: -1}
+		bud, clk := newBudget(t, b, cfg)
+		cfg.Now = clk.Now
+		other, err := NewBudget(cfg, b.Client()) // another worker's
+		if err != nil {
+			t.Fatal(err)
+		}
+		var between *Grant
+		b.Client().AddHook(&interleave{during: func(ctx context.Context) {
+			g, err := other.TrySpend(ctx, "a", 100, PriorityLive)
+			if err != nil {
+				t.Error(err)
+			}
+			between = &g
+		}})
+		g := spend(t, bud, "a", 100, PriorityLive)
+		if !g.OK {
+			t.Fatal(g)
+		}
+		clk.Advance(5 * time.Second) // Google answered 5 s later: another bucket
+		if err := bud.Settle(ctx, "a", 100, g.At); err != nil {
+			t.Fatal(err)
+		}
+		if between != nil && between.OK {
+			t.Errorf("a spend between Settle's moves was granted 100 units while the window held the settled call's 100: %+v", *between)
+		}
+		if u, err := bud.Usage(ctx, "a"); err != nil || u.Used != 100 || u.ProjectUsed != 100 {
+			t.Fatalf("usage after the settle: %+v (%v); want the call's 100 units only, in the account's and the project's window", u, err)
+		}
+		if g := spend(t, other, "a", 100, PriorityLive); g.OK {
+			t.Fatalf("another 100 units granted after the settle: %+v", g)
+		}
+	})
 }
