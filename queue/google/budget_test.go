@@ -778,3 +778,107 @@ func TestBudgetSettleIsAtomic(t *testing.T) {
 		}
 	})
 }
+
+// Every shape in which Google refuses a Gmail call for quota, through the
+// adapter against the emulator's fault in that shape: a refusal of the
+// user shrinks and blocks that account only, however many accounts are
+// refused so; a refusal of the calls in flight blocks the account and
+// shrinks nothing; a refusal that names no scope is charged to the account
+// alone, and to the project (every account blocked, the project's budget
+// shrunk) once a second account is refused the same way within the
+// window. Google's retry time (Retry-After, or the time in its message)
+// is the wait in every case.
+func TestBudgetRefusalShapes(t *testing.T) {
+	const (
+		account = iota
+		concurrent
+		unscoped
+	)
+	scope := map[googlefake.RefusalShape]int{
+		googlefake.RefusalUserDocumented:    account,
+		googlefake.RefusalQueriesPerUser:    account,
+		googlefake.RefusalUserRateRetry:     account,
+		googlefake.RefusalResourceExhausted: unscoped,
+		googlefake.RefusalProject:           unscoped,
+		googlefake.RefusalConcurrent:        concurrent,
+	}
+	const retry = 7 * time.Second
+	for _, shape := range googlefake.RefusalShapes() {
+		want, ok := scope[shape]
+		if !ok {
+			t.Fatalf("no expectation for the shape %s", shape)
+		}
+		t.Run(string(shape), func(t *testing.T) {
+			brokertest.Each(t, func(t *testing.T, b *broker.Broker) {
+				ctx := WithPriority(context.Background(), PriorityLive)
+				fake := googlefake.StartForTest(t, googlefake.Options{})
+				const ann, bob = "ann@example.com", "bob@example.com"
+				refresh := map[string]string{ann: fake.AddAccount(ann), bob: fake.AddAccount(bob)}
+				bud, err := NewBudget(BudgetConfig{UserUnits: 1000, ProjectUnits: 100_000, MaxWait: time.Second}, b.Client())
+				if err != nil {
+					t.Fatal(err)
+				}
+				c := New(Config{APIURL: fake.URL(), TokenURL: fake.TokenURL(), ReadRetries: -1, Budget: bud})
+				gm := map[string]*Gmail{}
+				for _, who := range []string{ann, bob} {
+					if gm[who], err = c.Gmail(ctx, who, c.TokenSource(Token{RefreshToken: refresh[who]}, nil)); err != nil {
+						t.Fatal(err)
+					}
+					if _, err := gm[who].Labels(ctx); err != nil {
+						t.Fatal(err)
+					}
+				}
+				// refuse makes Google refuse who's next call in the shape and
+				// checks the answer is rate limited for Google's retry time.
+				refuse := func(who string) {
+					t.Helper()
+					if _, err := fake.InjectFault(googlefake.Fault{Account: who, Refusal: shape, RetryAfter: retry, Times: 1}); err != nil {
+						t.Fatal(err)
+					}
+					_, err := gm[who].Labels(ctx)
+					if d, limited := queue.RetryAfter(err); !limited || d < retry-2*time.Second || d > retry {
+						t.Fatalf("%s refused in the shape %s: %v (wait %s), want rate limited for Google's %s", who, shape, err, d, retry)
+					}
+				}
+				usage := func(who string) Usage {
+					t.Helper()
+					u, err := bud.Usage(ctx, who)
+					if err != nil {
+						t.Fatal(err)
+					}
+					return u
+				}
+				blocked := func(u Usage) bool {
+					left := time.Until(u.BlockedUntil)
+					return left > retry-2*time.Second && left <= retry
+				}
+				refuse(ann)
+				a, o := usage(ann), usage(bob)
+				if want == concurrent && (a.Limit != 1000 || !blocked(a)) {
+					t.Errorf("ann after too many calls in flight: %+v, want her budget whole and her calls blocked for %s", a, retry)
+				}
+				if want != concurrent && (a.Limit >= 1000 || !blocked(a)) {
+					t.Errorf("ann after her refusal: %+v, want her budget shrunk and her calls blocked for %s", a, retry)
+				}
+				if o.Limit != 1000 || o.ProjectLimit != 100_000 || !o.BlockedUntil.IsZero() {
+					t.Errorf("bob after ann's refusal: %+v, want his budget and the project's at their settings, not blocked", o)
+				}
+				// Bob is refused the same way.
+				refuse(bob)
+				a, o = usage(ann), usage(bob)
+				if want == unscoped {
+					if o.ProjectLimit >= 100_000 || !blocked(a) || !blocked(o) {
+						t.Errorf("after two accounts were refused naming no scope: ann %+v, bob %+v; want the project's budget shrunk and both blocked", a, o)
+					}
+					return
+				}
+				if o.ProjectLimit != 100_000 || !blocked(o) {
+					t.Errorf("bob after his own refusal: %+v, want the project's budget at its setting and his calls blocked", o)
+				}
+				if want == account && o.Limit >= 1000 {
+					t.Errorf("bob after his own refusal: %+v, want his budget shrunk", o)
+				}
+			})
+		})
+	}
+}
