@@ -73,7 +73,9 @@ type Fault struct {
 	RetryAfter time.Duration
 	// Refusal, when set, answers with Gmail's quota refusal in that shape
 	// (status, reason, domain and message as Google words it; see
-	// RefusalShape): Code, Reason and Message must be left empty.
+	// RefusalShape): Code, Reason and Message must be left empty. Like
+	// every fault it acts after the quota admitted the call, so the call's
+	// units are counted.
 	Refusal RefusalShape
 	// Drop closes the connection without an answer instead of answering Code.
 	// (net/http may resend an idempotent GET once on a dropped connection.)

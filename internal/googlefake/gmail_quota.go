@@ -22,7 +22,10 @@ import (
 // domain, the user's message naming when to retry ("Retry after <RFC 3339
 // time>"); and 429 rateLimitExceeded "Too many concurrent requests for
 // user" when one user has too many requests in flight. A refused call costs
-// nothing.
+// nothing. In the field Google refuses a user over its minute in other
+// shapes too (rateLimitExceeded with a message naming the per-user limit,
+// or a 429 naming no scope): SetUserRefusal picks the shape, and
+// doc_gmail.go names the report each comes from.
 //
 // The emulator keeps an exact sliding log of every counted call (Google
 // does not say how it measures its minute; a sliding window is at least as

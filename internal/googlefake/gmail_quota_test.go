@@ -308,3 +308,64 @@ func TestFaultRefusalShapes(t *testing.T) {
 		t.Error("a shape with a code of its own was taken")
 	}
 }
+
+// Without options the limits are Google's for a project created since May
+// 2026: 6,000 units per user and 1,200,000 per project a minute; and each
+// method costs what Google's per-method table says.
+func TestGmailQuotaDefaultsAndTable(t *testing.T) {
+	e := newEnv(t, googlefake.Options{})
+	if _, ul, _, pl := e.srv.Gmail.QuotaWindow(ann); ul != 6000 || pl != 1_200_000 {
+		t.Fatalf("limits = %d per user, %d per project; want 6,000 and 1,200,000", ul, pl)
+	}
+	id, err := e.srv.Gmail.AddMessage(ann, googlefake.Message{From: "a@example.com", To: ann, Subject: "s", Body: "b"})
+	check(t, err)
+	id2, err := e.srv.Gmail.AddMessage(ann, googlefake.Message{From: "a@example.com", To: ann, Subject: "t", Body: "c"})
+	check(t, err)
+	u := e.gmail.Users
+	calls := []func() error{
+		func() error { _, err := u.GetProfile("me").Do(); return err },
+		func() error {
+			_, err := u.Watch("me", &gmail.WatchRequest{TopicName: "projects/p/topics/t"}).Do()
+			return err
+		},
+		func() error { return u.Stop("me").Do() },
+		func() error { _, err := u.Messages.List("me").Do(); return err },
+		func() error { _, err := u.Messages.Get("me", id).Do(); return err },
+		func() error {
+			_, err := u.Messages.Modify("me", id, &gmail.ModifyMessageRequest{AddLabelIds: []string{"STARRED"}}).Do()
+			return err
+		},
+		func() error {
+			return u.Messages.BatchModify("me", &gmail.BatchModifyMessagesRequest{Ids: []string{id}, RemoveLabelIds: []string{"STARRED"}}).Do()
+		},
+		func() error { _, err := u.Messages.Trash("me", id).Do(); return err },
+		func() error { _, err := u.Messages.Untrash("me", id).Do(); return err },
+		func() error { return u.Messages.Delete("me", id2).Do() },
+		func() error {
+			_, err := u.History.List("me").StartHistoryId(e.srv.Gmail.HistoryID(ann)).Do()
+			return err
+		},
+		func() error { _, err := u.Labels.List("me").Do(); return err },
+		func() error { _, err := u.Labels.Get("me", "INBOX").Do(); return err },
+		func() error { _, err := u.Labels.Create("me", &gmail.Label{Name: "Deploys"}).Do(); return err },
+	}
+	for i, call := range calls {
+		if err := call(); err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+	// developers.google.com/workspace/gmail/api/reference/quota
+	want := map[string]int{
+		googlefake.MethodGetProfile: 1, googlefake.MethodWatch: 100, googlefake.MethodStop: 50,
+		googlefake.MethodMessagesList: 5, googlefake.MethodMessagesGet: 5, googlefake.MethodMessagesModify: 5,
+		googlefake.MethodMessagesBatchModify: 50, googlefake.MethodMessagesTrash: 5, googlefake.MethodMessagesUntrash: 5,
+		googlefake.MethodMessagesDelete: 10, googlefake.MethodHistoryList: 2, googlefake.MethodLabelsList: 1,
+		googlefake.MethodLabelsGet: 1, googlefake.MethodLabelsCreate: 5,
+	}
+	got := e.srv.Gmail.QuotaUnitsByMethod(ann)
+	for m, units := range want {
+		if got[m] != units {
+			t.Errorf("%s cost %d units, Google's table says %d", m, got[m], units)
+		}
+	}
+}
