@@ -882,3 +882,43 @@ func TestBudgetRefusalShapes(t *testing.T) {
 		})
 	}
 }
+
+// A refusal that names no scope is the account's, unless another account
+// was refused so within the window: then the project's. One account
+// refused so again and again stays its own.
+func TestBudgetUnscopedRefusals(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, b *broker.Broker) {
+		ctx := context.Background()
+		bud, clk := newBudget(t, b, BudgetConfig{UserUnits: 1000, ProjectUnits: 100_000})
+		refused := func(who string) (Usage, Usage) {
+			t.Helper()
+			spend(t, bud, who, 100, PriorityLive) // granted the first time
+			if err := bud.Refused(ctx, who, RefusedUnscoped, time.Second); err != nil {
+				t.Fatal(err)
+			}
+			u, err := bud.Usage(ctx, who)
+			if err != nil {
+				t.Fatal(err)
+			}
+			o, err := bud.Usage(ctx, "someone-else")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return u, o
+		}
+		for range 3 {
+			if u, o := refused("a"); u.Limit >= 1000 || o.ProjectLimit != 100_000 || !o.BlockedUntil.IsZero() {
+				t.Fatalf("a refused again and again: a %+v, another %+v; want a's budget alone shrunk", u, o)
+			}
+			clk.Advance(2 * time.Second)
+		}
+		clk.Advance(time.Minute)
+		if u, o := refused("b"); u.Limit >= 1000 || o.ProjectLimit != 100_000 {
+			t.Fatalf("b refused a window after a: b %+v, another %+v; want b's budget alone shrunk", u, o)
+		}
+		clk.Advance(10 * time.Second)
+		if u, o := refused("c"); u.Limit != 1000 || o.ProjectLimit >= 100_000 || o.BlockedUntil.IsZero() {
+			t.Fatalf("c refused within b's window: c %+v, another %+v; want the project's budget shrunk and every account blocked, c's own untouched", u, o)
+		}
+	})
+}
