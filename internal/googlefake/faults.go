@@ -68,7 +68,15 @@ type Fault struct {
 	// Message is the error message. Empty: Google's usual one for Code.
 	Message string
 	// RetryAfter, when positive, is sent as a Retry-After header (seconds).
+	// With Refusal, it is also the time a shape's "Retry after <time>"
+	// names (a minute when unset).
 	RetryAfter time.Duration
+	// Refusal, when set, answers with Gmail's quota refusal in that shape
+	// (status, reason, domain and message as Google words it; see
+	// RefusalShape): Code, Reason and Message must be left empty. Like
+	// every fault it acts after the quota admitted the call, so the call's
+	// units are counted.
+	Refusal RefusalShape
 	// Drop closes the connection without an answer instead of answering Code.
 	// (net/http may resend an idempotent GET once on a dropped connection.)
 	Drop bool
@@ -123,6 +131,16 @@ func (s *Server) InjectFault(f Fault) (*FaultHandle, error) {
 	if f.Code != 0 && (f.Code < 400 || f.Code > 599) {
 		return nil, fmt.Errorf("googlefake: inject fault: code %d is not an error status", f.Code)
 	}
+	if f.Refusal != "" {
+		e, ok := f.Refusal.refusal(time.Time{})
+		if !ok {
+			return nil, fmt.Errorf("googlefake: inject fault: unknown refusal shape %q", f.Refusal)
+		}
+		if f.Code != 0 || f.Reason != "" || f.Message != "" || f.Drop {
+			return nil, fmt.Errorf("googlefake: inject fault: a refusal shape sets the answer (leave Code, Reason, Message and Drop unset)")
+		}
+		f.Code = e.Code
+	}
 	if f.Code == 0 && !f.Drop && f.Latency <= 0 {
 		return nil, fmt.Errorf("googlefake: inject fault: no effect (set Code, Drop or Latency)")
 	}
@@ -134,6 +152,7 @@ func (s *Server) InjectFault(f Fault) (*FaultHandle, error) {
 	}
 	h := &FaultHandle{set: s.faults, fault: f, left: f.Times}
 	s.faults.mu.Lock()
+	s.faults.now = s.now
 	s.faults.faults = append(s.faults.faults, h)
 	s.faults.mu.Unlock()
 	return h, nil
@@ -153,6 +172,7 @@ type faultSet struct {
 	mu     sync.Mutex
 	rng    *rand.Rand
 	faults []*FaultHandle
+	now    func() time.Time // the server's clock, for the times refusals name
 }
 
 func newFaultSet(rng *rand.Rand) *faultSet { return &faultSet{rng: rng} }
@@ -160,6 +180,7 @@ func newFaultSet(rng *rand.Rand) *faultSet { return &faultSet{rng: rng} }
 // firing is the decision for one call: the fault that fired on it.
 type firing struct {
 	Fault
+	now func() time.Time
 }
 
 func (f *firing) fails() bool { return f.Code != 0 || f.Drop }
@@ -208,7 +229,7 @@ func (fs *faultSet) match(c *call) *firing {
 				fs.faults = append(fs.faults[:i], fs.faults[i+1:]...)
 			}
 		}
-		return &firing{Fault: f}
+		return &firing{Fault: f, now: fs.now}
 	}
 	return nil
 }
@@ -244,6 +265,13 @@ func (f *firing) answer(w http.ResponseWriter, oauth bool) {
 		msg = f.Message
 	}
 	e := &apiError{Code: f.Code, Status: status, Reason: reason, Message: msg}
+	if f.Refusal != "" {
+		retry := f.RetryAfter
+		if retry <= 0 {
+			retry = time.Minute
+		}
+		e, _ = f.Refusal.refusal(f.now().Add(retry))
+	}
 	if f.RetryAfter > 0 {
 		secs := int((f.RetryAfter + time.Second - 1) / time.Second)
 		e.Header = http.Header{"Retry-After": {strconv.Itoa(secs)}}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 )
@@ -21,7 +22,10 @@ import (
 // domain, the user's message naming when to retry ("Retry after <RFC 3339
 // time>"); and 429 rateLimitExceeded "Too many concurrent requests for
 // user" when one user has too many requests in flight. A refused call costs
-// nothing.
+// nothing. In the field Google refuses a user over its minute in other
+// shapes too (rateLimitExceeded with a message naming the per-user limit,
+// or a 429 naming no scope): SetUserRefusal picks the shape, and
+// doc_gmail.go names the report each comes from.
 //
 // The emulator keeps an exact sliding log of every counted call (Google
 // does not say how it measures its minute; a sliding window is at least as
@@ -35,11 +39,96 @@ const (
 	DefaultGmailMaxConcurrent = 20
 )
 
-// Error reasons of Gmail's quota refusals.
+// Error reasons of Gmail's quota refusals. QuotaRefusals counts refusals
+// under the reason Google's quota page gives the limit refused
+// (userRateLimitExceeded: the user's; rateLimitExceeded: the project's),
+// whatever shape the answer took (see RefusalShape).
 const (
 	ReasonUserRateLimit = "userRateLimitExceeded"
 	ReasonRateLimit     = "rateLimitExceeded"
 )
+
+// RefusalShape is the words of a Gmail quota refusal. Google documents one
+// shape per limit, but in the field it refuses a user over its minute in
+// several (see doc_gmail.go for the reports each comes from); mailroom
+// must tell them apart by what they say.
+type RefusalShape string
+
+// Refusal shapes.
+const (
+	// RefusalUserDocumented: 403 userRateLimitExceeded in usageLimits,
+	// "User-rate limit exceeded.  Retry after <time>" (handle-errors and
+	// quota reference). The default shape of the per-user refusal.
+	RefusalUserDocumented RefusalShape = "user-documented"
+	// RefusalQueriesPerUser: 403 rateLimitExceeded in usageLimits, "Quota
+	// exceeded for quota metric 'Queries' and limit 'Queries per minute
+	// per user' of service 'gmail.googleapis.com' for consumer
+	// 'project_number:…'." (elie222/inbox-zero issue 480,
+	// mxngls/gmail-cleaner issue 5, GAM-team/got-your-back issue 309).
+	RefusalQueriesPerUser RefusalShape = "queries-per-minute-per-user"
+	// RefusalUserRateRetry: 403 rateLimitExceeded in usageLimits,
+	// "User-rate limit exceeded.  Retry after <time>"
+	// (taers232c/GAMADV-XTD3 issues 337 and 375).
+	RefusalUserRateRetry RefusalShape = "user-rate-retry-after"
+	// RefusalResourceExhausted: 429 RESOURCE_EXHAUSTED, rateLimitExceeded
+	// in global, "Resource has been exhausted (e.g. check quota)." (the
+	// first answer in mxngls/gmail-cleaner issue 5; elie222/inbox-zero
+	// issue 379). It names no scope.
+	RefusalResourceExhausted RefusalShape = "resource-exhausted"
+	// RefusalProject: 403 rateLimitExceeded in usageLimits, "Rate Limit
+	// Exceeded": the project's limit as the quota reference names it. The
+	// shape of the project refusal; it names no scope in its words.
+	RefusalProject RefusalShape = "project-documented"
+	// RefusalConcurrent: 429 RESOURCE_EXHAUSTED, rateLimitExceeded in
+	// usageLimits, "Too many concurrent requests for user"
+	// (handle-errors; elie222/inbox-zero issue 1880,
+	// taers232c/GAMADV-XTD3 issue 149).
+	RefusalConcurrent RefusalShape = "concurrent"
+)
+
+// RefusalShapes lists every shape, for tests that run against each.
+func RefusalShapes() []RefusalShape {
+	return []RefusalShape{RefusalUserDocumented, RefusalQueriesPerUser, RefusalUserRateRetry,
+		RefusalResourceExhausted, RefusalProject, RefusalConcurrent}
+}
+
+// UserRefusalShapes lists the shapes Google has been seen to give a user
+// over its per-minute quota (SetUserRefusal takes one).
+func UserRefusalShapes() []RefusalShape {
+	return []RefusalShape{RefusalUserDocumented, RefusalQueriesPerUser, RefusalUserRateRetry, RefusalResourceExhausted}
+}
+
+// gmailProjectNumber is the project number the emulator's refusals name
+// (Google names the calling project's).
+const gmailProjectNumber = "123456789012"
+
+// refusal returns the answer of the shape; retry is when the caller may
+// try again, named in the message where the shape names it.
+func (sh RefusalShape) refusal(retry time.Time) (*apiError, bool) {
+	at := retry.UTC().Format("2006-01-02T15:04:05.000Z")
+	switch sh {
+	case RefusalUserDocumented:
+		return &apiError{Code: http.StatusForbidden, Status: "PERMISSION_DENIED", Domain: "usageLimits",
+			Reason: ReasonUserRateLimit, Message: "User-rate limit exceeded.  Retry after " + at}, true
+	case RefusalQueriesPerUser:
+		return &apiError{Code: http.StatusForbidden, Status: "PERMISSION_DENIED", Domain: "usageLimits",
+			Reason: ReasonRateLimit, Message: "Quota exceeded for quota metric 'Queries' and limit 'Queries per minute per user' " +
+				"of service 'gmail.googleapis.com' for consumer 'project_number:" + gmailProjectNumber + "'."}, true
+	case RefusalUserRateRetry:
+		return &apiError{Code: http.StatusForbidden, Status: "PERMISSION_DENIED", Domain: "usageLimits",
+			Reason: ReasonRateLimit, Message: "User-rate limit exceeded.  Retry after " + at}, true
+	case RefusalResourceExhausted:
+		return &apiError{Code: http.StatusTooManyRequests, Status: "RESOURCE_EXHAUSTED", Domain: "global",
+			Reason: ReasonRateLimit, Message: "Resource has been exhausted (e.g. check quota)."}, true
+	case RefusalProject:
+		return &apiError{Code: http.StatusForbidden, Status: "PERMISSION_DENIED", Domain: "usageLimits",
+			Reason: ReasonRateLimit, Message: "Rate Limit Exceeded"}, true
+	case RefusalConcurrent:
+		return &apiError{Code: http.StatusTooManyRequests, Status: "RESOURCE_EXHAUSTED", Domain: "usageLimits",
+			Reason: ReasonRateLimit, Message: "Too many concurrent requests for user"}, true
+	}
+	return nil, false
+}
 
 // gmailQuota counts Gmail quota units: the lifetime counters tests read and
 // the sliding windows that refuse calls.
@@ -51,6 +140,7 @@ type gmailQuota struct {
 	projLimit   int // <= 0: unlimited
 	window      time.Duration
 	maxInFlight int // <= 0: unlimited
+	userShape   RefusalShape
 
 	users    map[string]*userQuota
 	projLog  []spent
@@ -75,7 +165,7 @@ type spent struct {
 }
 
 func newGmailQuota(o Options) *gmailQuota {
-	q := &gmailQuota{now: o.Now, users: map[string]*userQuota{}}
+	q := &gmailQuota{now: o.Now, users: map[string]*userQuota{}, userShape: RefusalUserDocumented}
 	q.set(o.GmailUserUnitsPerMinute, o.GmailProjectUnitsPerMinute, o.GmailQuotaWindow, o.GmailMaxConcurrent)
 	return q
 }
@@ -146,8 +236,8 @@ func (q *gmailQuota) admit(email, method string, units int) (done func(), err *a
 	u := q.user(email)
 	if q.maxInFlight > 0 && u.inFlight >= q.maxInFlight {
 		u.refused["concurrent"]++
-		return nil, &apiError{Code: http.StatusTooManyRequests, Status: "RESOURCE_EXHAUSTED", Domain: "usageLimits",
-			Reason: ReasonRateLimit, Message: "Too many concurrent requests for user"}
+		e, _ := RefusalConcurrent.refusal(now)
+		return nil, e
 	}
 	cut := now.Add(-q.window)
 	var gone int
@@ -161,14 +251,13 @@ func (q *gmailQuota) admit(email, method string, units int) (done func(), err *a
 		if units > q.userLimit {
 			at = now.Add(q.window)
 		}
-		return nil, &apiError{Code: http.StatusForbidden, Status: "PERMISSION_DENIED", Domain: "usageLimits",
-			Reason:  ReasonUserRateLimit,
-			Message: fmt.Sprintf("User-rate limit exceeded.  Retry after %s", at.UTC().Format("2006-01-02T15:04:05.000Z"))}
+		e, _ := q.userShape.refusal(at)
+		return nil, e
 	}
 	if units > 0 && q.projLimit > 0 && q.projUsed+units > q.projLimit {
 		u.refused[ReasonRateLimit]++
-		return nil, &apiError{Code: http.StatusForbidden, Status: "PERMISSION_DENIED", Domain: "usageLimits",
-			Reason: ReasonRateLimit, Message: "Rate Limit Exceeded"}
+		e, _ := RefusalProject.refusal(now)
+		return nil, e
 	}
 	if units > 0 {
 		e := spent{at: now, units: units}
@@ -195,6 +284,19 @@ func (q *gmailQuota) admit(email, method string, units int) (done func(), err *a
 // limit is unlimited. Units already in the windows stay there.
 func (g *Gmail) SetQuota(userUnits, projectUnits int, window time.Duration, maxConcurrent int) {
 	g.quota.set(userUnits, projectUnits, window, maxConcurrent)
+}
+
+// SetUserRefusal chooses the shape of the per-user refusal (one of
+// UserRefusalShapes; the default is RefusalUserDocumented). The count in
+// QuotaRefusals stays under userRateLimitExceeded whatever the shape.
+func (g *Gmail) SetUserRefusal(shape RefusalShape) error {
+	if !slices.Contains(UserRefusalShapes(), shape) {
+		return fmt.Errorf("googlefake: %q is not a shape of the per-user refusal", shape)
+	}
+	g.quota.mu.Lock()
+	g.quota.userShape = shape
+	g.quota.mu.Unlock()
+	return nil
 }
 
 // QuotaUnits returns the Gmail quota units the account spent, by Google's

@@ -219,3 +219,153 @@ func TestGmailPeakProjectUnits(t *testing.T) {
 		t.Errorf("peak after a reset = %d, want 0", got)
 	}
 }
+
+// Each shape of the per-user refusal (SetUserRefusal) is answered as
+// Google words it (doc_gmail.go names the report each comes from), costs
+// nothing, and is counted under userRateLimitExceeded; the default is the
+// documented one.
+func TestGmailUserRefusalShapes(t *testing.T) {
+	type want struct {
+		code         int
+		status       string
+		reason       string
+		domain       string
+		message      string // the message, with <at> for the retry time
+		namesRetryAt bool
+	}
+	wants := map[googlefake.RefusalShape]want{
+		googlefake.RefusalUserDocumented: {403, "PERMISSION_DENIED", "userRateLimitExceeded", "usageLimits",
+			"User-rate limit exceeded.  Retry after <at>", true},
+		googlefake.RefusalQueriesPerUser: {403, "PERMISSION_DENIED", "rateLimitExceeded", "usageLimits",
+			"Quota exceeded for quota metric 'Queries' and limit 'Queries per minute per user' of service 'gmail.googleapis.com' for consumer 'project_number:123456789012'.", false},
+		googlefake.RefusalUserRateRetry: {403, "PERMISSION_DENIED", "rateLimitExceeded", "usageLimits",
+			"User-rate limit exceeded.  Retry after <at>", true},
+		googlefake.RefusalResourceExhausted: {429, "RESOURCE_EXHAUSTED", "rateLimitExceeded", "global",
+			"Resource has been exhausted (e.g. check quota).", false},
+	}
+	if len(wants) != len(googlefake.UserRefusalShapes()) {
+		t.Fatalf("the test covers %d shapes, the emulator has %d", len(wants), len(googlefake.UserRefusalShapes()))
+	}
+	for _, shape := range googlefake.UserRefusalShapes() {
+		t.Run(string(shape), func(t *testing.T) {
+			w := wants[shape]
+			clk := newClock(time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC))
+			e := newEnv(t, googlefake.Options{Now: clk.Now, GmailUserUnitsPerMinute: 5})
+			if shape != googlefake.RefusalUserDocumented {
+				if err := e.srv.Gmail.SetUserRefusal(shape); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := e.gmail.Users.Messages.List("me").Do(); err != nil {
+				t.Fatal(err)
+			}
+			clk.Advance(10 * time.Second)
+			_, err := e.gmail.Users.Messages.List("me").Do()
+			ge := quotaErr(t, err)
+			msg := strings.ReplaceAll(w.message, "<at>", "2026-06-01T12:01:00.000Z")
+			if ge.Code != w.code || ge.Errors[0].Reason != w.reason || ge.Message != msg || ge.Errors[0].Message != msg ||
+				!strings.Contains(ge.Body, `"domain":"`+w.domain+`"`) || !strings.Contains(ge.Body, `"status":"`+w.status+`"`) {
+				t.Fatalf("refusal = %d %+v %s, want %d %s in %s (%s): %q", ge.Code, ge.Errors[0], ge.Body, w.code, w.reason, w.domain, w.status, msg)
+			}
+			if got := e.srv.Gmail.QuotaUnits(ann); got != 5 {
+				t.Errorf("units = %d, want 5 (the refused call costs nothing)", got)
+			}
+			if got := e.srv.Gmail.QuotaRefusals(ann); got[googlefake.ReasonUserRateLimit] != 1 || len(got) != 1 {
+				t.Errorf("refusals = %v, want one of the user's limit", got)
+			}
+		})
+	}
+	e := newEnv(t, googlefake.Options{})
+	if err := e.srv.Gmail.SetUserRefusal(googlefake.RefusalProject); err == nil {
+		t.Error("the project's shape was taken for a user's refusal")
+	}
+}
+
+// A fault answers with any refusal shape, naming the retry time it is
+// given in the message where the shape does, and in Retry-After.
+func TestFaultRefusalShapes(t *testing.T) {
+	clk := newClock(time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC))
+	e := newEnv(t, googlefake.Options{Now: clk.Now})
+	for _, shape := range googlefake.RefusalShapes() {
+		h, err := e.srv.InjectFault(googlefake.Fault{Method: googlefake.MethodLabelsList, Account: ann, Refusal: shape,
+			RetryAfter: 7 * time.Second, Times: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = e.gmail.Users.Labels.List("me").Do()
+		ge := quotaErr(t, err)
+		if h.Fired() != 1 || (ge.Code != 403 && ge.Code != 429) || ge.Errors[0].Reason == "" || ge.Header.Get("Retry-After") != "7" {
+			t.Errorf("%s: %d %+v (Retry-After %q), want a quota refusal with Retry-After 7", shape, ge.Code, ge.Errors[0], ge.Header.Get("Retry-After"))
+		}
+		if strings.Contains(ge.Message, "Retry after") && !strings.Contains(ge.Message, "Retry after 2026-06-01T12:00:07.000Z") {
+			t.Errorf("%s: message %q does not name the retry time 12:00:07", shape, ge.Message)
+		}
+	}
+	if _, err := e.srv.InjectFault(googlefake.Fault{Refusal: "no-such-shape"}); err == nil {
+		t.Error("an unknown shape was taken")
+	}
+	if _, err := e.srv.InjectFault(googlefake.Fault{Refusal: googlefake.RefusalProject, Code: 500}); err == nil {
+		t.Error("a shape with a code of its own was taken")
+	}
+}
+
+// Without options the limits are Google's for a project created since May
+// 2026: 6,000 units per user and 1,200,000 per project a minute; and each
+// method costs what Google's per-method table says.
+func TestGmailQuotaDefaultsAndTable(t *testing.T) {
+	e := newEnv(t, googlefake.Options{})
+	if _, ul, _, pl := e.srv.Gmail.QuotaWindow(ann); ul != 6000 || pl != 1_200_000 {
+		t.Fatalf("limits = %d per user, %d per project; want 6,000 and 1,200,000", ul, pl)
+	}
+	id, err := e.srv.Gmail.AddMessage(ann, googlefake.Message{From: "a@example.com", To: ann, Subject: "s", Body: "b"})
+	check(t, err)
+	id2, err := e.srv.Gmail.AddMessage(ann, googlefake.Message{From: "a@example.com", To: ann, Subject: "t", Body: "c"})
+	check(t, err)
+	u := e.gmail.Users
+	calls := []func() error{
+		func() error { _, err := u.GetProfile("me").Do(); return err },
+		func() error {
+			_, err := u.Watch("me", &gmail.WatchRequest{TopicName: "projects/p/topics/t"}).Do()
+			return err
+		},
+		func() error { return u.Stop("me").Do() },
+		func() error { _, err := u.Messages.List("me").Do(); return err },
+		func() error { _, err := u.Messages.Get("me", id).Do(); return err },
+		func() error {
+			_, err := u.Messages.Modify("me", id, &gmail.ModifyMessageRequest{AddLabelIds: []string{"STARRED"}}).Do()
+			return err
+		},
+		func() error {
+			return u.Messages.BatchModify("me", &gmail.BatchModifyMessagesRequest{Ids: []string{id}, RemoveLabelIds: []string{"STARRED"}}).Do()
+		},
+		func() error { _, err := u.Messages.Trash("me", id).Do(); return err },
+		func() error { _, err := u.Messages.Untrash("me", id).Do(); return err },
+		func() error { return u.Messages.Delete("me", id2).Do() },
+		func() error {
+			_, err := u.History.List("me").StartHistoryId(e.srv.Gmail.HistoryID(ann)).Do()
+			return err
+		},
+		func() error { _, err := u.Labels.List("me").Do(); return err },
+		func() error { _, err := u.Labels.Get("me", "INBOX").Do(); return err },
+		func() error { _, err := u.Labels.Create("me", &gmail.Label{Name: "Deploys"}).Do(); return err },
+	}
+	for i, call := range calls {
+		if err := call(); err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+	// developers.google.com/workspace/gmail/api/reference/quota
+	want := map[string]int{
+		googlefake.MethodGetProfile: 1, googlefake.MethodWatch: 100, googlefake.MethodStop: 50,
+		googlefake.MethodMessagesList: 5, googlefake.MethodMessagesGet: 5, googlefake.MethodMessagesModify: 5,
+		googlefake.MethodMessagesBatchModify: 50, googlefake.MethodMessagesTrash: 5, googlefake.MethodMessagesUntrash: 5,
+		googlefake.MethodMessagesDelete: 10, googlefake.MethodHistoryList: 2, googlefake.MethodLabelsList: 1,
+		googlefake.MethodLabelsGet: 1, googlefake.MethodLabelsCreate: 5,
+	}
+	got := e.srv.Gmail.QuotaUnitsByMethod(ann)
+	for m, units := range want {
+		if got[m] != units {
+			t.Errorf("%s cost %d units, Google's table says %d", m, got[m], units)
+		}
+	}
+}

@@ -434,14 +434,18 @@ redis.call('HDEL', KEYS[2], 'd' .. prio)
 return {1, 0, uused + cost, ueff, 0, 0}
 `)
 
-// refusedScript: KEYS as budgetKeys; ARGV now_ms, window_ms, buckets,
-// recover_ms, user limit, project limit, kind (1 user, 2 project, 3
-// concurrent), blocked-until ms.
+// refusedScript: KEYS as budgetKeys, then the log of refusals that named
+// no scope; ARGV now_ms, window_ms, buckets, recover_ms, user limit,
+// project limit, kind (1 user, 2 project, 3 concurrent, 4 unscoped),
+// blocked-until ms, account. Returns {the shrunk limit (0 for concurrent),
+// the kind applied}: an unscoped refusal is applied as the account's or
+// the project's (see Budget.Refused).
 var refusedScript = redis.NewScript(budgetLib + `
 local ulim = tonumber(ARGV[5])
 local plim = tonumber(ARGV[6])
 local kind = tonumber(ARGV[7])
 local until_ = tonumber(ARGV[8])
+local account = ARGV[9]
 local ttl = math.ceil(window * 20)
 local function shrink(bkey, skey, setting)
   local used = load(bkey)
@@ -453,16 +457,32 @@ local function shrink(bkey, skey, setting)
   redis.call('PEXPIRE', skey, ttl)
   return ne
 end
+if kind == 4 then
+  -- Another account refused without a scope within the window: the
+  -- project's. Else the account's.
+  redis.call('HSET', KEYS[6], account, now)
+  redis.call('PEXPIRE', KEYS[6], math.ceil(window * 2))
+  local raw = redis.call('HGETALL', KEYS[6])
+  kind = 1
+  for i = 1, #raw, 2 do
+    local at = tonumber(raw[i + 1])
+    if at <= now - window then
+      redis.call('HDEL', KEYS[6], raw[i])
+    elseif raw[i] ~= account then
+      kind = 2
+    end
+  end
+end
 if kind == 2 then
-  return shrink(KEYS[3], KEYS[4], plim)
+  return {shrink(KEYS[3], KEYS[4], plim), 2}
 end
 if kind == 3 then
   local b = tonumber(redis.call('HGET', KEYS[2], 'blocked') or '0')
   if until_ > b then redis.call('HSET', KEYS[2], 'blocked', until_) end
   redis.call('PEXPIRE', KEYS[2], ttl)
-  return 0
+  return {0, 3}
 end
-return shrink(KEYS[1], KEYS[2], ulim)
+return {shrink(KEYS[1], KEYS[2], ulim), 1}
 `)
 
 // resumeScript: an account without budget state starts at half its
@@ -672,26 +692,72 @@ func (b *Budget) acquire(ctx context.Context, account string) (release func(), e
 	}
 }
 
-// Refusal kinds for Refused.
+// Refusal kinds for Refused: whose quota Google refused a call for, as
+// its answer says (see refusalScope).
 const (
-	RefusedUser       = 1 // userRateLimitExceeded
-	RefusedProject    = 2 // rateLimitExceeded
-	RefusedConcurrent = 3 // 429 too many concurrent requests
+	// RefusedUser: the account's per-user limit (userRateLimitExceeded, or
+	// a rateLimitExceeded whose text names the user).
+	RefusedUser = 1
+	// RefusedProject: the project's limit (text naming the project's
+	// per-minute quota, not a user's).
+	RefusedProject = 2
+	// RefusedConcurrent: 429 too many concurrent requests for the user.
+	RefusedConcurrent = 3
+	// RefusedUnscoped: a refusal that names no scope ("Rate Limit
+	// Exceeded", "Resource has been exhausted (e.g. check quota).").
+	RefusedUnscoped = 4
 )
 
-// Refused records that Google refused a call of the account for quota:
-// the account's budget (the project's, for RefusedProject) shrinks to 90%
-// of what it spent in the window (at least 1% of the setting), and no call is made before retry has
-// passed. It grows back by 10% a window (Recover).
+// refusalKinds name the kinds in logs.
+var refusalKinds = []string{"", "the account's", "the project's", "concurrent requests", "no scope named"}
+
+// unscopedKey is the log of the accounts refused without a scope named,
+// with when: a hash in the budget's Redis Cluster slot.
+const unscopedKey = budgetPrefix + "p:unscoped"
+
+// Refused records that Google refused a call of the account for quota.
+// A refusal of the account (RefusedUser) shrinks the account's budget to
+// 90% of what it spent in the window (at least 1% of the setting) and
+// blocks the account's calls until retry has passed; the project's budget
+// is untouched, so one busy mailbox never slows the others. A refusal of
+// the project (RefusedProject) does the same to the project's budget and
+// every account's calls: no account is singled out for the project's
+// limit. RefusedConcurrent blocks the account until retry without
+// shrinking anything (its calls in flight, not its units, were too many).
+// A budget shrunk grows back by 10% a window (Recover).
+//
+// A refusal that names no scope (RefusedUnscoped) could be either. It is
+// charged to the account, unless another account was refused without a
+// scope within the window, and then to the project. This keeps both
+// promises as well as an answer that says nothing allows: a single busy
+// mailbox over its own minute (the usual cause: elie222/inbox-zero issue
+// 379 saw 429 "Resource has been exhausted" on one account) shrinks only
+// itself, however often it is refused; the project's limit, once reached,
+// refuses every account that calls, so a second account refused the same
+// way within the window shows it, and from then the project's budget
+// shrinks and no single account is left to carry it. Charging the project
+// at the first unscoped refusal would let one mailbox shrink every
+// account's budget (the fault of issue 21); never charging it would leave
+// each account to learn the project's limit alone, one refusal each.
 func (b *Budget) Refused(ctx context.Context, account string, kind int, retry time.Duration) error {
 	now := b.cfg.Now()
 	until := now.Add(retry).UnixMilli()
-	eff, err := refusedScript.Run(ctx, b.rdb, b.keys(account, now), append(b.args(now), kind, until)...).Int64()
+	keys := append(b.keys(account, now), unscopedKey)
+	res, err := refusedScript.Run(ctx, b.rdb, keys, append(b.args(now), kind, until, account)...).Int64Slice()
 	if err != nil {
 		return fmt.Errorf("google: gmail quota refusal of account %s: %w", account, err)
 	}
-	b.log.Warn("Google refused a Gmail call for quota", "account_id", account, "kind", kind,
-		"retry_after", retry, "budget_now", eff)
+	if len(res) != 2 {
+		return fmt.Errorf("google: gmail quota refusal of account %s: script answered %v", account, res)
+	}
+	name := func(k int) string {
+		if k > 0 && k < len(refusalKinds) {
+			return refusalKinds[k]
+		}
+		return strconv.Itoa(k)
+	}
+	b.log.Warn("Google refused a Gmail call for quota", "account_id", account, "refused", name(kind),
+		"charged_to", name(int(res[1])), "retry_after", retry.String(), "budget_now", res[0])
 	return nil
 }
 

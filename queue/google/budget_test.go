@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"mailroom/internal/googlefake"
 	"mailroom/queue"
@@ -683,4 +685,240 @@ func TestBudgetInFlightSlots(t *testing.T) {
 	if left != 0 {
 		t.Fatalf("%d accounts' slots kept with no call in flight, want 0", left)
 	}
+}
+
+// interleave is a go-redis hook that runs during once, right after the
+// first command moving units out of a bucket (HINCRBY of a negative count
+// on a bucket log) that is not inside a MULTI: Redis may run another
+// client's commands between two commands sent apart, or between those of
+// a plain pipeline, so the hook does it here, every time. Commands of a
+// MULTI ... EXEC pass as one.
+type interleave struct {
+	once   sync.Once
+	during func(ctx context.Context)
+}
+
+type interleaving struct{}
+
+func (h *interleave) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *interleave) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		h.after(ctx, cmd)
+		return err
+	}
+}
+
+func (h *interleave) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if len(cmds) == 0 || cmds[0].Name() == "multi" || ctx.Value(interleaving{}) != nil {
+			return next(ctx, cmds)
+		}
+		var first error
+		for i := range cmds {
+			if err := next(ctx, cmds[i:i+1]); err != nil && first == nil {
+				first = err
+			}
+			h.after(ctx, cmds[i])
+		}
+		return first
+	}
+}
+
+func (h *interleave) after(ctx context.Context, cmd redis.Cmder) {
+	args := cmd.Args()
+	if ctx.Value(interleaving{}) != nil || cmd.Name() != "hincrby" || len(args) != 4 ||
+		!strings.HasSuffix(fmt.Sprint(args[1]), ":b") || !strings.HasPrefix(fmt.Sprint(args[3]), "-") {
+		return
+	}
+	h.once.Do(func() { h.during(context.WithValue(ctx, interleaving{}, true)) })
+}
+
+// Settle moves a call's units out of the bucket of its grant and into the
+// bucket of its answer, for the account and the project, in one MULTI: a
+// spend between the two moves would find the units in neither bucket and
+// be granted too many. The hook lets another worker's spend of the same
+// account run between any two commands Settle sends apart; the window
+// must still never hold more than the limit.
+func TestBudgetSettleIsAtomic(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, b *broker.Broker) {
+		ctx := context.Background()
+		cfg := BudgetConfig{UserUnits: 100, ProjectUnits: 1000, Pace: -1}
+		bud, clk := newBudget(t, b, cfg)
+		cfg.Now = clk.Now
+		other, err := NewBudget(cfg, b.Client()) // another worker's
+		if err != nil {
+			t.Fatal(err)
+		}
+		var between *Grant
+		b.Client().AddHook(&interleave{during: func(ctx context.Context) {
+			g, err := other.TrySpend(ctx, "a", 100, PriorityLive)
+			if err != nil {
+				t.Error(err)
+			}
+			between = &g
+		}})
+		g := spend(t, bud, "a", 100, PriorityLive)
+		if !g.OK {
+			t.Fatal(g)
+		}
+		clk.Advance(5 * time.Second) // Google answered 5 s later: another bucket
+		if err := bud.Settle(ctx, "a", 100, g.At); err != nil {
+			t.Fatal(err)
+		}
+		if between != nil && between.OK {
+			t.Errorf("a spend between Settle's moves was granted 100 units while the window held the settled call's 100: %+v", *between)
+		}
+		if u, err := bud.Usage(ctx, "a"); err != nil || u.Used != 100 || u.ProjectUsed != 100 {
+			t.Fatalf("usage after the settle: %+v (%v); want the call's 100 units only, in the account's and the project's window", u, err)
+		}
+		if g := spend(t, other, "a", 100, PriorityLive); g.OK {
+			t.Fatalf("another 100 units granted after the settle: %+v", g)
+		}
+	})
+}
+
+// Every shape in which Google refuses a Gmail call for quota, through the
+// adapter against the emulator's fault in that shape: a refusal of the
+// user shrinks and blocks that account only, however many accounts are
+// refused so; a refusal of the calls in flight blocks the account and
+// shrinks nothing; a refusal that names no scope is charged to the account
+// alone, and to the project (every account blocked, the project's budget
+// shrunk) once a second account is refused the same way within the
+// window. Google's retry time (Retry-After, or the time in its message)
+// is the wait in every case.
+func TestBudgetRefusalShapes(t *testing.T) {
+	const (
+		account = iota
+		concurrent
+		unscoped
+	)
+	scope := map[googlefake.RefusalShape]int{
+		googlefake.RefusalUserDocumented:    account,
+		googlefake.RefusalQueriesPerUser:    account,
+		googlefake.RefusalUserRateRetry:     account,
+		googlefake.RefusalResourceExhausted: unscoped,
+		googlefake.RefusalProject:           unscoped,
+		googlefake.RefusalConcurrent:        concurrent,
+	}
+	const retry = 7 * time.Second
+	for _, shape := range googlefake.RefusalShapes() {
+		want, ok := scope[shape]
+		if !ok {
+			t.Fatalf("no expectation for the shape %s", shape)
+		}
+		t.Run(string(shape), func(t *testing.T) {
+			brokertest.Each(t, func(t *testing.T, b *broker.Broker) {
+				ctx := WithPriority(context.Background(), PriorityLive)
+				fake := googlefake.StartForTest(t, googlefake.Options{})
+				const ann, bob = "ann@example.com", "bob@example.com"
+				refresh := map[string]string{ann: fake.AddAccount(ann), bob: fake.AddAccount(bob)}
+				bud, err := NewBudget(BudgetConfig{UserUnits: 1000, ProjectUnits: 100_000, MaxWait: time.Second}, b.Client())
+				if err != nil {
+					t.Fatal(err)
+				}
+				c := New(Config{APIURL: fake.URL(), TokenURL: fake.TokenURL(), ReadRetries: -1, Budget: bud})
+				gm := map[string]*Gmail{}
+				for _, who := range []string{ann, bob} {
+					if gm[who], err = c.Gmail(ctx, who, c.TokenSource(Token{RefreshToken: refresh[who]}, nil)); err != nil {
+						t.Fatal(err)
+					}
+					if _, err := gm[who].Labels(ctx); err != nil {
+						t.Fatal(err)
+					}
+				}
+				// refuse makes Google refuse who's next call in the shape and
+				// checks the answer is rate limited for Google's retry time.
+				refuse := func(who string) {
+					t.Helper()
+					if _, err := fake.InjectFault(googlefake.Fault{Account: who, Refusal: shape, RetryAfter: retry, Times: 1}); err != nil {
+						t.Fatal(err)
+					}
+					_, err := gm[who].Labels(ctx)
+					if d, limited := queue.RetryAfter(err); !limited || d < retry-2*time.Second || d > retry {
+						t.Fatalf("%s refused in the shape %s: %v (wait %s), want rate limited for Google's %s", who, shape, err, d, retry)
+					}
+				}
+				usage := func(who string) Usage {
+					t.Helper()
+					u, err := bud.Usage(ctx, who)
+					if err != nil {
+						t.Fatal(err)
+					}
+					return u
+				}
+				blocked := func(u Usage) bool {
+					left := time.Until(u.BlockedUntil)
+					return left > retry-2*time.Second && left <= retry
+				}
+				refuse(ann)
+				a, o := usage(ann), usage(bob)
+				if want == concurrent && (a.Limit != 1000 || !blocked(a)) {
+					t.Errorf("ann after too many calls in flight: %+v, want her budget whole and her calls blocked for %s", a, retry)
+				}
+				if want != concurrent && (a.Limit >= 1000 || !blocked(a)) {
+					t.Errorf("ann after her refusal: %+v, want her budget shrunk and her calls blocked for %s", a, retry)
+				}
+				if o.Limit != 1000 || o.ProjectLimit != 100_000 || !o.BlockedUntil.IsZero() {
+					t.Errorf("bob after ann's refusal: %+v, want his budget and the project's at their settings, not blocked", o)
+				}
+				// Bob is refused the same way.
+				refuse(bob)
+				a, o = usage(ann), usage(bob)
+				if want == unscoped {
+					if o.ProjectLimit >= 100_000 || !blocked(a) || !blocked(o) {
+						t.Errorf("after two accounts were refused naming no scope: ann %+v, bob %+v; want the project's budget shrunk and both blocked", a, o)
+					}
+					return
+				}
+				if o.ProjectLimit != 100_000 || !blocked(o) {
+					t.Errorf("bob after his own refusal: %+v, want the project's budget at its setting and his calls blocked", o)
+				}
+				if want == account && o.Limit >= 1000 {
+					t.Errorf("bob after his own refusal: %+v, want his budget shrunk", o)
+				}
+			})
+		})
+	}
+}
+
+// A refusal that names no scope is the account's, unless another account
+// was refused so within the window: then the project's. One account
+// refused so again and again stays its own.
+func TestBudgetUnscopedRefusals(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, b *broker.Broker) {
+		ctx := context.Background()
+		bud, clk := newBudget(t, b, BudgetConfig{UserUnits: 1000, ProjectUnits: 100_000})
+		refused := func(who string) (Usage, Usage) {
+			t.Helper()
+			spend(t, bud, who, 100, PriorityLive) // granted the first time
+			if err := bud.Refused(ctx, who, RefusedUnscoped, time.Second); err != nil {
+				t.Fatal(err)
+			}
+			u, err := bud.Usage(ctx, who)
+			if err != nil {
+				t.Fatal(err)
+			}
+			o, err := bud.Usage(ctx, "someone-else")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return u, o
+		}
+		for range 3 {
+			if u, o := refused("a"); u.Limit >= 1000 || o.ProjectLimit != 100_000 || !o.BlockedUntil.IsZero() {
+				t.Fatalf("a refused again and again: a %+v, another %+v; want a's budget alone shrunk", u, o)
+			}
+			clk.Advance(2 * time.Second)
+		}
+		clk.Advance(time.Minute)
+		if u, o := refused("b"); u.Limit >= 1000 || o.ProjectLimit != 100_000 {
+			t.Fatalf("b refused a window after a: b %+v, another %+v; want b's budget alone shrunk", u, o)
+		}
+		clk.Advance(10 * time.Second)
+		if u, o := refused("c"); u.Limit != 1000 || o.ProjectLimit >= 100_000 || o.BlockedUntil.IsZero() {
+			t.Fatalf("c refused within b's window: c %+v, another %+v; want the project's budget shrunk and every account blocked, c's own untouched", u, o)
+		}
+	})
 }

@@ -110,6 +110,11 @@ func invalidLabel(msg string) bool {
 	return msg == "Invalid label" || strings.HasPrefix(msg, "Invalid label:")
 }
 
+// rateLimitReason reports whether a 403 is a quota refusal: a rate-limit
+// reason, RESOURCE_EXHAUSTED, or a message that says so (Google's per-user
+// refusal in the field, "Quota exceeded for quota metric 'Queries' and
+// limit 'Queries per minute per user' ...", GAM-team/got-your-back issue
+// 309, comes under reasons a client may not expect).
 func rateLimitReason(ge *googleapi.Error) bool {
 	for _, e := range ge.Errors {
 		switch e.Reason {
@@ -117,7 +122,9 @@ func rateLimitReason(ge *googleapi.Error) bool {
 			return true
 		}
 	}
-	return strings.Contains(ge.Body, "RESOURCE_EXHAUSTED")
+	text := refusalText(ge)
+	return strings.Contains(ge.Body, "RESOURCE_EXHAUSTED") || strings.Contains(text, "quota exceeded for quota metric") ||
+		strings.Contains(text, "rate limit exceeded")
 }
 
 // retryAfterMessage reads the time in Gmail's "User-rate limit exceeded.
@@ -136,29 +143,95 @@ func retryAfterMessage(msg string) (time.Time, bool) {
 }
 
 // quotaRefusal tells what kind of quota refusal a classified error of a
-// Gmail call is (RefusedUser, RefusedProject, RefusedConcurrent; 0: none)
-// and its wait. A wait for our own budget is none.
+// Gmail call is (RefusedUser, RefusedProject, RefusedConcurrent,
+// RefusedUnscoped; 0: none) and its wait (Google's retry time when it
+// named one: see retryHint). A wait for our own budget is none.
 func quotaRefusal(err error) (kind int, wait time.Duration) {
 	wait, limited := queue.RetryAfter(err)
 	var ge *googleapi.Error
 	if !limited || !errors.As(err, &ge) {
 		return 0, 0
 	}
-	switch {
-	case ge.Code == http.StatusTooManyRequests && strings.Contains(ge.Message, "concurrent"):
-		return RefusedConcurrent, wait
-	case ge.Code == http.StatusTooManyRequests:
-		return RefusedUser, wait
+	if ge.Code != http.StatusTooManyRequests && ge.Code != http.StatusForbidden {
+		return 0, 0
 	}
+	return refusalScope(ge), wait
+}
+
+// refusalScope reads whose quota Google refused a call for from what the
+// refusal says, not from its reason alone. Google's documents give the
+// reason userRateLimitExceeded to the per-user limit and rateLimitExceeded
+// to the project's (developers.google.com/workspace/gmail/api/reference/
+// quota), but in the field Gmail refuses one user over its minute with
+// rateLimitExceeded too, saying so only in its text: 403 rateLimitExceeded
+// in usageLimits, "Quota exceeded for quota metric 'Queries' and limit
+// 'Queries per minute per user' of service 'gmail.googleapis.com' for
+// consumer 'project_number:…'" (elie222/inbox-zero issue 480,
+// mxngls/gmail-cleaner issue 5, GAM-team/got-your-back issue 309), and 403
+// rateLimitExceeded "User-rate limit exceeded.  Retry after <time>"
+// (taers232c/GAMADV-XTD3 issue 337). So, in this order:
+//
+//   - text naming concurrent requests ("Too many concurrent requests for
+//     user", a 429): RefusedConcurrent, the account's calls in flight;
+//   - text naming a user ("per user", "User-rate", "User Rate", "for
+//     user", or a quota limit "…PerUser" in the details), or the reason
+//     userRateLimitExceeded: RefusedUser;
+//   - text naming the project's quota without a user (a per-minute or
+//     per-project limit, or the consumer whose quota it is): RefusedProject;
+//   - anything else names no scope (403 or 429 rateLimitExceeded "Rate
+//     Limit Exceeded", 429 RESOURCE_EXHAUSTED "Resource has been exhausted
+//     (e.g. check quota).", mxngls/gmail-cleaner issue 5 and
+//     elie222/inbox-zero issue 379, seen on one busy mailbox):
+//     RefusedUnscoped, which the budget charges to the account unless
+//     other accounts are refused the same way (see Budget.Refused).
+func refusalScope(ge *googleapi.Error) int {
+	text := refusalText(ge)
+	has := func(subs ...string) bool {
+		for _, s := range subs {
+			if strings.Contains(text, s) {
+				return true
+			}
+		}
+		return false
+	}
+	userReason := false
 	for _, e := range ge.Errors {
-		switch e.Reason {
-		case "userRateLimitExceeded":
-			return RefusedUser, wait
-		case "rateLimitExceeded":
-			return RefusedProject, wait
+		userReason = userReason || e.Reason == "userRateLimitExceeded"
+	}
+	switch {
+	case has("concurrent"):
+		return RefusedConcurrent
+	case has("per user", "user-rate", "user rate", "for user", "peruser") || userReason:
+		return RefusedUser
+	case has("per minute", "perminute", "per project", "perproject", "for consumer"):
+		return RefusedProject
+	}
+	return RefusedUnscoped
+}
+
+// refusalText is everything a refusal says about itself, lower-cased: its
+// message, its items' messages, and the quota limit and metric of a
+// google.rpc.ErrorInfo in its details (newer Google APIs name the limit
+// there, "QueriesPerMinutePerUser").
+func refusalText(ge *googleapi.Error) string {
+	parts := []string{ge.Message}
+	for _, e := range ge.Errors {
+		parts = append(parts, e.Message)
+	}
+	for _, d := range ge.Details {
+		m, ok := d.(map[string]any)
+		if !ok {
+			continue
+		}
+		if md, ok := m["metadata"].(map[string]any); ok {
+			for _, k := range []string{"quota_limit", "quota_metric", "quota_limit_value"} {
+				if v, ok := md[k].(string); ok {
+					parts = append(parts, v)
+				}
+			}
 		}
 	}
-	return 0, 0
+	return strings.ToLower(strings.Join(parts, " | "))
 }
 
 // quotaRefused reports whether err (unclassified) is Google refusing a call

@@ -97,3 +97,56 @@ func TestRefreshWithoutOAuthClient(t *testing.T) {
 		t.Fatalf("refresh at another token endpoint: %v; want it asked (and unreachable)", err)
 	}
 }
+
+// A quota refusal is read by what it says: each shape Google answers in
+// (doc_gmail.go in the emulator names their reports) goes to the account,
+// the project, the account's calls in flight, or names no scope; the
+// retry time it names is the wait.
+func TestQuotaRefusalScope(t *testing.T) {
+	t.Parallel()
+	at := time.Now().Add(30 * time.Second).UTC().Format("2006-01-02T15:04:05.000Z")
+	refusal := func(code int, reason, domain, msg string, h http.Header) error {
+		ge := &googleapi.Error{Code: code, Message: msg, Header: h,
+			Errors: []googleapi.ErrorItem{{Reason: reason, Message: msg}},
+			Body:   fmt.Sprintf(`{"error":{"code":%d,"message":%q,"errors":[{"domain":%q,"reason":%q}]}}`, code, msg, domain, reason)}
+		return Classify(fmt.Errorf("call: %w", ge))
+	}
+	cases := []struct {
+		name string
+		err  error
+		kind int
+		wait time.Duration // 0: about 30 s (the message's time)
+	}{
+		{"403 userRateLimitExceeded (documented)", refusal(403, "userRateLimitExceeded", "usageLimits", "User-rate limit exceeded.  Retry after "+at, nil), RefusedUser, 0},
+		{"403 rateLimitExceeded, Queries per minute per user", refusal(403, "rateLimitExceeded", "usageLimits",
+			"Quota exceeded for quota metric 'Queries' and limit 'Queries per minute per user' of service 'gmail.googleapis.com' for consumer 'project_number:1'.", nil), RefusedUser, defaultRateWait},
+		{"429 Queries per minute per user", refusal(429, "rateLimitExceeded", "usageLimits",
+			"Quota exceeded for quota metric 'Queries' and limit 'Queries per minute per user' of service 'gmail.googleapis.com' for consumer 'project_number:1'.", nil), RefusedUser, defaultRateWait},
+		{"403 rateLimitExceeded, User-rate limit, Retry after", refusal(403, "rateLimitExceeded", "usageLimits", "User-rate limit exceeded.  Retry after "+at, nil), RefusedUser, 0},
+		{"403 userRateLimitExceeded, User Rate Limit Exceeded", refusal(403, "userRateLimitExceeded", "usageLimits",
+			"User Rate Limit Exceeded. Rate of requests for user exceed configured project quota.", http.Header{"Retry-After": {"9"}}), RefusedUser, 9 * time.Second},
+		{"403 rateLimitExceeded, the project's per-minute quota", refusal(403, "rateLimitExceeded", "usageLimits",
+			"Quota exceeded for quota metric 'Queries' and limit 'Queries per minute' of service 'gmail.googleapis.com' for consumer 'project_number:1'.", nil), RefusedProject, defaultRateWait},
+		{"403 rateLimitExceeded, Rate Limit Exceeded (documented project)", refusal(403, "rateLimitExceeded", "usageLimits", "Rate Limit Exceeded", nil), RefusedUnscoped, defaultRateWait},
+		{"429 Resource has been exhausted", refusal(429, "rateLimitExceeded", "global", "Resource has been exhausted (e.g. check quota).", http.Header{"Retry-After": {"3"}}), RefusedUnscoped, 3 * time.Second},
+		{"429 Too many concurrent requests for user", refusal(429, "rateLimitExceeded", "usageLimits", "Too many concurrent requests for user", nil), RefusedConcurrent, defaultRateWait},
+		{"a limit PerUser in ErrorInfo", Classify(&googleapi.Error{Code: 429, Message: "Quota exceeded.", Details: []any{
+			map[string]any{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "RATE_LIMIT_EXCEEDED",
+				"metadata": map[string]any{"quota_limit": "QueriesPerMinutePerUser", "quota_metric": "gmail.googleapis.com/default"}}}}), RefusedUser, defaultRateWait},
+	}
+	for _, tc := range cases {
+		kind, wait := quotaRefusal(tc.err)
+		if kind != tc.kind {
+			t.Errorf("%s: kind %d, want %d", tc.name, kind, tc.kind)
+		}
+		if tc.wait == 0 && (wait < 28*time.Second || wait > 30*time.Second) || tc.wait != 0 && wait != tc.wait {
+			t.Errorf("%s: wait %s, want %s (0: the message's 30 s)", tc.name, wait, tc.wait)
+		}
+	}
+	if kind, _ := quotaRefusal(Classify(&googleapi.Error{Code: 500})); kind != 0 {
+		t.Errorf("a 500 is a quota refusal of kind %d", kind)
+	}
+	if kind, _ := quotaRefusal(queue.RateLimited(ErrQuotaWait, time.Second)); kind != 0 {
+		t.Errorf("a wait for our own budget is a quota refusal of kind %d", kind)
+	}
+}

@@ -22,10 +22,17 @@ func retryHint(ge *googleapi.Error) time.Duration {
 			return max(wait, time.Second)
 		}
 	}
-	// Gmail's per-user refusal names the time in its message: "User-rate
-	// limit exceeded.  Retry after 2026-06-01T12:01:00.000Z".
-	if at, ok := retryAfterMessage(ge.Message); ok {
-		return max(time.Until(at), time.Second)
+	// Gmail's per-user refusal names the time in its message, or in its
+	// item's: "User-rate limit exceeded.  Retry after
+	// 2026-06-01T12:01:00.000Z" (taers232c/GAMADV-XTD3 issue 337).
+	msgs := []string{ge.Message}
+	for _, e := range ge.Errors {
+		msgs = append(msgs, e.Message)
+	}
+	for _, m := range msgs {
+		if at, ok := retryAfterMessage(m); ok {
+			return max(time.Until(at), time.Second)
+		}
 	}
 	return retryAfter(ge.Header)
 }
