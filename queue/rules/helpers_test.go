@@ -71,7 +71,7 @@ func newFixture(t testing.TB, cfg Config, start bool) *fixture {
 		t.Fatal(err)
 	}
 	for _, tt := range table.Types() {
-		if tt.Name != queue.TypeRulesReclassifyBatch {
+		if tt.Name != queue.TypeRulesReclassifyBatch && tt.Name != queue.TypeRulesLabelWrite {
 			if err := table.Handle(tt.Name, func(context.Context, *queue.Task) error { return nil }); err != nil {
 				t.Fatal(err)
 			}
