@@ -129,3 +129,25 @@ func (tx *Tx) LabelProvenanceGet(accountID, messageID, labelID string) (Provenan
 	err := getJSON(tx.tx.Bucket(bucketProvenance), provenanceKey(accountID, messageID, labelID), &p)
 	return p, err
 }
+
+// LabelProvenanceOfLabel calls fn with each provenance record of one label
+// among an account's messages (a scan of the account's records: for the
+// rare label deleted in Gmail).
+func (tx *Tx) LabelProvenanceOfLabel(accountID, labelID string, fn func(messageID string, p Provenance) error) error {
+	prefix := join(accountID, "")
+	suffix := []byte("\x00" + labelID)
+	c := tx.tx.Bucket(bucketProvenance).Cursor()
+	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+		if !bytes.HasSuffix(k, suffix) {
+			continue
+		}
+		var p Provenance
+		if err := json.Unmarshal(v, &p); err != nil {
+			return fmt.Errorf("store: decode provenance %q: %w", k, err)
+		}
+		if err := fn(string(k[len(prefix):len(k)-len(suffix)]), p); err != nil {
+			return err
+		}
+	}
+	return nil
+}

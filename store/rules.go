@@ -368,12 +368,17 @@ type ReclassifyBatch struct {
 	State    string `json:"state"`
 	// Unsent counts, while the batch is writing, its label changes not yet
 	// in Gmail; the counts below are what it adds to its job's once they are.
-	Unsent            int  `json:"unsent,omitempty"`
-	WriteFailed       bool `json:"writeFailed,omitempty"`
-	ThreadsLabeled    int  `json:"threadsLabeled,omitempty"`
-	ThreadsUnlabeled  int  `json:"threadsUnlabeled,omitempty"`
-	MessagesLabeled   int  `json:"messagesLabeled,omitempty"`
-	MessagesUnlabeled int  `json:"messagesUnlabeled,omitempty"`
+	Unsent int `json:"unsent,omitempty"`
+	// Payload is the batch task's, kept while the batch is writing: a
+	// change Gmail refuses for good puts the batch in the dead letters,
+	// where a redrive runs it again.
+	Payload json.RawMessage `json:"payload,omitempty"`
+	// WriteFailed says why Gmail refused a change of the batch for good.
+	WriteFailed       string `json:"writeFailed,omitempty"`
+	ThreadsLabeled    int    `json:"threadsLabeled,omitempty"`
+	ThreadsUnlabeled  int    `json:"threadsUnlabeled,omitempty"`
+	MessagesLabeled   int    `json:"messagesLabeled,omitempty"`
+	MessagesUnlabeled int    `json:"messagesUnlabeled,omitempty"`
 }
 
 // ReclassifyJobCreate stores a new job, giving it an id that sorts in

@@ -684,7 +684,7 @@ func (b *batch) queueWrites(changes []provChange, names map[string]string, start
 				return err
 			}
 			if replaced {
-				if err := b.p.releaseTx(tx, batchRef{old.JobID, old.Batch}, 1, false); err != nil {
+				if err := b.p.releaseTx(tx, batchRef{old.JobID, old.Batch}, 1, ""); err != nil {
 					return err
 				}
 			}
@@ -712,6 +712,7 @@ func (b *batch) queueWrites(changes []provChange, names map[string]string, start
 		*batchCounter(&job, bt.State)--
 		job.RulesSkipped += len(b.pl.RuleIDs) - len(b.live)
 		job.GmailCalls += b.calls
+		bt.WriteFailed = "" // a redriven batch starts afresh
 		bt.ThreadsLabeled, bt.ThreadsUnlabeled = len(labeled), len(unlabeled)
 		bt.MessagesLabeled, bt.MessagesUnlabeled = nAdd, nRemove
 		if unsent == 0 {
@@ -723,7 +724,7 @@ func (b *batch) queueWrites(changes []provChange, names map[string]string, start
 				job.FinishedAt = now
 			}
 		} else {
-			bt.State, bt.Unsent = store.BatchWriting, unsent
+			bt.State, bt.Unsent, bt.Payload = store.BatchWriting, unsent, b.task.Payload
 			job.BatchesWriting++
 		}
 		if err := tx.ReclassifyBatchPut(bt); err != nil {

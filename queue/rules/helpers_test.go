@@ -219,3 +219,27 @@ func spec(label string, conds ...Condition) Spec {
 }
 
 func cond(field, op, value string) Condition { return Condition{Field: field, Op: op, Value: value} }
+
+// writerTask returns the account's label writer task from the outbox (the
+// queue is not started: the test runs the handler itself), or nil.
+func (f *fixture) writerTask() *queue.Task {
+	f.t.Helper()
+	var task *queue.Task
+	f.db.View(func(tx *store.Tx) error {
+		return f.q.Tasks(tx, queue.TypeRulesLabelWrite, func(r queue.Record) bool {
+			task = &queue.Task{ID: r.ID, Type: r.Type, Queue: r.Queue, Payload: r.Payload, Attempt: 1}
+			return false
+		})
+	})
+	return task
+}
+
+// runWriter runs the account's label writer once, as the queue would.
+func (f *fixture) runWriter() error {
+	f.t.Helper()
+	task := f.writerTask()
+	if task == nil {
+		f.t.Fatal("no label writer task in the outbox")
+	}
+	return f.p.HandleLabelWrite(context.Background(), task)
+}

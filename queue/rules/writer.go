@@ -173,7 +173,7 @@ func (w *writer) once(ctx context.Context) (sent bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	w.send(ctx, chunks)
+	chunks = w.sendSplitting(ctx, chunks)
 	if err := w.record(chunks, hid); err != nil {
 		return false, err
 	}
@@ -253,6 +253,32 @@ func (w *writer) due() ([]*writeChunk, error) {
 	return chunks, nil
 }
 
+// sendSplitting sends the chunks; a call of several messages that Gmail
+// refuses for good is made again in halves, so that the refusal of one
+// message's change (a message Gmail will not change) costs only that
+// change. It returns the chunks as finally sent.
+func (w *writer) sendSplitting(ctx context.Context, chunks []*writeChunk) []*writeChunk {
+	w.send(ctx, chunks)
+	for {
+		var halves, out []*writeChunk
+		for _, c := range chunks {
+			if len(c.writes) < 2 || !queue.IsPermanent(c.err) || errors.Is(c.err, google.ErrInvalidLabel) || errors.Is(c.err, google.ErrNotFound) {
+				out = append(out, c)
+				continue
+			}
+			mid := len(c.writes) / 2
+			for _, part := range [][]store.LabelWrite{c.writes[:mid], c.writes[mid:]} {
+				halves = append(halves, &writeChunk{label: c.label, add: c.add, writes: part})
+			}
+		}
+		if len(halves) == 0 {
+			return chunks
+		}
+		w.send(ctx, halves)
+		chunks = append(out, halves...)
+	}
+}
+
 // send makes the calls, GmailCalls at once; each chunk keeps its error.
 func (w *writer) send(ctx context.Context, chunks []*writeChunk) {
 	var (
@@ -319,7 +345,7 @@ func (w *writer) record(chunks []*writeChunk, hid uint64) error {
 				} else if err != nil && !errors.Is(err, store.ErrNotFound) {
 					return err
 				}
-				rel.add(lw, false)
+				rel.add(lw, "")
 			}
 		}
 		return rel.apply(tx)
@@ -341,6 +367,7 @@ func sameIntent(pr, want store.Provenance) bool {
 // count as failed, and their provenance stays pending, so that the next
 // reclassify of the rule sends them again.
 func (w *writer) giveUp(c *writeChunk) error {
+	reason := queue.Truncate(fmt.Sprintf("Gmail refused to change label %s: %v", c.label, c.err), 4000)
 	return w.p.db.Update(func(tx *store.Tx) error {
 		rel := newReleases(w.p)
 		for _, lw := range c.writes {
@@ -351,7 +378,7 @@ func (w *writer) giveUp(c *writeChunk) error {
 			if err := tx.LabelWriteDelete(w.account, lw.LabelID, lw.MessageID); err != nil {
 				return err
 			}
-			rel.add(lw, true)
+			rel.add(lw, reason)
 		}
 		return rel.apply(tx)
 	})
@@ -373,7 +400,7 @@ func (w *writer) dropGone(c *writeChunk) error {
 			if err := dropWriteTx(tx, lw); err != nil {
 				return err
 			}
-			rel.add(lw, false)
+			rel.add(lw, "")
 		}
 		return rel.apply(tx)
 	})
@@ -396,17 +423,20 @@ func dropWriteTx(tx *store.Tx, lw store.LabelWrite) error {
 }
 
 // relabel handles calls Gmail refused for a label id it does not know (the
-// label was deleted there since it was cached): the account's labels are
-// read again; removals of a label that is gone are done (it went with its
-// label), and additions move to the label made anew, to go in the next
-// round.
+// label was deleted there since it was cached, and with it from every
+// message): the account's labels are read again; removals of the label are
+// done, and its additions move to the label made anew, to go in the next
+// round. So do the labels the records say a rule's current version kept
+// there: they went with the label, and the rule still wants them (the
+// batch that met the deleted label takes them over). Other records of the
+// label are forgotten.
 func (w *writer) relabel(ctx context.Context, chunks []*writeChunk) error {
 	known, err := w.p.refreshLabels(ctx, w.gm, w.account)
 	if err != nil {
 		return err
 	}
+	byLabel := map[string][]*writeChunk{}
 	for _, c := range chunks {
-		newID := ""
 		if known[c.label] {
 			// Refused, yet Gmail lists it: not a label to make anew.
 			if err := w.giveUp(c); err != nil {
@@ -414,17 +444,86 @@ func (w *writer) relabel(ctx context.Context, chunks []*writeChunk) error {
 			}
 			continue
 		}
-		if c.add {
-			name := c.writes[0].LabelName
-			key := strings.ToLower(name)
-			ids, _, err := w.p.labelIDs(ctx, w.gm, w.account, map[string]string{key: name}, map[string]bool{key: true})
-			if err != nil {
+		byLabel[c.label] = append(byLabel[c.label], c)
+	}
+	for _, label := range slices.Sorted(maps.Keys(byLabel)) {
+		if err := w.relabelOne(ctx, label, byLabel[label]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// keptLabel is a record of a label a rule's current version kept on a
+// message.
+type keptLabel struct {
+	message string
+	prov    store.Provenance
+}
+
+func (w *writer) relabelOne(ctx context.Context, label string, chunks []*writeChunk) error {
+	name, owner := "", batchRef{}
+	for _, c := range chunks {
+		if c.add && name == "" {
+			name = c.writes[0].LabelName
+		}
+		if owner.job == "" {
+			owner = batchRef{c.writes[0].JobID, c.writes[0].Batch}
+		}
+	}
+	var kept []keptLabel
+	err := w.p.db.View(func(tx *store.Tx) error {
+		rules := map[string]store.Rule{}
+		return tx.LabelProvenanceOfLabel(w.account, label, func(msg string, pr store.Provenance) error {
+			if pr.Pending || !pr.Present {
+				return nil
+			}
+			r, ok := rules[pr.RuleID]
+			if !ok {
+				var err error
+				if r, err = tx.RuleGet(pr.RuleID); err != nil && !errors.Is(err, store.ErrNotFound) {
+					return err
+				}
+				rules[pr.RuleID] = r
+			}
+			if r.ID != "" && !r.Deleted && r.Version == pr.Version {
+				kept = append(kept, keptLabel{msg, pr})
+				if name == "" {
+					name = r.Label
+				}
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return err
+	}
+	newID := ""
+	if name != "" {
+		key := strings.ToLower(name)
+		ids, _, err := w.p.labelIDs(ctx, w.gm, w.account, map[string]string{key: name}, map[string]bool{key: true})
+		if err != nil {
+			return err
+		}
+		newID = ids[key]
+	}
+	return w.p.db.Update(func(tx *store.Tx) error {
+		rel := newReleases(w.p)
+		move := func(lw store.LabelWrite) error {
+			if _, err := tx.LabelWriteGet(w.account, newID, lw.MessageID); err == nil {
+				// A newer plan for the new label is there already.
+				rel.add(lw, "")
+				return nil
+			}
+			lw.LabelID = newID
+			lw.Prov.Pending = true
+			if err := tx.LabelProvenancePut(w.account, lw.MessageID, newID, lw.Prov); err != nil {
 				return err
 			}
-			newID = ids[key]
+			_, _, err := tx.LabelWritePut(&lw)
+			return err
 		}
-		err := w.p.db.Update(func(tx *store.Tx) error {
-			rel := newReleases(w.p)
+		for _, c := range chunks {
 			for _, lw := range c.writes {
 				cur, err := tx.LabelWriteGet(w.account, lw.LabelID, lw.MessageID)
 				if err != nil || cur.Seq != lw.Seq {
@@ -433,33 +532,75 @@ func (w *writer) relabel(ctx context.Context, chunks []*writeChunk) error {
 				if err := dropWriteTx(tx, lw); err != nil {
 					return err
 				}
-				if newID == "" {
-					rel.add(lw, false)
+				if !lw.Add || newID == "" {
+					rel.add(lw, "")
 					continue
 				}
-				if _, err := tx.LabelWriteGet(w.account, newID, lw.MessageID); err == nil {
-					// A newer plan for the new label is there already.
-					rel.add(lw, false)
-					continue
-				}
-				moved := lw
-				moved.LabelID = newID
-				pr := moved.Prov
-				pr.Pending = true
-				if err := tx.LabelProvenancePut(w.account, moved.MessageID, newID, pr); err != nil {
-					return err
-				}
-				if _, _, err := tx.LabelWritePut(&moved); err != nil {
+				if err := move(lw); err != nil {
 					return err
 				}
 			}
-			return rel.apply(tx)
+		}
+		now := w.p.cfg.Now().UTC()
+		taken := 0
+		for _, k := range kept {
+			if err := tx.LabelProvenanceDelete(w.account, k.message, label); err != nil {
+				return err
+			}
+			if newID == "" {
+				continue
+			}
+			pr := k.prov
+			pr.At = now
+			lw := store.LabelWrite{AccountID: w.account, LabelID: newID, MessageID: k.message, Add: true,
+				LabelName: name, JobID: owner.job, Batch: owner.index, Prov: pr, At: now}
+			if _, err := tx.LabelWriteGet(w.account, newID, k.message); err == nil {
+				continue
+			}
+			if err := move(lw); err != nil {
+				return err
+			}
+			taken++
+		}
+		// The rest of the label's records: it is gone from every message.
+		var gone []string
+		err := tx.LabelProvenanceOfLabel(w.account, label, func(msg string, pr store.Provenance) error {
+			if _, err := tx.LabelWriteGet(w.account, label, msg); errors.Is(err, store.ErrNotFound) {
+				gone = append(gone, msg)
+			}
+			return nil
 		})
 		if err != nil {
 			return err
 		}
+		for _, msg := range gone {
+			if err := tx.LabelProvenanceDelete(w.account, msg, label); err != nil {
+				return err
+			}
+		}
+		if err := w.p.takeOverTx(tx, owner, taken); err != nil {
+			return err
+		}
+		return rel.apply(tx)
+	})
+}
+
+// takeOverTx adds n changes to a writing batch's (the labels it puts back
+// after their label was deleted in Gmail).
+func (p *Pipeline) takeOverTx(tx *store.Tx, ref batchRef, n int) error {
+	if n == 0 {
+		return nil
 	}
-	return nil
+	bt, err := tx.ReclassifyBatchGet(ref.job, ref.index)
+	if errors.Is(err, store.ErrNotFound) || err == nil && bt.State != store.BatchWriting {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	bt.Unsent += n
+	bt.MessagesLabeled += n
+	return tx.ReclassifyBatchPut(bt)
 }
 
 // releases gathers, within one transaction, the label writes that left the
@@ -468,8 +609,8 @@ func (w *writer) relabel(ctx context.Context, chunks []*writeChunk) error {
 type releases struct {
 	p      *Pipeline
 	counts map[batchRef]int
-	failed map[batchRef]bool
-	calls  map[string]int // job id -> Gmail calls to count
+	failed map[batchRef]string // why a change of the batch was refused for good
+	calls  map[string]int      // job id -> Gmail calls to count
 }
 
 type batchRef struct {
@@ -478,13 +619,17 @@ type batchRef struct {
 }
 
 func newReleases(p *Pipeline) *releases {
-	return &releases{p: p, counts: map[batchRef]int{}, failed: map[batchRef]bool{}, calls: map[string]int{}}
+	return &releases{p: p, counts: map[batchRef]int{}, failed: map[batchRef]string{}, calls: map[string]int{}}
 }
 
-func (r *releases) add(lw store.LabelWrite, failed bool) {
+// add counts lw as released; failed, when not empty, says why Gmail
+// refused it for good.
+func (r *releases) add(lw store.LabelWrite, failed string) {
 	ref := batchRef{lw.JobID, lw.Batch}
 	r.counts[ref]++
-	r.failed[ref] = r.failed[ref] || failed
+	if failed != "" {
+		r.failed[ref] = failed
+	}
 }
 
 func (r *releases) apply(tx *store.Tx) error {
@@ -513,10 +658,11 @@ func (r *releases) apply(tx *store.Tx) error {
 }
 
 // releaseTx counts n of a writing batch's changes as no longer waiting
-// (failed: one was refused for good) and, when none waits any more,
-// finishes the batch in its job: done (failed when a change was refused),
-// with the counts it kept, and the job finished when no batch waits.
-func (p *Pipeline) releaseTx(tx *store.Tx, ref batchRef, n int, failed bool) error {
+// (failed, when not empty: why one was refused for good) and, when none
+// waits any more, finishes the batch in its job: done, with the counts it
+// kept, or, when a change was refused, failed and in the dead letters (a
+// redrive runs the batch again); the job finishes when no batch waits.
+func (p *Pipeline) releaseTx(tx *store.Tx, ref batchRef, n int, failed string) error {
 	bt, err := tx.ReclassifyBatchGet(ref.job, ref.index)
 	if errors.Is(err, store.ErrNotFound) || err == nil && bt.State != store.BatchWriting {
 		return nil
@@ -525,7 +671,9 @@ func (p *Pipeline) releaseTx(tx *store.Tx, ref batchRef, n int, failed bool) err
 		return err
 	}
 	bt.Unsent -= n
-	bt.WriteFailed = bt.WriteFailed || failed
+	if failed != "" && bt.WriteFailed == "" {
+		bt.WriteFailed = failed
+	}
 	if bt.Unsent > 0 {
 		return tx.ReclassifyBatchPut(bt)
 	}
@@ -535,12 +683,22 @@ func (p *Pipeline) releaseTx(tx *store.Tx, ref batchRef, n int, failed bool) err
 	}
 	bt.Unsent = 0
 	job.BatchesWriting--
-	if bt.WriteFailed {
+	if bt.WriteFailed != "" {
+		now := p.cfg.Now().UTC()
+		err := tx.DeadLetterPut(store.DeadLetter{
+			ID: bt.OutboxID, Type: queue.TypeRulesReclassifyBatch, Queue: bt.Queue, Payload: bt.Payload,
+			Error: bt.WriteFailed, Attempts: 1, FirstFailedAt: now, LastFailedAt: now,
+		})
+		if err != nil {
+			return err
+		}
 		bt.State = store.BatchFailed
 		job.BatchesFailed++
+		bt.Payload = nil
 	} else {
 		bt.State = store.BatchDone
 		job.BatchesDone++
+		bt.Payload = nil
 		job.ThreadsLabeled += bt.ThreadsLabeled
 		job.ThreadsUnlabeled += bt.ThreadsUnlabeled
 		job.MessagesLabeled += bt.MessagesLabeled
@@ -555,7 +713,7 @@ func (p *Pipeline) releaseTx(tx *store.Tx, ref batchRef, n int, failed bool) err
 	if err := tx.ReclassifyJobPut(job); err != nil {
 		return err
 	}
-	if !bt.WriteFailed {
+	if bt.WriteFailed == "" {
 		m := p.metrics
 		tx.OnCommit(func() {
 			m.threads.WithLabelValues("labeled").Add(float64(bt.ThreadsLabeled))
@@ -581,5 +739,5 @@ func (p *Pipeline) supersedeTx(tx *store.Tx, accountID, labelID, messageID strin
 	if err := tx.LabelWriteDelete(accountID, labelID, messageID); err != nil {
 		return err
 	}
-	return p.releaseTx(tx, batchRef{old.JobID, old.Batch}, 1, false)
+	return p.releaseTx(tx, batchRef{old.JobID, old.Batch}, 1, "")
 }
