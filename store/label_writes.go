@@ -15,6 +15,11 @@ import (
 // message replaces the older one (the latest intent wins).
 var bucketLabelWrites = []byte("label_writes") // account id \x00 label id \x00 message id -> LabelWrite
 
+// bucketLabelFlush holds the accounts whose writer was asked to send at
+// once (a group reached 1,000, or a job's last batch ran) while it was
+// running: it looks again at once instead of at its next due time.
+var bucketLabelFlush = []byte("label_write_flush") // account id -> nil
+
 // LabelWrite is one label change a reclassify batch decided and recorded,
 // in its own transaction, for the account's writer to send to Gmail in a
 // messages.batchModify with others of the same label and direction. Prov is
@@ -110,6 +115,9 @@ func (tx *Tx) LabelWriteCount(accountID, labelID string, limit int) int {
 // labelWritesDeleteAccount forgets every record of an account (when the
 // account is deleted).
 func (tx *Tx) labelWritesDeleteAccount(accountID string) error {
+	if err := tx.tx.Bucket(bucketLabelFlush).Delete([]byte(accountID)); err != nil {
+		return err
+	}
 	prefix := join(accountID, "")
 	c := tx.tx.Bucket(bucketLabelWrites).Cursor()
 	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Seek(prefix) {
@@ -120,7 +128,36 @@ func (tx *Tx) labelWritesDeleteAccount(accountID string) error {
 	return nil
 }
 
-func createLabelWriteBuckets(tx *bolt.Tx) error { return createBuckets(tx, bucketLabelWrites) }
+func createLabelWriteBuckets(tx *bolt.Tx) error {
+	return createBuckets(tx, bucketLabelWrites, bucketLabelFlush)
+}
+
+// LabelWriteSeq is the sequence of the last label write recorded (of any
+// account): a writer that read the records at one value knows, seeing
+// another, that some were added since.
+func (tx *Tx) LabelWriteSeq() uint64 { return tx.tx.Bucket(bucketLabelWrites).Sequence() }
+
+// LabelWritesAny reports whether the account has a label write.
+func (tx *Tx) LabelWritesAny(accountID string) bool {
+	prefix := join(accountID, "")
+	k, _ := tx.tx.Bucket(bucketLabelWrites).Cursor().Seek(prefix)
+	return k != nil && bytes.HasPrefix(k, prefix)
+}
+
+// LabelFlushWant records that the account's changes should go at once.
+func (tx *Tx) LabelFlushWant(accountID string) error {
+	return tx.tx.Bucket(bucketLabelFlush).Put([]byte(accountID), nil)
+}
+
+// LabelFlushTake reports whether the account's changes were wanted at
+// once, and forgets it.
+func (tx *Tx) LabelFlushTake(accountID string) (bool, error) {
+	b := tx.tx.Bucket(bucketLabelFlush)
+	if b.Get([]byte(accountID)) == nil {
+		return false, nil
+	}
+	return true, b.Delete([]byte(accountID))
+}
 
 // LabelProvenanceGet returns the provenance record of one label of a
 // message; ErrNotFound when there is none.

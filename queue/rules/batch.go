@@ -642,11 +642,17 @@ func labelNames(ids, names map[string]string) map[string]string {
 // completes the task. A batch without label changes is done at once.
 func (b *batch) queueWrites(changes []provChange, names map[string]string, start time.Time) error {
 	now := b.p.cfg.Now().UTC()
-	labeled, unlabeled := map[string]bool{}, map[string]bool{}
-	nAdd, nRemove, unsent := 0, 0, 0
-	touched := map[string]bool{}
+	var (
+		labeled, unlabeled, touched map[string]bool
+		nAdd, nRemove, unsent       int
+	)
 	account := b.pl.AccountID
-	err := b.p.db.Update(func(tx *store.Tx) error {
+	// One commit shared with the other batches that commit at the same
+	// moment (their fsyncs, not their plans, would bound the rate); the
+	// function may run again, so it starts from nothing each time.
+	err := b.p.db.Batch(func(tx *store.Tx) error {
+		labeled, unlabeled, touched = map[string]bool{}, map[string]bool{}, map[string]bool{}
+		nAdd, nRemove, unsent = 0, 0, 0
 		bt, err := tx.ReclassifyBatchGet(b.pl.JobID, b.pl.Index)
 		if err != nil {
 			return err

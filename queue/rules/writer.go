@@ -65,13 +65,28 @@ func (p *Pipeline) HandleLabelWrite(ctx context.Context, t *queue.Task) error {
 			break
 		}
 	}
+	// The task's end and the next run's schedule commit together, after the
+	// batches' commits that came first: a change recorded meanwhile found
+	// this task's record and did not schedule one of its own.
 	return p.db.Update(func(tx *store.Tx) error {
 		if err := t.Ack(tx); err != nil {
 			return err
 		}
-		at, waiting, err := p.nextWriteTx(tx, pl.AccountID)
-		if err != nil || !waiting {
+		flush, err := tx.LabelFlushTake(pl.AccountID)
+		if err != nil || !tx.LabelWritesAny(pl.AccountID) {
 			return err
+		}
+		now := p.cfg.Now()
+		at := w.next
+		if tx.LabelWriteSeq() != w.seq {
+			// Changes recorded since the last look are due by then at
+			// the latest.
+			if soon := now.Add(p.cfg.WriteDelay); at.IsZero() || soon.Before(at) {
+				at = soon
+			}
+		}
+		if flush {
+			at = now
 		}
 		_, _, err = p.queue.Enqueue(tx, queue.TypeRulesLabelWrite, pl, queue.Key(writerKey(pl.AccountID)), queue.RunAt(at))
 		return err
@@ -82,30 +97,15 @@ func (p *Pipeline) HandleLabelWrite(ctx context.Context, t *queue.Task) error {
 // caller's transaction: a writer task that is there already is brought
 // forward to at when it was due later.
 func (p *Pipeline) scheduleWriterTx(tx *store.Tx, accountID string, at time.Time) error {
+	if !at.After(p.cfg.Now()) {
+		// A writer that is running now reads this when it ends.
+		if err := tx.LabelFlushWant(accountID); err != nil {
+			return err
+		}
+	}
 	_, _, err := p.queue.Enqueue(tx, queue.TypeRulesLabelWrite, writePayload{AccountID: accountID},
 		queue.Key(writerKey(accountID)), queue.RunAt(at), queue.BringForward())
 	return err
-}
-
-// nextWriteTx returns when the account's writer must run next, and whether
-// any change waits at all.
-func (p *Pipeline) nextWriteTx(tx *store.Tx, accountID string) (at time.Time, waiting bool, err error) {
-	now := p.cfg.Now()
-	planned := jobsPlanned{tx: tx}
-	sizes := map[string]int{}
-	err = tx.LabelWrites(accountID, func(lw store.LabelWrite) bool {
-		waiting = true
-		due := lw.At.Add(p.cfg.WriteDelay)
-		sizes[groupKey(lw)]++
-		if sizes[groupKey(lw)] >= google.MaxBatchModify || planned.all(lw.JobID) {
-			due = now
-		}
-		if at.IsZero() || due.Before(at) {
-			at = due
-		}
-		return true
-	})
-	return at, waiting, err
 }
 
 func groupKey(lw store.LabelWrite) string {
@@ -141,6 +141,10 @@ type writer struct {
 	p       *Pipeline
 	account string
 	gm      Gmail
+	// next and seq are what the last look at the changes saw: when the
+	// earliest of those left is due, and the label writes' sequence then.
+	next time.Time
+	seq  uint64
 }
 
 // writeChunk is one batchModify call: up to 1,000 changes of one label in
@@ -219,7 +223,9 @@ func (w *writer) due() ([]*writeChunk, error) {
 	now := w.p.cfg.Now()
 	groups := map[string]*writeChunk{}
 	dueGroups := map[string]bool{}
+	w.next = time.Time{}
 	err := w.p.db.View(func(tx *store.Tx) error {
+		w.seq = tx.LabelWriteSeq()
 		planned := jobsPlanned{tx: tx}
 		return tx.LabelWrites(w.account, func(lw store.LabelWrite) bool {
 			k := groupKey(lw)
@@ -231,6 +237,9 @@ func (w *writer) due() ([]*writeChunk, error) {
 			g.writes = append(g.writes, lw)
 			if !dueGroups[k] && (now.Sub(lw.At) >= w.p.cfg.WriteDelay || planned.all(lw.JobID)) {
 				dueGroups[k] = true
+			}
+			if at := lw.At.Add(w.p.cfg.WriteDelay); w.next.IsZero() || at.Before(w.next) {
+				w.next = at
 			}
 			return true
 		})
