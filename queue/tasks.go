@@ -24,8 +24,12 @@ const (
 	TypeGmailMessageLabeled  = "gmail:message-labeled"
 	TypeGmailWatchRenew      = "gmail:watch-renew"
 	TypeRulesReclassifyBatch = "rules:reclassify-batch"
-	TypeSheetsFlush          = "sheets:flush"
-	TypeWebhooksDeliver      = "webhooks:deliver"
+	// TypeRulesLabelWrite sends an account's label changes to Gmail in
+	// batchModify calls of up to 1,000 ids (one task per account at a time,
+	// by key); not in the contract's table, which allows extra types.
+	TypeRulesLabelWrite = "rules:label-write"
+	TypeSheetsFlush     = "sheets:flush"
+	TypeWebhooksDeliver = "webhooks:deliver"
 
 	// TypeDebugRecord exists only when TableConfig.Debug is set: the
 	// crash-safety tests and benchmarks use it.
@@ -101,6 +105,7 @@ func NewTable(cfg TableConfig) *Table {
 		{Name: TypeGmailMessageLabeled, Queue: "gmail-message-labeled", Concurrency: state, MaxRetries: r, Timeout: time.Minute},
 		{Name: TypeGmailWatchRenew, Queue: "gmail-maintenance", Concurrency: 2, MaxRetries: r, Timeout: time.Minute},
 		{Name: TypeRulesReclassifyBatch, Queue: "rules-reclassify", Concurrency: 6, MaxRetries: r, Timeout: 5 * time.Minute},
+		{Name: TypeRulesLabelWrite, Queue: "rules-label-write", Concurrency: 4, MaxRetries: r, Timeout: 5 * time.Minute},
 		{Name: TypeSheetsFlush, Queue: "sheets-flush", Concurrency: 4, MaxRetries: r, Timeout: 2 * time.Minute},
 		// A webhook's batch is retried until MAILROOM_WEBHOOK_MAX_AGE has
 		// passed (its handler then gives it up), not a number of times.

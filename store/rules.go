@@ -311,6 +311,7 @@ func (tx *Tx) ReclassifyTake(userID string) (ReclassifyPending, error) {
 // Batch states.
 const (
 	BatchWaiting = "waiting" // in the outbox (or running)
+	BatchWriting = "writing" // ran; its label changes wait for the account's writer
 	BatchDone    = "done"    // ran
 	BatchStale   = "stale"   // dropped: every rule it carried got a newer job first
 	BatchFailed  = "failed"  // in the dead letters (a redrive runs it again)
@@ -336,12 +337,15 @@ type ReclassifyJob struct {
 	// ThreadsLabeled and ThreadsUnlabeled count threads in which a message
 	// got a label added, or removed, by the job; MessagesLabeled and
 	// MessagesUnlabeled count the label changes.
-	ThreadsLabeled    int       `json:"threadsLabeled"`
-	ThreadsUnlabeled  int       `json:"threadsUnlabeled"`
-	MessagesLabeled   int       `json:"messagesLabeled"`
-	MessagesUnlabeled int       `json:"messagesUnlabeled"`
-	GmailCalls        int       `json:"gmailCalls"`
-	StartedAt         time.Time `json:"startedAt"`
+	ThreadsLabeled    int `json:"threadsLabeled"`
+	ThreadsUnlabeled  int `json:"threadsUnlabeled"`
+	MessagesLabeled   int `json:"messagesLabeled"`
+	MessagesUnlabeled int `json:"messagesUnlabeled"`
+	GmailCalls        int `json:"gmailCalls"`
+	// BatchesWriting counts the batches that ran and whose label changes
+	// wait for the account's writer (they count as waiting).
+	BatchesWriting int       `json:"batchesWriting,omitempty"`
+	StartedAt      time.Time `json:"startedAt"`
 	// FinishedAt is set once no batch is waiting.
 	FinishedAt time.Time `json:"finishedAt,omitzero"`
 }
@@ -362,6 +366,19 @@ type ReclassifyBatch struct {
 	Queue    string `json:"queue"`
 	OutboxID string `json:"outboxId"`
 	State    string `json:"state"`
+	// Unsent counts, while the batch is writing, its label changes not yet
+	// in Gmail; the counts below are what it adds to its job's once they are.
+	Unsent int `json:"unsent,omitempty"`
+	// Payload is the batch task's, kept while the batch is writing: a
+	// change Gmail refuses for good puts the batch in the dead letters,
+	// where a redrive runs it again.
+	Payload json.RawMessage `json:"payload,omitempty"`
+	// WriteFailed says why Gmail refused a change of the batch for good.
+	WriteFailed       string `json:"writeFailed,omitempty"`
+	ThreadsLabeled    int    `json:"threadsLabeled,omitempty"`
+	ThreadsUnlabeled  int    `json:"threadsUnlabeled,omitempty"`
+	MessagesLabeled   int    `json:"messagesLabeled,omitempty"`
+	MessagesUnlabeled int    `json:"messagesUnlabeled,omitempty"`
 }
 
 // ReclassifyJobCreate stores a new job, giving it an id that sorts in
@@ -519,8 +536,12 @@ func (tx *Tx) LabelProvenanceDelete(accountID, messageID, labelID string) error 
 }
 
 // LabelProvenanceDeleteAccount forgets every provenance record of an
-// account (when the account is deleted).
+// account, and its label changes on their way to Gmail (when the account
+// is deleted).
 func (tx *Tx) LabelProvenanceDeleteAccount(accountID string) error {
+	if err := tx.labelWritesDeleteAccount(accountID); err != nil {
+		return err
+	}
 	prefix := join(accountID, "")
 	c := tx.tx.Bucket(bucketProvenance).Cursor()
 	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Seek(prefix) {

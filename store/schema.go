@@ -61,6 +61,7 @@ var migrations = []migration{
 	{"outbox group counts", migrateOutboxGroups},
 	{"the event log and webhooks", createEventBuckets},
 	{"connect links", createConnectBuckets},
+	{"label writes", createLabelWriteBuckets},
 }
 
 // markTokensAdmin makes every token without a user an admin token: before

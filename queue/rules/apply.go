@@ -156,6 +156,13 @@ func (p *Pipeline) putRecords(accountID, messageID string, records map[string]st
 			if err := tx.LabelProvenancePut(accountID, messageID, l, pr); err != nil {
 				return err
 			}
+			if pending {
+				// This change goes to Gmail now: a reclassify's older plan
+				// for the label, waiting for the writer, must not follow it.
+				if err := p.supersedeTx(tx, accountID, l, messageID); err != nil {
+					return err
+				}
+			}
 		}
 		return nil
 	})

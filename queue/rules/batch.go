@@ -208,6 +208,10 @@ func (b *batch) run(ctx context.Context) error {
 			return err
 		}
 		changes, adds, removes := b.plan(ids, known)
+		if b.task != nil && b.p.queue != nil {
+			// The account's writer sends the changes, with other batches'.
+			return b.queueWrites(changes, labelNames(ids, names), start)
+		}
 		if len(adds)+len(removes) > 0 {
 			if err := b.stampHistory(ctx, changes); err != nil {
 				return err
@@ -492,8 +496,8 @@ func (b *batch) commit(changes []provChange, failed map[string]bool, complete bo
 		if err != nil {
 			return err
 		}
-		if bt.State == store.BatchDone {
-			return b.task.Ack(tx) // a second delivery of a finished batch
+		if bt.State == store.BatchDone || bt.State == store.BatchWriting {
+			return b.task.Ack(tx) // a second delivery of a batch that ran
 		}
 		// A batch dropped as stale by a newer job's publish while it ran did
 		// run; a failed one was redriven from the dead letters, and its job
@@ -569,6 +573,11 @@ func (b *batch) intend(changes []provChange) error {
 			if err := tx.LabelProvenancePut(b.pl.AccountID, c.msg.m.ID, c.label, p); err != nil {
 				return err
 			}
+			// This change goes to Gmail now, after any the writer holds
+			// for the label: the writer's must not follow it there.
+			if err := b.p.supersedeTx(tx, b.pl.AccountID, c.label, c.msg.m.ID); err != nil {
+				return err
+			}
 		}
 		return nil
 	})
@@ -610,5 +619,147 @@ func (b *batch) commitSettle(changes []provChange, failed map[string]bool, compl
 			}
 		}
 	}
+	return nil
+}
+
+// labelNames maps the label ids of the batch's rules to their names.
+func labelNames(ids, names map[string]string) map[string]string {
+	out := make(map[string]string, len(ids))
+	for key, id := range ids {
+		if name, ok := names[key]; ok {
+			out[id] = name
+		}
+	}
+	return out
+}
+
+// queueWrites is a reclassify batch's commit when the account's writer
+// sends its label changes to Gmail: in one transaction it records the
+// changes that need no Gmail call, writes the others down as pending
+// provenance and as label writes (each replacing an older plan for the same
+// label of the same message), marks the batch writing with the counts its
+// job takes once its changes are in Gmail, schedules the writer, and
+// completes the task. A batch without label changes is done at once.
+func (b *batch) queueWrites(changes []provChange, names map[string]string, start time.Time) error {
+	now := b.p.cfg.Now().UTC()
+	var (
+		labeled, unlabeled, touched map[string]bool
+		nAdd, nRemove, unsent       int
+	)
+	account := b.pl.AccountID
+	// One commit shared with the other batches that commit at the same
+	// moment (their fsyncs, not their plans, would bound the rate); the
+	// function may run again, so it starts from nothing each time.
+	err := b.p.db.Batch(func(tx *store.Tx) error {
+		labeled, unlabeled, touched = map[string]bool{}, map[string]bool{}, map[string]bool{}
+		nAdd, nRemove, unsent = 0, 0, 0
+		bt, err := tx.ReclassifyBatchGet(b.pl.JobID, b.pl.Index)
+		if err != nil {
+			return err
+		}
+		if bt.State == store.BatchDone || bt.State == store.BatchWriting {
+			return b.task.Ack(tx) // a second delivery of a batch that ran
+		}
+		for _, c := range changes {
+			id := c.msg.m.ID
+			if !c.add && !c.remove {
+				// Decided without Gmail: an older plan the writer holds for
+				// the label is void.
+				if err := b.p.supersedeTx(tx, account, c.label, id); err != nil {
+					return err
+				}
+				if c.p == nil {
+					err = tx.LabelProvenanceDelete(account, id, c.label)
+				} else {
+					err = tx.LabelProvenancePut(account, id, c.label, *c.p)
+				}
+				if err != nil {
+					return err
+				}
+				continue
+			}
+			pr := *c.p
+			pr.Pending = true
+			if err := tx.LabelProvenancePut(account, id, c.label, pr); err != nil {
+				return err
+			}
+			lw := store.LabelWrite{AccountID: account, LabelID: c.label, MessageID: id, ThreadID: c.msg.m.ThreadID,
+				Add: c.add, LabelName: names[c.label], JobID: b.pl.JobID, Batch: b.pl.Index, Prov: pr, At: now}
+			old, replaced, err := tx.LabelWritePut(&lw)
+			if err != nil {
+				return err
+			}
+			if replaced {
+				if err := b.p.releaseTx(tx, batchRef{old.JobID, old.Batch}, 1, ""); err != nil {
+					return err
+				}
+			}
+			unsent++
+			touched[c.label] = true
+			if c.add {
+				labeled[c.msg.m.ThreadID] = true
+				nAdd++
+			} else {
+				unlabeled[c.msg.m.ThreadID] = true
+				nRemove++
+			}
+		}
+		// releaseTx may have rewritten the job: read it after.
+		job, err := tx.ReclassifyJobGet(b.pl.JobID)
+		if err != nil {
+			return err
+		}
+		// A batch dropped as stale by a newer job's publish while it ran did
+		// run; a failed one was redriven from the dead letters, and its job
+		// finishes anew.
+		if bt.State == store.BatchFailed {
+			job.FinishedAt = time.Time{}
+		}
+		*batchCounter(&job, bt.State)--
+		job.RulesSkipped += len(b.pl.RuleIDs) - len(b.live)
+		job.GmailCalls += b.calls
+		bt.WriteFailed = "" // a redriven batch starts afresh
+		bt.ThreadsLabeled, bt.ThreadsUnlabeled = len(labeled), len(unlabeled)
+		bt.MessagesLabeled, bt.MessagesUnlabeled = nAdd, nRemove
+		if unsent == 0 {
+			bt.State = store.BatchDone
+			job.BatchesDone++
+			job.ThreadsLabeled += len(labeled)
+			job.ThreadsUnlabeled += len(unlabeled)
+			if job.Waiting() == 0 && job.FinishedAt.IsZero() {
+				job.FinishedAt = now
+			}
+		} else {
+			bt.State, bt.Unsent, bt.Payload = store.BatchWriting, unsent, b.task.Payload
+			job.BatchesWriting++
+		}
+		if err := tx.ReclassifyBatchPut(bt); err != nil {
+			return err
+		}
+		if err := tx.ReclassifyJobPut(job); err != nil {
+			return err
+		}
+		if unsent > 0 {
+			// The writer waits for more changes of its labels, but not when
+			// a group is full or the job's last batch has run.
+			at := now.Add(b.p.cfg.WriteDelay)
+			full := slices.ContainsFunc(slices.Collect(maps.Keys(touched)), func(l string) bool {
+				return tx.LabelWriteCount(account, l, google.MaxBatchModify) >= google.MaxBatchModify
+			})
+			if full || job.Waiting() <= job.BatchesWriting {
+				at = now
+			}
+			if err := b.p.scheduleWriterTx(tx, account, at); err != nil {
+				return err
+			}
+		}
+		return b.task.Ack(tx)
+	})
+	if err != nil {
+		return fmt.Errorf("rules: record batch %d of job %s: %w", b.pl.Index, b.pl.JobID, err)
+	}
+	b.p.metrics.batches.WithLabelValues("run").Inc()
+	b.p.log.Debug("reclassify batch planned", "job_id", b.pl.JobID, "batch", b.pl.Index, "account_id", account,
+		"rules", len(b.live), "messages", len(b.msgs), "label_changes", unsent, "gmail_calls", b.calls, "elapsed", time.Since(start))
 	return nil
 }

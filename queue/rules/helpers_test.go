@@ -71,7 +71,7 @@ func newFixture(t testing.TB, cfg Config, start bool) *fixture {
 		t.Fatal(err)
 	}
 	for _, tt := range table.Types() {
-		if tt.Name != queue.TypeRulesReclassifyBatch {
+		if tt.Name != queue.TypeRulesReclassifyBatch && tt.Name != queue.TypeRulesLabelWrite {
 			if err := table.Handle(tt.Name, func(context.Context, *queue.Task) error { return nil }); err != nil {
 				t.Fatal(err)
 			}
@@ -219,3 +219,27 @@ func spec(label string, conds ...Condition) Spec {
 }
 
 func cond(field, op, value string) Condition { return Condition{Field: field, Op: op, Value: value} }
+
+// writerTask returns the account's label writer task from the outbox (the
+// queue is not started: the test runs the handler itself), or nil.
+func (f *fixture) writerTask() *queue.Task {
+	f.t.Helper()
+	var task *queue.Task
+	f.db.View(func(tx *store.Tx) error {
+		return f.q.Tasks(tx, queue.TypeRulesLabelWrite, func(r queue.Record) bool {
+			task = &queue.Task{ID: r.ID, Type: r.Type, Queue: r.Queue, Payload: r.Payload, Attempt: 1}
+			return false
+		})
+	})
+	return task
+}
+
+// runWriter runs the account's label writer once, as the queue would.
+func (f *fixture) runWriter() error {
+	f.t.Helper()
+	task := f.writerTask()
+	if task == nil {
+		f.t.Fatal("no label writer task in the outbox")
+	}
+	return f.p.HandleLabelWrite(context.Background(), task)
+}

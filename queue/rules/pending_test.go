@@ -51,6 +51,9 @@ func newBillsFixture(t *testing.T) (f *fixture, id, ruleID string) {
 	if err := f.p.HandleBatch(ctx, f.batchTask(f.publish().ID)); err != nil {
 		t.Fatal(err)
 	}
+	if err := f.runWriter(); err != nil {
+		t.Fatal(err)
+	}
 	return f, id, saved.Rule.ID
 }
 
@@ -76,8 +79,11 @@ func TestBatchCutShortAfterGmailMadeItsChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	task2 := f.batchTask(job2.ID)
-	if err := f.p.HandleBatch(ctx, task2); err == nil || lost.Fired() != 1 {
-		t.Fatalf("batch of version 2: %v (fault fired %d times); want the lost answer's error", err, lost.Fired())
+	if err := f.p.HandleBatch(ctx, task2); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.runWriter(); err == nil || lost.Fired() != 1 {
+		t.Fatalf("writer of version 2: %v (fault fired %d times); want the lost answer's error", err, lost.Fired())
 	}
 	f.checkLabels("Bills", map[string]bool{})
 
@@ -92,6 +98,9 @@ func TestBatchCutShortAfterGmailMadeItsChange(t *testing.T) {
 		t.Fatalf("batch of version 2 again: %v; want stale", err)
 	}
 	if err := f.p.HandleBatch(ctx, f.batchTask(job3.ID)); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.runWriter(); err != nil {
 		t.Fatal(err)
 	}
 	f.checkLabels("Bills", map[string]bool{id: true})
@@ -162,6 +171,9 @@ func TestReclassifyOnAMirrorThatTakesOurChangesLate(t *testing.T) {
 	if err := f.p.HandleBatch(ctx, f.batchTask(f.publish().ID)); err != nil {
 		t.Fatal(err)
 	}
+	if err := f.runWriter(); err != nil {
+		t.Fatal(err)
+	}
 	f.checkLabels("Bills", map[string]bool{})
 	// The sync applies version 1's add, and not yet version 2's removal.
 	f.update(func(tx *store.Tx) error {
@@ -178,6 +190,9 @@ func TestReclassifyOnAMirrorThatTakesOurChangesLate(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := f.p.HandleBatch(ctx, f.batchTask(f.publish().ID)); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.runWriter(); err != nil {
 		t.Fatal(err)
 	}
 	f.checkLabels("Bills", map[string]bool{id: true})

@@ -47,6 +47,11 @@ type Config struct {
 	// makes at once (they touch different labels; against Google each call waits
 	// on the network). Default 4.
 	GmailCalls int
+	// WriteDelay is how long a reclassify's label change may wait in the
+	// account's writer for others of its label and direction before it
+	// goes to Gmail in a call of fewer than 1,000 ids (a group that reaches
+	// 1,000, or whose job's batches have all run, goes at once). Default 2s.
+	WriteDelay time.Duration
 	// SpentUntil, when set, is asked before each save until when the save
 	// window must be treated as fully spent because the broker lost its log
 	// (queue.Watch.SpentUntil). Nil: the broker's log is trusted.
@@ -68,6 +73,7 @@ func (c *Config) defaults() {
 	def(&c.MaxWait, 10*time.Minute)
 	def(&c.Tick, 10*time.Second)
 	def(&c.SaveWindow, 60*time.Second)
+	def(&c.WriteDelay, 2*time.Second)
 	if c.BatchSize <= 0 {
 		c.BatchSize = 50
 	}
@@ -129,8 +135,10 @@ type Deps struct {
 	Broker RedisClient
 	// Gmail opens an account's Gmail (the Google-accounts service).
 	Gmail GmailOpener
-	// Queue records the batch tasks of published jobs (the queue's enqueue
-	// side). Nil: the pipeline has no publisher among its Services.
+	// Queue records the batch tasks of published jobs and the accounts'
+	// writer tasks (the queue's enqueue side). Nil: the pipeline has no
+	// publisher among its Services, and batches send their own label
+	// changes.
 	Queue Enqueuer
 }
 
@@ -140,6 +148,7 @@ type Pipeline struct {
 	cfg       Config
 	db        *store.DB
 	publisher *Publisher // nil without Deps.Queue
+	queue     Enqueuer   // nil: batches send their own label changes
 	limiter   *Limiter
 	gmail     GmailOpener
 	log       *slog.Logger
@@ -179,14 +188,19 @@ func New(cfg Config, deps Deps) (*Pipeline, error) {
 	}
 	if deps.Queue != nil {
 		p.publisher = p.Publisher(deps.Queue)
+		p.queue = deps.Queue
 	}
 	return p, nil
 }
 
-// Register gives the task table the pipeline's handler of reclassify
-// batches and its dead-letter hook.
+// Register gives the task table the pipeline's handlers of reclassify
+// batches and of the accounts' label writers, and the batches' dead-letter
+// hook.
 func (p *Pipeline) Register(t *queue.Table) error {
 	if err := t.Handle(queue.TypeRulesReclassifyBatch, p.HandleBatch); err != nil {
+		return err
+	}
+	if err := t.Handle(queue.TypeRulesLabelWrite, p.HandleLabelWrite); err != nil {
 		return err
 	}
 	return t.OnDead(queue.TypeRulesReclassifyBatch, p.BatchDead)

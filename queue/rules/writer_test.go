@@ -1,0 +1,300 @@
+package rules
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"mailroom/internal/googlefake"
+	"mailroom/queue"
+	"mailroom/store"
+)
+
+// ceilK is the number of batchModify calls n changes of one label and
+// direction need at Google's limit of 1,000 ids a call.
+func ceilK(n int) int { return (n + 999) / 1000 }
+
+// A reclassify of 3,000 threads against three rules sends each label's
+// changes in calls of 1,000 ids, whatever the batches of 50 threads they
+// were decided in: ceil(changed/1,000) batchModify calls per label and
+// direction, the adds of the first job and the removals of a second.
+func TestReclassifyCoalescesLabelChanges(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig()
+	// Long enough that only full groups and the job's end send anything.
+	cfg.WriteDelay = time.Minute
+	f := newFixture(t, cfg, true)
+	ctx := context.Background()
+	f.addThreads(3000, fromEvenOdd)
+	f.mirror()
+	specs := []Spec{
+		spec("GitHub", cond("from", "contains", "@github.com")),
+		spec("GitLab", cond("from", "contains", "@gitlab.com")),
+		spec("Ones", cond("subject", "contains", "thread 1")),
+	}
+	ids := make([]string, len(specs))
+	want := 0
+	for i, s := range specs {
+		saved, err := f.p.Create(ctx, f.user, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = saved.Rule.ID
+		want += ceilK(len(f.want(s)))
+	}
+	before := f.fake.Calls(googlefake.MethodMessagesBatchModify)
+	j := f.waitDone(f.publish().ID)
+	if got := f.fake.Calls(googlefake.MethodMessagesBatchModify) - before; got != want {
+		t.Errorf("%d batchModify calls for %d labels added, want %d", got, j.MessagesLabeled, want)
+	}
+	if j.BatchesDone != j.Batches || j.Batches != 60 {
+		t.Errorf("job %+v: want its 60 batches done", j)
+	}
+	for _, s := range specs {
+		f.checkLabels(s.Label, f.want(s))
+	}
+
+	// A narrower GitHub rule: only removals, in ceil(removed/1,000) calls.
+	v2 := spec("GitHub", cond("from", "contains", "Bot 1"))
+	removed := len(f.want(specs[0])) - len(f.want(v2))
+	if _, err := f.p.Update(ctx, ids[0], v2); err != nil {
+		t.Fatal(err)
+	}
+	before = f.fake.Calls(googlefake.MethodMessagesBatchModify)
+	j = f.waitDone(f.publish().ID)
+	if got := f.fake.Calls(googlefake.MethodMessagesBatchModify) - before; got != ceilK(removed) || j.MessagesUnlabeled != removed {
+		t.Errorf("%d batchModify calls for %d labels removed, want %d for %d", got, j.MessagesUnlabeled, ceilK(removed), removed)
+	}
+	f.checkLabels("GitHub", f.want(v2))
+	f.checkNothingWaits()
+}
+
+// checkNothingWaits fails the test when a label change still waits for the
+// writer or a provenance record is still pending.
+func (f *fixture) checkNothingWaits() {
+	f.t.Helper()
+	err := f.db.View(func(tx *store.Tx) error {
+		n := 0
+		if err := tx.LabelWrites(f.account, func(store.LabelWrite) bool { n++; return true }); err != nil {
+			return err
+		}
+		if n > 0 {
+			f.t.Errorf("%d label changes still wait for the writer", n)
+		}
+		return tx.EachMessage(f.account, func(m store.Message) error {
+			prov, err := tx.LabelProvenance(f.account, m.ID)
+			for l, p := range prov {
+				if p.Pending {
+					f.t.Errorf("message %s: the record of label %s is still pending", m.ID, l)
+				}
+			}
+			return err
+		})
+	})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// batchTasks returns the batch tasks in the outbox, in publish order.
+func (f *fixture) batchTasks() []*queue.Task {
+	f.t.Helper()
+	var tasks []*queue.Task
+	f.db.View(func(tx *store.Tx) error {
+		return f.q.Tasks(tx, queue.TypeRulesReclassifyBatch, func(r queue.Record) bool {
+			tasks = append(tasks, &queue.Task{ID: r.ID, Type: r.Type, Queue: r.Queue, Payload: r.Payload, Attempt: 1})
+			return true
+		})
+	})
+	return tasks
+}
+
+// drainWriter runs the account's writer until no writer task is left.
+func (f *fixture) drainWriter() {
+	f.t.Helper()
+	for range 20 {
+		if f.writerTask() == nil {
+			return
+		}
+		if err := f.runWriter(); err != nil {
+			f.t.Fatal(err)
+		}
+	}
+	f.t.Fatal("the writer still has work after 20 runs")
+}
+
+// A newer rule version saved while a job's changes wait for the writer:
+// its plan replaces the older one for each message and label (the latest
+// intent wins), and the labels end as the newer version wants them.
+func TestWriterLatestIntentWinsMidJob(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig()
+	cfg.WriteDelay = time.Hour
+	f := newFixture(t, cfg, false)
+	ctx := context.Background()
+	f.addThreads(400, fromEvenOdd)
+	f.mirror()
+	v1 := spec("Dev", cond("from", "contains", "@github.com"))
+	other := spec("Ones", cond("subject", "contains", "thread 1"))
+	saved, err := f.p.Create(ctx, f.user, v1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.p.Create(ctx, f.user, other); err != nil {
+		t.Fatal(err)
+	}
+	job1 := f.publish()
+	// Half of job 1's batches run; their changes wait for the writer.
+	tasks := f.batchTasks()
+	for _, task := range tasks[:len(tasks)/2] {
+		if err := f.p.HandleBatch(ctx, task); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var waiting int
+	f.db.View(func(tx *store.Tx) error {
+		return tx.LabelWrites(f.account, func(store.LabelWrite) bool { waiting++; return true })
+	})
+	if waiting == 0 {
+		t.Fatal("no label change waits for the writer after half the batches")
+	}
+
+	// Version 2 matches other messages: some of job 1's adds become
+	// removals, the rest stay adds of job 2.
+	v2 := spec("Dev", cond("from", "contains", "Bot 1"))
+	if _, err := f.p.Update(ctx, saved.Rule.ID, v2); err != nil {
+		t.Fatal(err)
+	}
+	job2 := f.publish()
+	for _, task := range f.batchTasks() {
+		var pl batchPayload
+		if err := json.Unmarshal(task.Payload, &pl); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.p.HandleBatch(ctx, task); err != nil && !queue.IsStale(err) {
+			t.Fatalf("batch %d of job %s: %v", pl.Index, pl.JobID, err)
+		}
+	}
+	before := f.fake.Calls(googlefake.MethodMessagesBatchModify)
+	f.drainWriter()
+	// One call per label and direction: Dev's adds, Dev's removals (none
+	// reached Gmail yet, so job 2 takes off what job 1 planned only where
+	// version 1 had put it: nowhere) and Ones' adds.
+	if got := f.fake.Calls(googlefake.MethodMessagesBatchModify) - before; got > 3 {
+		t.Errorf("%d batchModify calls, want at most 3", got)
+	}
+	f.checkLabels("Dev", f.want(v2))
+	f.checkLabels("Ones", f.want(other))
+	f.checkNothingWaits()
+	for _, id := range []string{job1.ID, job2.ID} {
+		if j := f.job(id); j.FinishedAt.IsZero() || j.Waiting() != 0 {
+			t.Errorf("job %s: %d batches waiting, finished %v", id, j.Waiting(), j.FinishedAt)
+		}
+	}
+}
+
+// The writer cut short after Gmail made its changes and before it recorded
+// them (the answer lost, as after a kill -9 between the two): nothing is
+// lost, the next run sends them again with the same effect, and the job is
+// done only then.
+func TestWriterCutShortAfterGmailLosesNothing(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, testConfig(), false)
+	ctx := context.Background()
+	f.addThreads(300, fromEvenOdd)
+	f.mirror()
+	specs := []Spec{
+		spec("GitHub", cond("from", "contains", "@github.com")),
+		spec("GitLab", cond("from", "contains", "@gitlab.com")),
+	}
+	for _, s := range specs {
+		if _, err := f.p.Create(ctx, f.user, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	job := f.publish()
+	for _, task := range f.batchTasks() {
+		if err := f.p.HandleBatch(ctx, task); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if j := f.job(job.ID); !j.FinishedAt.IsZero() || j.BatchesWriting != j.Batches {
+		t.Fatalf("job %+v: want every batch writing and the job not finished before the writer ran", j)
+	}
+	// Both calls reach Gmail; both answers are lost.
+	lost, err := f.fake.InjectFault(googlefake.Fault{Method: googlefake.MethodMessagesBatchModify, Code: 500, AfterWrite: true, Times: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.runWriter(); err == nil || lost.Fired() != 2 {
+		t.Fatalf("writer: %v (fault fired %d times); want the lost answers' error", err, lost.Fired())
+	}
+	for _, s := range specs {
+		f.checkLabels(s.Label, f.want(s)) // Gmail has them
+	}
+	if j := f.job(job.ID); !j.FinishedAt.IsZero() || j.MessagesLabeled != 0 {
+		t.Fatalf("job %+v: done before its changes were recorded", j)
+	}
+	f.drainWriter()
+	for _, s := range specs {
+		f.checkLabels(s.Label, f.want(s))
+	}
+	f.checkNothingWaits()
+	j := f.job(job.ID)
+	wantLabeled := len(f.want(specs[0])) + len(f.want(specs[1]))
+	if j.FinishedAt.IsZero() || j.BatchesDone != j.Batches || j.MessagesLabeled != wantLabeled {
+		t.Errorf("job %+v: want done with %d messages labelled", j, wantLabeled)
+	}
+}
+
+// A permanent refusal of one label's call costs that label's change of the
+// refused message only: the other label's changes, and the refused label's
+// other messages, reach Gmail.
+func TestWriterRefusalLosesOnlyItsOwnChange(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, testConfig(), false)
+	ctx := context.Background()
+	f.addThreads(100, fromEvenOdd)
+	f.mirror()
+	all := spec("All", cond("subject", "contains", "thread"))
+	gh := spec("GitHub", cond("from", "contains", "@github.com"))
+	for _, s := range []Spec{all, gh} {
+		if _, err := f.p.Create(ctx, f.user, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	job := f.publish()
+	for _, task := range f.batchTasks() {
+		if err := f.p.HandleBatch(ctx, task); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var bad string
+	for id := range f.want(gh) {
+		bad = id
+		break
+	}
+	if _, err := f.fake.InjectFault(googlefake.Fault{Method: googlefake.MethodMessagesBatchModify, MessageID: bad, Code: 403, Reason: "forbidden", Message: "refused for the test"}); err != nil {
+		t.Fatal(err)
+	}
+	f.drainWriter()
+	wantAll := f.want(all)
+	delete(wantAll, bad)
+	wantGH := f.want(gh)
+	delete(wantGH, bad)
+	f.checkLabels("All", wantAll)
+	f.checkLabels("GitHub", wantGH)
+	j := f.job(job.ID)
+	if j.FinishedAt.IsZero() || j.BatchesFailed != 1 {
+		t.Errorf("job %+v: want it finished with its one batch failed", j)
+	}
+	var dead []store.DeadLetter
+	f.update(func(tx *store.Tx) (err error) {
+		dead, _, err = tx.DeadLetters(queue.TypeRulesReclassifyBatch, "", 10)
+		return err
+	})
+	if len(dead) != 1 {
+		t.Errorf("%d dead letters, want the failed batch's", len(dead))
+	}
+}
