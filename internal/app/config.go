@@ -65,8 +65,11 @@ type Config struct {
 	ReclassifyMaxWait  time.Duration
 	ReclassifyTick     time.Duration
 	ReclassifyBatch    int
-	RuleSaveLimit      int
-	RuleSaveWindow     time.Duration
+	// ReclassifyWriteDelay is how long a reclassify's label change waits
+	// for others of its label and direction to share its batchModify call.
+	ReclassifyWriteDelay time.Duration
+	RuleSaveLimit        int
+	RuleSaveWindow       time.Duration
 
 	SheetsFlushDelay      time.Duration
 	SheetsRetention       time.Duration
@@ -191,6 +194,7 @@ func (c *Config) settings() []setting {
 		{"reclassify-max-wait", "MAILROOM_RECLASSIFY_MAX_WAIT", "reclassify starts at the latest this long after the first unsent save", d(&c.ReclassifyMaxWait, 10*time.Minute), false, false},
 		{"reclassify-tick", "MAILROOM_RECLASSIFY_TICK", "how often due reclassify jobs are looked for", d(&c.ReclassifyTick, 10*time.Second), false, false},
 		{"reclassify-batch", "MAILROOM_RECLASSIFY_BATCH", "threads per reclassify batch task", n(&c.ReclassifyBatch, 50), false, false},
+		{"reclassify-write-delay", "MAILROOM_RECLASSIFY_WRITE_DELAY", "the longest a reclassify's label change waits for others to share its batchModify call", d(&c.ReclassifyWriteDelay, 2*time.Second), false, false},
 		{"rule-save-limit", "MAILROOM_RULE_SAVE_LIMIT", "rule saves allowed per user per window", n(&c.RuleSaveLimit, 20), false, false},
 		{"rule-save-window", "MAILROOM_RULE_SAVE_WINDOW", "the sliding window of the rule save limit", d(&c.RuleSaveWindow, 60*time.Second), false, false},
 		{"sheets-flush-delay", "MAILROOM_SHEETS_FLUSH_DELAY", "a sheet's buffer is flushed at most this long after its first unsent row", d(&c.SheetsFlushDelay, 10*time.Second), false, false},
@@ -494,6 +498,7 @@ func (c *Config) validateTimings() error {
 	}{
 		{"reclassify-debounce", c.ReclassifyDebounce}, {"reclassify-max-wait", c.ReclassifyMaxWait},
 		{"reclassify-tick", c.ReclassifyTick}, {"rule-save-window", c.RuleSaveWindow},
+		{"reclassify-write-delay", c.ReclassifyWriteDelay},
 		{"sheets-flush-delay", c.SheetsFlushDelay}, {"sheets-quota-window", c.SheetsQuotaWindow}, {"sheets-recheck-max", c.SheetsRecheckMax}, {"submissions-window", c.SubmissionsWindow}, {"retry-initial", c.RetryInitial}, {"retry-max", c.RetryMax},
 		{"gmail-poll-interval", c.GmailPollInterval}, {"gmail-watch-renew", c.GmailWatchRenew}, {"gmail-quota-window", c.GmailQuotaWindow},
 		{"task-poll-interval", c.TaskPollInterval}, {"delayed-check-interval", c.DelayedCheckInterval},

@@ -17,6 +17,7 @@ func (a *App) wireRules(context.Context) (pipeline, error) {
 		MaxWait:    cfg.ReclassifyMaxWait,
 		Tick:       cfg.ReclassifyTick,
 		BatchSize:  cfg.ReclassifyBatch,
+		WriteDelay: cfg.ReclassifyWriteDelay,
 		SaveLimit:  cfg.RuleSaveLimit,
 		SaveWindow: cfg.RuleSaveWindow,
 		SpentUntil: a.watch.SpentUntil,
