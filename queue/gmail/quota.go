@@ -147,11 +147,13 @@ func plural(n int, what string) string {
 // Backlog estimates the Gmail quota units of the account's work left, from
 // Google's per-method costs: the messages its full sync has still to
 // download (messages.get, and the list pages; before a resync begins, the
-// mirror's size), its reclassify batches waiting (a messages.batchModify
-// each, and a messages.get per thread when a rule reads bodies) and its
-// message-added tasks waiting (a messages.get each). Event tasks that only
-// change the mirror cost no quota. An estimate: a batch may need more than
-// one batchModify or none, a thread more than one message.
+// mirror's size), its reclassify batches waiting (their label changes go
+// to Gmail in batchModify calls of up to 1,000 messages, so one call for
+// each 1,000 threads waiting, and a messages.get per thread when a rule
+// reads bodies) and its message-added tasks waiting (a messages.get each).
+// Event tasks that only change the mirror cost no quota. An estimate: the
+// threads of a batch may change several labels or none, a thread hold
+// more than one message.
 func (p *Pipeline) Backlog(ctx context.Context, accountID string) (int, error) {
 	var acc store.Account
 	var counts store.MessageCounts
@@ -181,7 +183,10 @@ func (p *Pipeline) Backlog(ctx context.Context, accountID string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	units += added*google.UnitsMessagesGet + batches*google.UnitsBatchModify
+	if batches > 0 {
+		units += (threads + google.MaxBatchModify - 1) / google.MaxBatchModify * google.UnitsBatchModify
+	}
+	units += added * google.UnitsMessagesGet
 	if body {
 		units += threads * google.UnitsMessagesGet
 	}
