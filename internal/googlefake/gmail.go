@@ -34,7 +34,6 @@ func gmailMethods() []string {
 // counters (beside the other Method constants in faults.go).
 const MethodThreadsGet = "gmail.threads.get"
 
-
 // newEndpoint returns the endpoint of a Gmail method with its quota cost.
 func (g *Gmail) newEndpoint(method string) *endpoint {
 	ep := &endpoint{method: method, auth: true}

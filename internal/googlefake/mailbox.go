@@ -132,7 +132,7 @@ type mailbox struct {
 	floor       uint64 // a startHistoryId below it is too old (404)
 	history     []record
 	msgs        map[string]*message
-	order       []*message // by (date, seq), oldest first
+	order       []*message            // by (date, seq), oldest first
 	threads     map[string][]*message // thread id → its messages, by (date, seq)
 	labels      map[string]*userLabel // user labels by id
 	labelByName map[string]string     // lower-case name → id
