@@ -47,6 +47,17 @@ func mailboxCost(e *env, email string) int {
 	return u
 }
 
+// lone returns the messages of msgs alone in their thread, in their order:
+// a full sync fetches them with messages.get, so a fault on a message
+// (googlefake.Fault.MessageID) reaches its fetch.
+func lone(msgs []googlefake.Message) []googlefake.Message {
+	size := map[string]int{}
+	for _, m := range msgs {
+		size[m.ThreadID]++
+	}
+	return slices.DeleteFunc(slices.Clone(msgs), func(m googlefake.Message) bool { return size[m.ThreadID] > 1 })
+}
+
 // largestThread is the most messages a thread of email's mailbox holds:
 // a slice never splits a thread, so it may go past FullSyncSlice by up to
 // one less.
