@@ -1,11 +1,14 @@
 package gmail_test
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"mailroom/internal/googlefake"
 	"mailroom/internal/testkit"
@@ -276,5 +279,143 @@ func TestFullSyncSlicesShareListPages(t *testing.T) {
 	}
 	if a := e.account(acc.ID); a.FullSyncStart != nil || a.FullSyncCompleted != a.FullSyncRequested {
 		t.Fatalf("after the runs: start %+v, completed %d of %d", a.FullSyncStart, a.FullSyncCompleted, a.FullSyncRequested)
+	}
+}
+
+// TestFullSyncFetchesThreadsWhole: a mailbox of 600 threads of 1 to 5
+// messages (1,800 messages), each thread's messages added in rounds so
+// that they fall on different list pages of 500, is fully synced in runs
+// of 100 messages. Each message is fetched once, so the full sync costs
+// exactly Google's floor for it: 4 list pages x 5 units, one threads.get
+// (10 units) for each of the 480 threads of two or more, one messages.get
+// (5 units) for each of the 120 lone messages, and the fixed calls (the
+// labels and the profile, 1 unit each); the mirror equals the mailbox.
+func TestFullSyncFetchesThreadsWhole(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{noStart: true, cfg: gmail.Config{FullSyncSlice: 100},
+		fake: googlefake.Options{GmailQuotaWindow: time.Second}, budget: google.BudgetConfig{Window: time.Second}})
+	refresh := e.fake.AddAccount(ann)
+	const threads = 600
+	ids := make([]string, threads)
+	for round := range 5 {
+		for i := range threads {
+			if i%5 < round { // thread i has i%5+1 messages
+				continue
+			}
+			id, err := e.fake.Gmail.AddMessage(ann, googlefake.Message{ThreadID: ids[i], From: "p@example.org", To: ann,
+				Subject: fmt.Sprintf("thread %d", i), Body: fmt.Sprintf("message %d", round)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if round == 0 {
+				ids[i] = id // a thread's id is its first message's
+			}
+		}
+	}
+	msgs := e.fake.Gmail.Messages(ann)
+	if len(msgs) != 1800 {
+		t.Fatalf("%d messages, want 1,800", len(msgs))
+	}
+	acc, _, err := e.p.Connect(context.Background(), gmail.ConnectRequest{UserID: e.user.ID, Email: ann, Token: google.Token{RefreshToken: refresh}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for runs := 0; ; runs++ {
+		recs := e.records(queue.TypeGmailFullSync)
+		if len(recs) == 0 {
+			break
+		}
+		if runs == 100 {
+			t.Fatal("the full sync did not end in 100 runs")
+		}
+		if err := e.run(recs[0], recs[0].Payload); err != nil {
+			t.Fatalf("run %d: %v", runs+1, err)
+		}
+	}
+	got := e.fake.Gmail.QuotaUnitsByMethod(ann)
+	want := map[string]int{
+		googlefake.MethodMessagesList: 4 * google.UnitsMessagesList,
+		googlefake.MethodThreadsGet:   480 * google.UnitsThreadsGet,
+		googlefake.MethodMessagesGet:  120 * google.UnitsMessagesGet,
+		googlefake.MethodLabelsList:   google.UnitsLabelsList,
+		googlefake.MethodGetProfile:   google.UnitsGetProfile,
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("units by method (-Google's floor +spent):\n%s", diff)
+	}
+	if diff := e.diff(acc.ID, ann); diff != "" {
+		t.Fatalf("mirror differs (-mailbox +mirror):\n%s", diff)
+	}
+}
+
+// TestFullSyncFinishesAnOldRecord: a data dir from before full syncs
+// fetched whole threads holds a full sync in progress as that version
+// kept it: its one page (300 ids, listed) with 100 of them stored and 200
+// left, ids without their thread ids (FullSyncListed), no Grouped mark.
+// The next run moves the 200 to groups of one and fetches each with
+// messages.get, as the old version would have: no list call, no
+// threads.get, no message fetched twice; the full sync ends and the
+// mirror equals the mailbox.
+func TestFullSyncFinishesAnOldRecord(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{noStart: true, cfg: gmail.Config{FullSyncSlice: 100},
+		fake: googlefake.Options{GmailQuotaWindow: time.Second}, budget: google.BudgetConfig{Window: time.Second}})
+	acc := e.connect(ann, 300)
+	msgs := e.fake.Gmail.Messages(ann)
+	slices.Reverse(msgs) // the listing's order, newest first
+	var left []string
+	for _, m := range msgs[100:] {
+		left = append(left, m.ID)
+	}
+	err := e.db.Update(func(tx *store.Tx) error {
+		a, err := tx.AccountGet(acc.ID)
+		if err != nil {
+			return err
+		}
+		a.FullSyncStart = &store.FullSyncStart{Requested: a.FullSyncRequested, HistoryID: e.fake.Gmail.HistoryID(ann),
+			At: time.Now().UTC(), Messages: 300, Fetched: 100, ListedAll: true}
+		if err := tx.AccountPut(a); err != nil {
+			return err
+		}
+		var stored []string
+		for _, m := range msgs[:100] {
+			sm := store.Message{ID: m.ID}
+			sm.MergeFetched(store.Message{ID: m.ID, ThreadID: m.ThreadID, From: m.From, To: m.To, Cc: m.Cc, Subject: m.Subject,
+				Snippet: m.Snippet, Date: m.Date, LabelIDs: m.LabelIDs, HistoryID: m.HistoryID})
+			if err := tx.MessagePut(acc.ID, sm); err != nil {
+				return err
+			}
+			stored = append(stored, m.ID)
+		}
+		if err := tx.FullSyncNoteFetched(acc.ID, stored); err != nil {
+			return err
+		}
+		return tx.FullSyncListedPut(acc.ID, a.FullSyncRequested, left)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for runs := 0; ; runs++ {
+		recs := e.records(queue.TypeGmailFullSync)
+		if len(recs) == 0 {
+			break
+		}
+		if runs == 10 {
+			t.Fatal("the full sync did not end in 10 runs")
+		}
+		if err := e.run(recs[0], recs[0].Payload); err != nil {
+			t.Fatalf("run %d: %v", runs+1, err)
+		}
+	}
+	got := e.fake.Gmail.QuotaUnitsByMethod(ann)
+	want := map[string]int{googlefake.MethodMessagesGet: 200 * google.UnitsMessagesGet}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("units by method (-want +got):\n%s", diff)
+	}
+	if a := e.account(acc.ID); a.FullSyncStart != nil || a.FullSyncCompleted != a.FullSyncRequested {
+		t.Fatalf("after the runs: start %+v, completed %d of %d", a.FullSyncStart, a.FullSyncCompleted, a.FullSyncRequested)
+	}
+	if diff := e.diff(acc.ID, ann); diff != "" {
+		t.Fatalf("mirror differs (-mailbox +mirror):\n%s", diff)
 	}
 }
