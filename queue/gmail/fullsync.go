@@ -511,6 +511,10 @@ func (p *Pipeline) fetchAndStore(ctx context.Context, gm *google.Gmail, accountI
 	if storeErr != nil {
 		return n, storeErr
 	}
+	if fetchErr == nil {
+		// Cancelled: the groups not sent stay for the next run.
+		fetchErr = ctx.Err()
+	}
 	return n, fetchErr
 }
 
