@@ -370,12 +370,15 @@ func (g *Gmail) getMessage(c *call) (any, error) {
 // format asked for. That page's Format enum has full (the default),
 // metadata and minimal only, so raw, which messages.get takes, is a 400
 // here; metadataHeaders[] applies with format metadata alone. The Thread
-// resource (reference/rest/v1/users.threads) carries id, snippet, historyId
-// ("the ID of the last history record that modified this thread": the
-// highest of its messages') and messages[]; the messages come oldest
-// first, as Gmail shows a conversation. A thread id the mailbox does not
-// have (never had, or every message of it deleted) is 404, as messages.get
-// answers an unknown message.
+// resource (reference/rest/v1/users.threads) carries id, snippet ("a short
+// part of the message text": the newest message's here; mailroom does not
+// read it), historyId ("the ID of the last history record that modified
+// this thread": the highest of its messages') and messages[]. The
+// reference does not say in which order the messages come: the emulator
+// answers oldest first, and mailroom does not rely on any order. A thread
+// id the mailbox does not have (never had, or every message of it
+// deleted) is 404, as messages.get answers an unknown message (the
+// reference's errors are those of every method: guides/handle-errors).
 func (g *Gmail) getThread(c *call) (any, error) {
 	b, err := g.mailboxOf(c)
 	if err != nil {
