@@ -87,7 +87,7 @@ func fullSyncStored(e *env, accountID string, total int) int {
 }
 
 // TestFullSyncHandedBackMidPageFetchesNoMessageTwice: the account's budget
-// (280 units for bulk work a window) runs out in the middle of the first
+// (180 units for bulk work a window) runs out in the middle of the first
 // list page and the run is handed back for quota (it may not wait: MaxWait
 // 1 ms). The messages it fetched are stored, and the runs that follow,
 // each handed back in turn until the full sync ends, fetch none of them
@@ -99,7 +99,7 @@ func TestFullSyncHandedBackMidPageFetchesNoMessageTwice(t *testing.T) {
 	e := newEnv(t, envOptions{
 		noStart: true,
 		fake:    googlefake.Options{GmailQuotaWindow: time.Second},
-		budget:  google.BudgetConfig{UserUnits: 300, Window: time.Second, MaxWait: time.Millisecond},
+		budget:  google.BudgetConfig{UserUnits: 200, Window: time.Second, MaxWait: time.Millisecond},
 		cfg:     gmail.Config{FullSyncSlice: 100},
 	})
 	acc := e.connect(ann, n)
