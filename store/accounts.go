@@ -216,7 +216,7 @@ func (tx *Tx) AccountDelete(id string) error {
 	if ab := data.Bucket([]byte(id)); ab != nil {
 		// Sub-buckets first: deleting only the parent after writing to a
 		// child in the same transaction leaks a page in bbolt 1.5.0.
-		for _, n := range [][]byte{subMessages, subThreads, subLabels, subRuns, subFullSync, subTombstones} {
+		for _, n := range [][]byte{subMessages, subThreads, subLabels, subRuns, subFullSync, subFullSyncTodo, subFullSyncThreads, subTombstones} {
 			if ab.Bucket(n) != nil {
 				if err := ab.DeleteBucket(n); err != nil {
 					return fmt.Errorf("store: delete data of account %s: %w", id, err)
@@ -382,6 +382,12 @@ type FullSyncStart struct {
 	// Resumed counts the listed messages a run found stored by an earlier,
 	// interrupted run (not fetched again).
 	Resumed int `json:"resumed,omitempty"`
+	// Grouped: the full sync keeps its listing grouped by thread
+	// (FullSyncListAdd, FullSyncGroups). A start without it was recorded
+	// before threads were fetched whole: its page listed last, ids without
+	// thread ids, is still under FullSyncListed until FullSyncRegroup moves
+	// it.
+	Grouped bool `json:"grouped,omitempty"`
 }
 
 // FullSyncNoteFetched notes that the full sync in progress fetched ids.
@@ -424,9 +430,10 @@ type fullSyncListed struct {
 }
 
 // FullSyncListed returns the ids of the page the full sync serving request
-// requested listed last (of up to 500) that its runs have not taken yet: a
-// run fetches a slice of them, so slices smaller than a page cost no extra
-// messages.list. None when another full sync listed them.
+// requested listed last (of up to 500) that its runs had not taken yet,
+// as a full sync kept them before it grouped its listing by thread (a
+// start without Grouped); FullSyncRegroup moves them to the groups. None
+// when another full sync listed them.
 func (tx *Tx) FullSyncListed(accountID string, requested uint64) ([]string, error) {
 	data, err := tx.accountData(accountID, false)
 	if data == nil || err != nil {
@@ -466,8 +473,13 @@ func (tx *Tx) FullSyncForget(accountID string) error {
 	if err := data.Delete(keyFullSyncListed); err != nil {
 		return err
 	}
-	if data.Bucket(subFullSync) == nil {
-		return nil
+	for _, n := range [][]byte{subFullSync, subFullSyncTodo, subFullSyncThreads} {
+		if data.Bucket(n) == nil {
+			continue
+		}
+		if err := data.DeleteBucket(n); err != nil {
+			return err
+		}
 	}
-	return data.DeleteBucket(subFullSync)
+	return nil
 }

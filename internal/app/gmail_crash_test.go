@@ -253,8 +253,10 @@ func TestGmailCrashDuringFullSyncWithLiveChanges(t *testing.T) {
 		"MAILROOM_RETRY_MAX=500ms",
 		"MAILROOM_DELAYED_CHECK_INTERVAL=100ms",
 	}
-	if _, err := fake.InjectFault(googlefake.Fault{Method: googlefake.MethodMessagesGet, Latency: 40 * time.Millisecond}); err != nil {
-		t.Fatal(err)
+	for _, m := range []string{googlefake.MethodMessagesGet, googlefake.MethodThreadsGet} {
+		if _, err := fake.InjectFault(googlefake.Fault{Method: m, Latency: 40 * time.Millisecond}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	dir := t.TempDir()
 	p := startProc(t, dir, env...)

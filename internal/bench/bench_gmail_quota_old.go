@@ -94,6 +94,10 @@ func oldKind(req *http.Request) (units, kind int) {
 			return 0, oldNone
 		}
 		return google.UnitsMessagesGet, oldGmail
+	case get && strings.HasPrefix(rest, "threads/") && strings.Count(rest, "/") == 1:
+		// A full sync's threads.get (the old design had none: it is
+		// charged to the limiter its messages.get spent from).
+		return google.UnitsThreadsGet, oldGmail
 	case get && rest == "messages":
 		return google.UnitsMessagesList, oldGmail
 	case get && rest == "history":

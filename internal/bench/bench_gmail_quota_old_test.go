@@ -33,6 +33,7 @@ func TestOldLimitersByCallKind(t *testing.T) {
 		{reclassify, http.MethodGet, "labels", 0, oldNone},
 		{live, http.MethodGet, "messages/18c0?format=metadata", google.UnitsMessagesGet, oldGmail},
 		{context.Background(), http.MethodGet, "messages?maxResults=500", google.UnitsMessagesList, oldGmail},
+		{context.Background(), http.MethodGet, "threads/18c0?format=metadata", google.UnitsThreadsGet, oldGmail},
 		{live, http.MethodGet, "history?startHistoryId=5", google.UnitsHistoryList, oldGmail},
 		{live, http.MethodGet, "labels", google.UnitsLabelsList, oldGmail},
 		{live, http.MethodGet, "profile", google.UnitsGetProfile, oldGmail},

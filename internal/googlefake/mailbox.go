@@ -132,8 +132,8 @@ type mailbox struct {
 	floor       uint64 // a startHistoryId below it is too old (404)
 	history     []record
 	msgs        map[string]*message
-	order       []*message // by (date, seq), oldest first
-	threads     map[string]int
+	order       []*message            // by (date, seq), oldest first
+	threads     map[string][]*message // thread id → its messages, by (date, seq)
 	labels      map[string]*userLabel // user labels by id
 	labelByName map[string]string     // lower-case name → id
 	nextLabel   int
@@ -200,7 +200,7 @@ func (g *Gmail) ensureMailbox(email string) *mailbox {
 	base := g.s.opts.HistoryStart + g.nboxes*1_000_000
 	b := &mailbox{
 		email: e, historyID: base, floor: base,
-		msgs: make(map[string]*message), threads: make(map[string]int),
+		msgs: make(map[string]*message), threads: make(map[string][]*message),
 		labels: make(map[string]*userLabel), labelByName: make(map[string]string),
 		nextLabel: 1,
 	}
@@ -320,7 +320,9 @@ func (b *mailbox) insert(m *message) {
 		b.order = slices.Insert(b.order, i, m)
 	}
 	b.msgs[m.id] = m
-	b.threads[m.threadID]++
+	th := b.threads[m.threadID]
+	j := sort.Search(len(th), func(j int) bool { return !th[j].less(m.date, m.seq) })
+	b.threads[m.threadID] = slices.Insert(th, j, m)
 }
 
 func (b *mailbox) remove(m *message) {
@@ -329,8 +331,11 @@ func (b *mailbox) remove(m *message) {
 		b.order = slices.Delete(b.order, i, i+1)
 	}
 	delete(b.msgs, m.id)
-	if b.threads[m.threadID]--; b.threads[m.threadID] <= 0 {
+	th := slices.DeleteFunc(b.threads[m.threadID], func(o *message) bool { return o == m })
+	if len(th) == 0 {
 		delete(b.threads, m.threadID)
+	} else {
+		b.threads[m.threadID] = th
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -128,24 +129,47 @@ func (p *Pipeline) enqueueFullSync(tx *store.Tx, accountID, trigger string) erro
 }
 
 // A full sync mirrors the whole mailbox: the labels, the profile's history
-// id, every message id (messages.list), each message's metadata
-// (messages.get, in parallel under the account's quota), stored as they
-// come; messages no longer listed become tombstones; the watermark goes to
-// the profile's history id, taken before the listing (or as far as the
-// history sync beside it read from there). The history sync reads from
-// that id while the full sync runs, so whatever changed during it reaches
-// the mirror as events (each change carries its history id: a fetched
-// snapshot never overwrites a newer change, nor a change a newer
+// id, every message id with its thread id (messages.list, 500 a page),
+// each message's metadata (fetched in parallel under the account's quota),
+// stored as they come; messages no longer listed become tombstones; the
+// watermark goes to the profile's history id, taken before the listing (or
+// as far as the history sync beside it read from there). The history sync
+// reads from that id while the full sync runs, so whatever changed during
+// it reaches the mirror as events (each change carries its history id: a
+// fetched snapshot never overwrites a newer change, nor a change a newer
 // snapshot). The transaction that records it complete also schedules the
 // user's label rules over the account (RuleApplier.ReclassifyAccount) and
 // a history sync from the new watermark.
 //
+// It fetches thread by thread: the whole mailbox is listed first (5 units
+// a page of 500 ids, about 1% of the work), its ids grouped by thread over
+// the whole listing (store's FullSyncListAdd), then a thread of two or
+// more listed messages is fetched with one threads.get (10 units) and a
+// lone message with messages.get (5 units). Grouping over the whole
+// listing, not page by page, is what keeps a thread whose messages fall on
+// several pages from being fetched twice. A threads.get answers the
+// thread's messages as they are now: those the listing did not name (mail
+// that came after it) are left out, as a messages.get of each listed id
+// would have left them: the history sync beside the full sync, reading
+// from the start's history id, brings them as message-added events, so
+// they pass the live path (their rules at once) and are never stored
+// twice over by two writers that would have to agree on who announces
+// them.
+//
 // It runs in slices (runs of gmail:full-sync): the first begins it
-// (startFullSync); each goes on from the list page the last one ended at
-// (FullSyncStart.PageToken) and fetches only the messages no run of it
-// stored yet (FullSyncFetched), so neither a slice's end nor a run handed
-// back for quota, an error or a restart fetches a message twice. A new
-// request (resync) starts afresh.
+// (startFullSync); each lists what is left to list (FullSyncStart's
+// PageToken), then fetches about FullSyncSlice messages from the groups
+// left (a thread is not split), and drops each group in the transaction
+// that stores its messages. So neither a slice's end nor a run handed back
+// for quota, an error, a restart or kill -9 fetches a message twice: a
+// group is either stored and gone or still there, and a message stored by
+// any run of it is skipped (FullSyncFetched). A new request (resync)
+// starts afresh.
+//
+// A full sync begun by an older mailroom kept its page listed last as ids
+// without thread ids (FullSyncStart without Grouped): its first run here
+// moves those ids to groups of one (fetched with messages.get, as they
+// would have been) and lists the pages after it grouped by thread.
 
 // startFullSync returns the full sync in progress that serves the
 // account's latest request, or begins it: labels, the profile (its
@@ -168,101 +192,91 @@ func (p *Pipeline) startFullSync(ctx context.Context, gm *google.Gmail, acc stor
 	return p.beginFullSync(acc.ID, requested, prof)
 }
 
-// fullSyncSlice does one run's share of the full sync start: it fetches
-// and stores up to FullSyncSlice messages no run stored yet, taking them
-// from the page listed last (store's FullSyncListed) and listing the next
-// page (of 500 ids, one messages.list) when that is done, until the slice
-// is fetched or the last page is done (last). Each chunk done is recorded
-// in its own transaction after its messages are stored.
+// fullSyncSlice does one run's share of the full sync start: it lists
+// what is left to list (each page recorded in its own transaction), then
+// fetches and stores the groups left, about FullSyncSlice messages, until
+// the slice is fetched or no group is left (last). Each chunk done is
+// recorded in the transaction that stores its messages.
 func (p *Pipeline) fullSyncSlice(ctx context.Context, gm *google.Gmail, accountID string, start store.FullSyncStart) (last bool, err error) {
-	st, fetched := start, 0
-	var listed []string
-	if err := p.db.View(func(tx *store.Tx) (err error) { listed, err = tx.FullSyncListed(accountID, st.Requested); return err }); err != nil {
-		return false, fmt.Errorf("gmail: full sync of account %s: %w", accountID, err)
-	}
-	for fetched < p.cfg.FullSyncSlice {
-		var ok bool
-		if len(listed) == 0 {
-			if st.ListedAll {
-				return true, nil
-			}
-			if st, listed, ok, err = p.listPage(ctx, gm, accountID, st); err != nil || !ok {
-				return false, err // !ok: a newer full sync began; the next run starts it
-			}
-			continue
+	st, ok := start, true
+	if !st.Grouped {
+		if st, ok, err = p.updateStart(accountID, st.Requested, func(tx *store.Tx, s *store.FullSyncStart) error {
+			s.Grouped = true
+			return tx.FullSyncRegroup(accountID, s.Requested)
+		}); err != nil || !ok {
+			return false, err // !ok: a newer full sync began; the next run starts it
 		}
-		chunk := listed[:min(len(listed), p.cfg.FullSyncSlice-fetched)]
-		todo, err := p.notFetchedYet(accountID, refsOf(chunk))
+	}
+	for !st.ListedAll {
+		if st, ok, err = p.listPage(ctx, gm, accountID, st); err != nil || !ok {
+			return false, err
+		}
+	}
+	groups := func(n int) (gs []store.FullSyncGroup, err error) {
+		err = p.db.View(func(tx *store.Tx) (err error) { gs, err = tx.FullSyncGroups(accountID, n); return err })
+		if err != nil {
+			return nil, fmt.Errorf("gmail: full sync of account %s: %w", accountID, err)
+		}
+		return gs, nil
+	}
+	for fetched := 0; fetched < p.cfg.FullSyncSlice; {
+		gs, err := groups(p.cfg.FullSyncSlice - fetched)
+		if err != nil || len(gs) == 0 {
+			return err == nil, err
+		}
+		n, err := p.fetchAndStore(ctx, gm, accountID, st.Requested, gs)
+		if errors.Is(err, errNewerFullSync) {
+			return false, nil // the next run starts it
+		}
 		if err != nil {
 			return false, err
 		}
-		if err := p.fetchAndStore(ctx, gm, accountID, todo); err != nil {
-			return false, err
-		}
-		if st, listed, ok, err = p.chunkDone(accountID, st.Requested, len(chunk), len(chunk)-len(todo)); err != nil || !ok {
-			return false, err
-		}
-		fetched += len(todo)
+		fetched += n
 	}
-	return st.ListedAll && len(listed) == 0, nil
-}
-
-func refsOf(ids []string) []google.MessageRef {
-	refs := make([]google.MessageRef, len(ids))
-	for i, id := range ids {
-		refs[i] = google.MessageRef{ID: id}
-	}
-	return refs
+	gs, err := groups(1)
+	return len(gs) == 0, err
 }
 
 // listPage lists the page at st.PageToken and records, in one
-// transaction, its ids that no run stored yet as the page to fetch from,
+// transaction, its ids that no run stored yet in their threads' groups,
 // the next page's token, and how many were stored before (Resumed). ok is
 // false when a newer full sync began meanwhile.
-func (p *Pipeline) listPage(ctx context.Context, gm *google.Gmail, accountID string, st store.FullSyncStart) (store.FullSyncStart, []string, bool, error) {
+func (p *Pipeline) listPage(ctx context.Context, gm *google.Gmail, accountID string, st store.FullSyncStart) (store.FullSyncStart, bool, error) {
 	token := st.PageToken
 	var refs []google.MessageRef
 	var next string
 	err := bulkCall(ctx, func() (err error) { refs, next, err = gm.ListMessages(ctx, token, listPageSize); return err })
 	if err != nil && token != "" && queue.IsPermanent(err) && !errors.Is(err, google.ErrRevoked) {
 		// Gmail no longer takes the token (it expired meanwhile): list
-		// again from the first page; stored messages are skipped.
+		// again from the first page; messages stored or grouped already
+		// are skipped.
 		p.log.Warn("full sync: Gmail refused the saved page token; listing from the first page",
 			"account_id", accountID, "err", err)
 		refs, next, err = gm.ListMessages(ctx, "", listPageSize)
 	}
 	if err != nil {
-		return st, nil, false, err
+		return st, false, err
 	}
 	todo, err := p.notFetchedYet(accountID, refs)
 	if err != nil {
-		return st, nil, false, err
+		return st, false, err
 	}
-	ids := make([]string, len(todo))
+	listed := make([]store.FullSyncRef, len(todo))
 	for i, r := range todo {
-		ids[i] = r.ID
+		listed[i] = store.FullSyncRef{ID: r.ID, ThreadID: r.ThreadID}
 	}
-	return p.updateStart(accountID, st.Requested, func(s *store.FullSyncStart, listed []string) []string {
+	return p.updateStart(accountID, st.Requested, func(tx *store.Tx, s *store.FullSyncStart) error {
 		s.PageToken, s.ListedAll = next, next == ""
 		s.Resumed += len(refs) - len(todo)
-		return ids
-	})
-}
-
-// chunkDone records the first n ids of the listed page done, resumed of
-// them found stored by an earlier run.
-func (p *Pipeline) chunkDone(accountID string, requested uint64, n, resumed int) (store.FullSyncStart, []string, bool, error) {
-	return p.updateStart(accountID, requested, func(s *store.FullSyncStart, listed []string) []string {
-		s.Resumed += resumed
-		return listed[min(n, len(listed)):]
+		return tx.FullSyncListAdd(accountID, listed)
 	})
 }
 
 // updateStart changes the start of the full sync serving request
-// requested, and the ids of its page listed last (change returns them), in
-// one transaction, and returns both; ok is false when a newer full sync
-// began meanwhile (nothing is changed).
-func (p *Pipeline) updateStart(accountID string, requested uint64, change func(*store.FullSyncStart, []string) []string) (st store.FullSyncStart, listed []string, ok bool, err error) {
+// requested, and its records (change), in one transaction, and returns
+// the start; ok is false when a newer full sync began meanwhile (nothing
+// is changed).
+func (p *Pipeline) updateStart(accountID string, requested uint64, change func(*store.Tx, *store.FullSyncStart) error) (st store.FullSyncStart, ok bool, err error) {
 	err = p.db.Update(func(tx *store.Tx) error {
 		a, err := tx.AccountGet(accountID)
 		if err != nil {
@@ -272,23 +286,19 @@ func (p *Pipeline) updateStart(accountID string, requested uint64, change func(*
 		if ok = s != nil && s.Requested == requested; !ok {
 			return nil
 		}
-		if listed, err = tx.FullSyncListed(accountID, requested); err != nil {
+		if err := change(tx, s); err != nil {
 			return err
 		}
-		listed = change(s, listed)
 		st = *s
-		if err := tx.FullSyncListedPut(accountID, requested, listed); err != nil {
-			return err
-		}
 		return tx.AccountPut(a)
 	})
 	if errors.Is(err, store.ErrNotFound) {
-		return st, nil, false, queue.Permanent(fmt.Errorf("%w: %s", ErrAccountGone, accountID))
+		return st, false, queue.Permanent(fmt.Errorf("%w: %s", ErrAccountGone, accountID))
 	}
 	if err != nil {
-		return st, nil, false, fmt.Errorf("gmail: full sync of account %s: record its progress: %w", accountID, err)
+		return st, false, fmt.Errorf("gmail: full sync of account %s: record its progress: %w", accountID, err)
 	}
-	return st, listed, ok, nil
+	return st, ok, nil
 }
 
 // finishFullSync records the full sync in progress complete, in one
@@ -418,69 +428,130 @@ func bulkCall(ctx context.Context, fn func() error) error {
 // transaction while it fetches more.
 const storeChunk = 25
 
-// fetchAndStore gets the metadata of refs with FullSyncWorkers in parallel
-// and stores them as they come, storeChunk in a transaction. An error (a
-// run handed back for quota among them) stops further fetches, lets those
-// in flight end and stores every message fetched before it returns, so a
-// later run fetches none of them again. Messages deleted meanwhile (404)
-// are left out.
-func (p *Pipeline) fetchAndStore(ctx context.Context, gm *google.Gmail, accountID string, refs []google.MessageRef) error {
-	type result struct {
-		m   google.Message
-		err error
+// fetchAndStore fetches the messages of groups not stored yet, each group
+// of two or more with one threads.get and a lone message with
+// messages.get, FullSyncWorkers groups in parallel, and stores them as
+// they come, about storeChunk messages in a transaction that also drops
+// their groups. An error (a run handed back for quota among them) stops
+// further fetches, lets those in flight end and stores every group fetched
+// before it returns, so a later run fetches none of them again. Messages
+// deleted meanwhile (404, or missing from their thread) are left out, and
+// so are the messages a threads.get answers that the listing did not name
+// (see the full sync's description above). n is how many messages it
+// fetched.
+func (p *Pipeline) fetchAndStore(ctx context.Context, gm *google.Gmail, accountID string, requested uint64, groups []store.FullSyncGroup) (n int, err error) {
+	var ids []string
+	for _, g := range groups {
+		ids = append(ids, g.IDs...)
 	}
-	results := make(chan result, len(refs)) // workers never wait for the store
-	next := make(chan string)
+	var stored map[string]bool
+	if err := p.db.View(func(tx *store.Tx) (err error) { stored, err = tx.FullSyncFetched(accountID, ids); return err }); err != nil {
+		return 0, err
+	}
+	type result struct {
+		seq     uint64
+		msgs    []google.Message
+		resumed int
+		err     error
+	}
+	results := make(chan result, len(groups)) // workers never wait for the store
+	next := make(chan store.FullSyncGroup)
 	var failed atomic.Bool
 	var wg sync.WaitGroup
-	for range min(p.cfg.FullSyncWorkers, len(refs)) {
+	for range min(p.cfg.FullSyncWorkers, len(groups)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for id := range next {
-				var m google.Message
-				err := bulkCall(ctx, func() (err error) { m, err = p.fetch(ctx, gm, accountID, id, false); return err })
-				if err != nil && !errors.Is(err, google.ErrNotFound) {
+			for g := range next {
+				todo := slices.DeleteFunc(slices.Clone(g.IDs), func(id string) bool { return stored[id] })
+				msgs, err := p.fetchGroup(ctx, gm, accountID, g.ThreadID, todo)
+				if err != nil {
 					failed.Store(true)
 				}
-				results <- result{m, err}
+				results <- result{g.Seq, msgs, len(g.IDs) - len(todo), err}
 			}
 		}()
 	}
 	go func() {
 		defer close(next)
-		for _, r := range refs {
+		for _, g := range groups {
 			if failed.Load() || ctx.Err() != nil {
 				return
 			}
-			next <- r.ID
+			next <- g
 		}
 	}()
 	go func() { wg.Wait(); close(results) }()
 	var fetchErr, storeErr error
-	batch := make([]google.Message, 0, storeChunk)
-	for r := range results {
-		switch {
-		case r.err == nil:
-			batch = append(batch, r.m)
-		case errors.Is(r.err, google.ErrNotFound):
-		case fetchErr == nil:
-			fetchErr = r.err
-		}
-		if len(batch) == storeChunk && storeErr == nil {
-			if storeErr = p.storeFetched(accountID, batch); storeErr != nil {
+	var batch []google.Message
+	var done []uint64
+	resumed := 0
+	flush := func() {
+		if storeErr == nil && len(done) > 0 {
+			if storeErr = p.storeFetched(accountID, requested, batch, done, resumed); storeErr != nil {
 				failed.Store(true)
 			}
-			batch = batch[:0]
+		}
+		batch, done, resumed = batch[:0], done[:0], 0
+	}
+	for r := range results {
+		if r.err != nil {
+			if fetchErr == nil {
+				fetchErr = r.err
+			}
+			continue
+		}
+		batch, done, resumed = append(batch, r.msgs...), append(done, r.seq), resumed+r.resumed
+		n += len(r.msgs)
+		if len(batch) >= storeChunk {
+			flush()
 		}
 	}
-	if storeErr == nil && len(batch) > 0 {
-		storeErr = p.storeFetched(accountID, batch)
-	}
+	flush()
 	if storeErr != nil {
-		return storeErr
+		return n, storeErr
 	}
-	return fetchErr
+	if fetchErr == nil {
+		// Cancelled: the groups not sent stay for the next run.
+		fetchErr = ctx.Err()
+	}
+	return n, fetchErr
+}
+
+// fetchGroup fetches the listed messages ids of a thread (threadID empty:
+// not known), leaving out those gone: two or more with one threads.get,
+// each else with messages.get.
+func (p *Pipeline) fetchGroup(ctx context.Context, gm *google.Gmail, accountID, threadID string, ids []string) ([]google.Message, error) {
+	var out []google.Message
+	if threadID != "" && len(ids) >= 2 {
+		var msgs []google.Message
+		err := bulkCall(ctx, func() (err error) { msgs, err = gm.GetThread(ctx, threadID); return err })
+		if errors.Is(err, google.ErrNotFound) {
+			return nil, nil // the whole thread was deleted meanwhile
+		}
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range msgs {
+			if slices.Contains(ids, m.ID) {
+				out = append(out, m)
+			}
+		}
+		p.metrics.fetched.Add(float64(len(out)))
+		return out, nil
+	}
+	for _, id := range ids {
+		var m google.Message
+		err := bulkCall(ctx, func() (err error) { m, err = p.fetch(ctx, gm, accountID, id, false); return err })
+		if errors.Is(err, google.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+	}
+	return out, nil
 }
 
 // fetch gets one message under the account's quota.
@@ -492,17 +563,30 @@ func (p *Pipeline) fetch(ctx context.Context, gm *google.Gmail, accountID, id st
 	return m, err
 }
 
-// storeFetched merges fetched snapshots into the stored messages and
-// notes them as fetched by the full sync in progress, in one transaction.
-func (p *Pipeline) storeFetched(accountID string, msgs []google.Message) error {
+// errNewerFullSync: a newer full sync began while a run of an older one
+// fetched (its records are not the older one's to change).
+var errNewerFullSync = errors.New("gmail: a newer full sync began")
+
+// storeFetched merges fetched snapshots into the stored messages and, when
+// the full sync serving request requested is still the one in progress,
+// notes them as fetched, drops their groups (done) and counts those of
+// their messages an earlier run had stored (resumed), in one transaction.
+// Else it merges them only and answers errNewerFullSync: the newer full
+// sync's start is later than these snapshots, so it fetches them again
+// (the merge is safe either way: the newer attribute wins).
+func (p *Pipeline) storeFetched(accountID string, requested uint64, msgs []google.Message, done []uint64, resumed int) error {
+	current := false
 	err := p.db.Update(func(tx *store.Tx) error {
 		ids := make([]string, 0, len(msgs))
 		a, err := tx.AccountGet(accountID)
 		if err != nil {
 			return err
 		}
-		if s := a.FullSyncStart; s != nil && len(msgs) > 0 {
+		s := a.FullSyncStart
+		current = s != nil && s.Requested == requested
+		if current {
 			s.Fetched += len(msgs)
+			s.Resumed += resumed
 			if err := tx.AccountPut(a); err != nil {
 				return err
 			}
@@ -519,10 +603,19 @@ func (p *Pipeline) storeFetched(accountID string, msgs []google.Message) error {
 			}
 			ids = append(ids, f.ID)
 		}
-		return tx.FullSyncNoteFetched(accountID, ids)
+		if !current {
+			return nil
+		}
+		if err := tx.FullSyncNoteFetched(accountID, ids); err != nil {
+			return err
+		}
+		return tx.FullSyncGroupsDone(accountID, done)
 	})
 	if errors.Is(err, store.ErrNotFound) {
 		return queue.Permanent(fmt.Errorf("%w: %s", ErrAccountGone, accountID))
+	}
+	if err == nil && !current {
+		return errNewerFullSync
 	}
 	return err
 }
@@ -543,7 +636,7 @@ func (p *Pipeline) beginFullSync(accountID string, requested uint64, prof google
 		if err := tx.FullSyncForget(accountID); err != nil {
 			return err
 		}
-		start = store.FullSyncStart{Requested: requested, HistoryID: prof.HistoryID, At: p.now().UTC(), Messages: prof.MessagesTotal}
+		start = store.FullSyncStart{Requested: requested, HistoryID: prof.HistoryID, At: p.now().UTC(), Messages: prof.MessagesTotal, Grouped: true}
 		// The history sync recorded this far already (beside an older
 		// full sync, or from the account's watermark until this one began).
 		start.LiveHistoryID = a.HistoryID

@@ -61,7 +61,10 @@ func TestGoogleRefusalsBecomeWaits(t *testing.T) {
 		fake:   googlefake.Options{GmailUserUnitsPerMinute: 150, GmailQuotaWindow: 3 * time.Second},
 		budget: google.BudgetConfig{Window: 3 * time.Second},
 	})
-	acc := e.connect(ann, 100) // over 500 units
+	// Over 600 units: the full sync fetches whole threads in fewer calls
+	// than one a message, so the mailbox is large enough that the calls
+	// after the budget adapted outnumber the first refusals.
+	acc := e.connect(ann, 160)
 	e.waitConverged(acc.ID, ann, 40*time.Second)
 	refused := e.fake.Gmail.QuotaRefusals(ann)[googlefake.ReasonUserRateLimit]
 	if refused == 0 {

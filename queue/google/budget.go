@@ -22,6 +22,7 @@ const (
 	UnitsGetProfile   = 1
 	UnitsMessagesList = 5
 	UnitsMessagesGet  = 5
+	UnitsThreadsGet   = 10
 	UnitsModify       = 5
 	UnitsBatchModify  = 50
 	UnitsHistoryList  = 2

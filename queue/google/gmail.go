@@ -214,6 +214,11 @@ func (g *Gmail) GetMessage(ctx context.Context, id string, withBody bool) (Messa
 	if err != nil {
 		return Message{}, fmt.Errorf("google: gmail messages.get %s: %w", id, err)
 	}
+	return messageOf(m, withBody), nil
+}
+
+// messageOf converts Gmail's message (format metadata, or full withBody).
+func messageOf(m *gmailapi.Message, withBody bool) Message {
 	out := Message{
 		ID: m.Id, ThreadID: m.ThreadId, LabelIDs: m.LabelIds, Snippet: m.Snippet,
 		Date: time.UnixMilli(m.InternalDate).UTC(), HistoryID: m.HistoryId,
@@ -234,6 +239,28 @@ func (g *Gmail) GetMessage(ctx context.Context, id string, withBody bool) (Messa
 		if withBody {
 			out.Body = plainBody(m.Payload)
 		}
+	}
+	return out
+}
+
+// GetThread fetches every message of a thread as GetMessage does without
+// the body (format metadata, the same headers), in one threads.get: 10
+// units for the whole thread against 5 a message. Its messages come as
+// Gmail has them now, those that came after the caller learned of the
+// thread among them. A thread that no longer exists (every message of it
+// deleted) is a permanent ErrNotFound.
+func (g *Gmail) GetThread(ctx context.Context, threadID string) ([]Message, error) {
+	var th *gmailapi.Thread
+	err := g.call(ctx, true, UnitsThreadsGet, func() (err error) {
+		th, err = g.svc.Users.Threads.Get(me, threadID).Format("metadata").MetadataHeaders(metadataHeaders...).Context(ctx).Do()
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("google: gmail threads.get %s: %w", threadID, err)
+	}
+	out := make([]Message, 0, len(th.Messages))
+	for _, m := range th.Messages {
+		out = append(out, messageOf(m, false))
 	}
 	return out, nil
 }

@@ -118,6 +118,14 @@ func (pub *Publisher) RunOnce(ctx context.Context, now time.Time) (PublishStats,
 // publish makes the job of a pending reclassify in tx: the job record, each
 // rule's latest job, one batch task per BatchSize threads of each of the
 // user's accounts, and drops the waiting batches of the jobs it supersedes.
+//
+// An account whose full sync is due or running is left out: its mirror is
+// still being filled, and the transaction that records the full sync
+// complete schedules every rule of the user over it
+// (RuleApplier.ReclassifyAccount in the Gmail pipeline), the rules saved
+// meanwhile among them. So a new user who saves rules while their mailbox
+// syncs gets one label pass over it, at the end, not one now over what is
+// mirrored so far and another over the same threads then.
 func (pub *Publisher) publish(tx *store.Tx, pending store.ReclassifyPending, now time.Time) (store.ReclassifyJob, int, error) {
 	job := store.ReclassifyJob{UserID: pending.UserID, RuleIDs: pending.RuleIDs, StartedAt: now.UTC()}
 	if err := tx.ReclassifyJobCreate(&job); err != nil {
@@ -138,7 +146,7 @@ func (pub *Publisher) publish(tx *store.Tx, pending store.ReclassifyPending, now
 	}
 	size := pub.p.cfg.BatchSize
 	for _, a := range accounts {
-		if a.UserID != job.UserID || a.Status == store.AccountDisconnected {
+		if a.UserID != job.UserID || a.Status == store.AccountDisconnected || fullSyncDue(a) {
 			continue
 		}
 		after := ""
@@ -187,6 +195,11 @@ func (pub *Publisher) publish(tx *store.Tx, pending store.ReclassifyPending, now
 	}
 	return job, dropped, nil
 }
+
+// fullSyncDue reports whether a full sync of the account is due or
+// running: one was requested since the last one completed. Its completion
+// schedules the user's rules over the account.
+func fullSyncDue(a store.Account) bool { return a.FullSyncRequested > a.FullSyncCompleted }
 
 // dropSuperseded drops the waiting batches of job id when every rule it
 // carried has a newer job: their outbox records go, so those still in the
