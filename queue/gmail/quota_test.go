@@ -13,8 +13,8 @@ import (
 	"mailroom/queue"
 	"mailroom/queue/gmail"
 	"mailroom/queue/google"
-	"mailroom/store"
 	"mailroom/queue/google/accounts"
+	"mailroom/store"
 )
 
 // Every Gmail call the pipeline makes (profile, list and get of a full
