@@ -112,7 +112,7 @@ type envOptions struct {
 	// delayedCheck is how often the broker makes scheduled and retrying
 	// tasks ready. Zero: 100ms (tests run faster than serve's 1s).
 	delayedCheck time.Duration
-	// concurrency of the sheets-flush queue is the table's (4).
+	// concurrency of the sheets-flush queue is the table's (16).
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
