@@ -98,10 +98,13 @@ type QuotaConfig struct {
 	// Default max(2s, Window/4).
 	Grace time.Duration
 	// Lead is how far ahead of the project's rate (ProjectLimit a Window)
-	// its calls may run: a burst from idle of Lead's worth of calls, and
-	// then one call a Window/ProjectLimit, so the project's calls and its
-	// slots are spread over the window and waiting accounts are served
-	// in turn. Default Window/10.
+	// its calls may run once the project's window nears its limit (has
+	// room for no more than Lead's worth of calls beyond those waiting):
+	// then one call a Window/ProjectLimit, so the project's slots are
+	// spread over the window and waiting accounts are served in turn.
+	// While the window has more room the pace does not hold calls back:
+	// nobody waits for those slots, and a quiet account's call would only
+	// wait behind busy accounts' calls for nothing. Default Window/10.
 	Lead time.Duration
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
