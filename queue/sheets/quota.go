@@ -231,9 +231,9 @@ local burst = math.floor(lead / interval)
 local room = proj.free - proj.ahead > burst
 
 if acct.free > acct.ahead and proj.free > proj.ahead and (room or paced > proj.ahead) then
-  local next = tat + interval
-  if room then next = math.min(next, now + lead) end
-  redis.call('SET', KEYS[7], string.format('%.3f', next), 'PX', math.ceil(window * 2))
+  local ntat = tat + interval
+  if room then ntat = math.min(ntat, now + lead) end
+  redis.call('SET', KEYS[7], string.format('%.3f', ntat), 'PX', math.ceil(window * 2))
   for _, l in ipairs({acct, proj}) do
     redis.call('ZADD', l.log, now, member)
     redis.call('PEXPIRE', l.log, window + 1000)
@@ -373,8 +373,9 @@ func (q *Quota) Usage(ctx context.Context, account string) (QuotaUse, error) {
 // timeout kept within most of the window (see Quota), then the slot
 // settled. Over the quota it does not call: with waitUpTo > 0 it waits for
 // its turn when that comes within waitUpTo (a request a person waits on;
-// a flush task's short wait, see Config.BrokerTick), else it returns a rate-limited error naming the wait (a task comes
-// back then, without counting a failure).
+// a flush task's short wait, see Config.BrokerTick), else it returns a
+// rate-limited error naming the wait (a task comes back then, without
+// counting a failure).
 func (p *Pipeline) spend(ctx context.Context, q *Quota, account, waiter string, waitUpTo time.Duration, call func(ctx context.Context) error) error {
 	deadline := time.Now().Add(waitUpTo)
 	for {

@@ -675,17 +675,17 @@ func (p *Pipeline) Submit(ctx context.Context, formID string, answers map[string
 	return sub, nil
 }
 
+// shortWait is the longest a flush waits in its task, for its time or for
+// quota, rather than going back to the broker: a second (the broker's
+// whole seconds) and a tick (see Config.BrokerTick).
+func (p *Pipeline) shortWait() time.Duration { return p.cfg.BrokerTick + time.Second }
+
 // scheduleFlush makes sure a flush of the form is in the outbox when rows
 // wait: at the oldest waiting row + FlushDelay, or now (brought forward if
 // one waits) when Threshold rows wait. While a flush record lives (waiting
 // or running), its key makes this a no-op: the running flush schedules the
 // next one itself when it commits, in a transaction serialized with this
 // one, so no row is left without a flush.
-// shortWait is the longest a flush waits in its task, for its time or for
-// quota, rather than going back to the broker: a second (the broker's
-// whole seconds) and a tick (see Config.BrokerTick).
-func (p *Pipeline) shortWait() time.Duration { return p.cfg.BrokerTick + time.Second }
-
 func (p *Pipeline) scheduleFlush(tx *store.Tx, q enqueuer, formID string, w store.SheetWrites, now time.Time) error {
 	if w.Buffered == 0 {
 		return nil
