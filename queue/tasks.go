@@ -106,7 +106,12 @@ func NewTable(cfg TableConfig) *Table {
 		{Name: TypeGmailWatchRenew, Queue: "gmail-maintenance", Concurrency: 2, MaxRetries: r, Timeout: time.Minute},
 		{Name: TypeRulesReclassifyBatch, Queue: "rules-reclassify", Concurrency: 6, MaxRetries: r, Timeout: 5 * time.Minute},
 		{Name: TypeRulesLabelWrite, Queue: "rules-label-write", Concurrency: 4, MaxRetries: r, Timeout: 5 * time.Minute},
-		{Name: TypeSheetsFlush, Queue: "sheets-flush", Concurrency: 4, MaxRetries: r, Timeout: 2 * time.Minute},
+		// A flush waits in its task for its time and for short quota
+		// refusals (sheets.Config.BrokerTick), so many of its workers wait
+		// rather than work: enough of them that a burst of other accounts'
+		// flushes does not keep a quiet account's flush waiting long for a
+		// worker (4 did, under load: TestQuotaQuietAccountBesideBusyOnes).
+		{Name: TypeSheetsFlush, Queue: "sheets-flush", Concurrency: 16, MaxRetries: r, Timeout: 2 * time.Minute},
 		// A webhook's batch is retried until MAILROOM_WEBHOOK_MAX_AGE has
 		// passed (its handler then gives it up), not a number of times.
 		{Name: TypeWebhooksDeliver, Queue: "webhooks", Concurrency: 8, MaxRetries: WebhookMaxRetries, Timeout: time.Minute},

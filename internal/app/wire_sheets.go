@@ -21,6 +21,7 @@ func (a *App) wireSheets(context.Context) (pipeline, error) {
 		ProjectWritesPerMinute: a.cfg.SheetsProjectWritesPerMinute,
 		ProjectReadsPerMinute:  a.cfg.SheetsProjectReadsPerMinute,
 		RecheckMax:             a.cfg.SheetsRecheckMax,
+		BrokerTick:             a.cfg.DelayedCheckInterval,
 		MaxWaiting:             a.cfg.SheetsMaxWaiting,
 		SubmitsPerForm:         a.cfg.SubmissionsPerForm,
 		SubmitsPerUser:         a.cfg.SubmissionsPerUser,

@@ -109,7 +109,10 @@ type envOptions struct {
 	// fake holds further emulator options (its quotas and window above
 	// are set from the fields before).
 	fake googlefake.Options
-	// concurrency of the sheets-flush queue is the table's (4).
+	// delayedCheck is how often the broker makes scheduled and retrying
+	// tasks ready. Zero: 100ms (tests run faster than serve's 1s).
+	delayedCheck time.Duration
+	// concurrency of the sheets-flush queue is the table's (16).
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -138,6 +141,9 @@ func newEnv(t *testing.T, o envOptions) *env {
 	if o.fakeWindow == 0 {
 		o.fakeWindow = cfg.QuotaWindow
 	}
+	if o.delayedCheck == 0 {
+		o.delayedCheck = 100 * time.Millisecond
+	}
 	level := slog.LevelWarn
 	if os.Getenv("SHEETS_TEST_LOG") != "" {
 		level = slog.LevelDebug
@@ -159,7 +165,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	table := queue.NewTable(queue.TableConfig{MaxRetries: 3, ConcurrencyMessageAdded: 1, ConcurrencyState: 1})
 	q, err := queue.New(queue.Config{
 		RetryInitial: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond,
-		PollInterval: 20 * time.Millisecond, DelayedCheckInterval: 100 * time.Millisecond,
+		PollInterval: 20 * time.Millisecond, DelayedCheckInterval: o.delayedCheck,
 		ShutdownTimeout: 5 * time.Second, Logger: cfg.Logger, Registerer: reg,
 	}, db, b.RedisConnOpt(), table)
 	if err != nil {

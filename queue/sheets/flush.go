@@ -80,22 +80,37 @@ func (p *Pipeline) HandleFlush(ctx context.Context, t *queue.Task) error {
 		return queue.Permanent(fmt.Errorf("sheets: flush: bad payload %q", t.Payload))
 	}
 	log := p.log.With("task_id", t.ID, "type", t.Type, "form_id", pl.FormID, "attempt", t.Attempt)
-	now := p.cfg.Now()
 
 	f := &flush{p: p, t: t, log: log}
-	oldest, hasOldest, err := f.load(pl.FormID)
-	if err != nil {
-		return err
-	}
-	if f.w.Pending == nil {
+	for {
+		oldest, hasOldest, err := f.load(pl.FormID)
+		if err != nil {
+			return err
+		}
+		if f.w.Pending != nil {
+			break
+		}
 		if f.w.Buffered == 0 || !hasOldest {
 			return p.ackEmpty(t, f.form.ID)
 		}
-		if due := oldest.Add(p.cfg.FlushDelay); f.w.Buffered < p.cfg.Threshold && now.Before(due) {
-			return queue.RateLimited(errNotDue, due.Sub(now))
+		due, now := oldest.Add(p.cfg.FlushDelay), p.cfg.Now()
+		if f.w.Buffered >= p.cfg.Threshold || !now.Before(due) {
+			break
+		}
+		// Early: the flush is handed to the broker a tick before it is due
+		// (scheduleFlush), and the broker's whole seconds may make it up to
+		// a second earlier still. A short wait is waited here, to the
+		// millisecond; a longer one goes back to the broker, early by a
+		// tick again so that it is never late.
+		if wait := due.Sub(now); wait > p.shortWait() {
+			return queue.RateLimited(errNotDue, wait-p.cfg.BrokerTick)
+		}
+		if err := queue.Wait(ctx, due.Sub(now)); err != nil {
+			return err
 		}
 	}
 
+	var err error
 	f.client, err = p.clients.Sheets(ctx, f.form.AccountID)
 	if err != nil {
 		return p.failed(ctx, log, t, f.form, fmt.Errorf("sheets: flush %s: client of account %s: %w", f.form.ID, f.form.AccountID, err))
@@ -110,20 +125,37 @@ func (p *Pipeline) HandleFlush(ctx context.Context, t *queue.Task) error {
 		return err
 	}
 
-	g, err := p.quota.Acquire(ctx, f.form.AccountID, f.form.ID)
+	g, err := p.acquire(ctx, log, f.form)
 	if err != nil {
 		return err
-	}
-	if !g.OK {
-		p.metrics.quotaWaits.Inc()
-		log.Debug("waiting for the account's write quota", "account_id", f.form.AccountID, "wait", g.Wait)
-		return queue.RateLimited(fmt.Errorf("sheets: flush %s: %w", f.form.ID, ErrQuota), g.Wait)
 	}
 	subs, done, err := f.plan()
 	if done {
 		return err
 	}
 	return f.write(ctx, g, subs)
+}
+
+// acquire asks for the form's write quota. A refusal that lifts within
+// shortWait is waited in the task and asked again: through the broker, the
+// wait would end up to a second and a tick late (see Config.BrokerTick).
+// A longer one hands the task back (rate limited) until then; the form
+// keeps its place in the waiting lines meanwhile.
+func (p *Pipeline) acquire(ctx context.Context, log *slog.Logger, form store.Form) (Grant, error) {
+	for {
+		g, err := p.quota.Acquire(ctx, form.AccountID, form.ID)
+		if err != nil || g.OK {
+			return g, err
+		}
+		p.metrics.quotaWaits.Inc()
+		log.Debug("waiting for the write quota", "account_id", form.AccountID, "wait", g.Wait)
+		if g.Wait > p.shortWait() {
+			return g, queue.RateLimited(fmt.Errorf("sheets: flush %s: %w", form.ID, ErrQuota), g.Wait)
+		}
+		if err := queue.Wait(ctx, g.Wait); err != nil {
+			return g, err
+		}
+	}
 }
 
 // flush is one run of a form's flush task: what its steps share. Each step
@@ -312,7 +344,7 @@ func (p *Pipeline) landed(ctx context.Context, client SheetsClient, form store.F
 		want[i] = row(s)
 	}
 	var got [][]string
-	err := p.spend(ctx, p.reads, form.AccountID, form.ID, 0, func(ctx context.Context) (err error) {
+	err := p.spend(ctx, p.reads, form.AccountID, form.ID, p.shortWait(), func(ctx context.Context) (err error) {
 		got, err = client.ReadRange(ctx, form.SpreadsheetID, writeRange(form, pw))
 		return err
 	})

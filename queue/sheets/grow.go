@@ -35,7 +35,7 @@ import (
 func (p *Pipeline) grow(ctx context.Context, log *slog.Logger, client SheetsClient, form store.Form, w store.SheetWrites) error {
 	pw := *w.Pending
 	var tabs []google.Tab
-	err := p.spend(ctx, p.reads, form.AccountID, form.ID, 0, func(ctx context.Context) (err error) {
+	err := p.spend(ctx, p.reads, form.AccountID, form.ID, p.shortWait(), func(ctx context.Context) (err error) {
 		tabs, err = client.Tabs(ctx, form.SpreadsheetID)
 		return err
 	})
@@ -72,7 +72,7 @@ func (p *Pipeline) grow(ctx context.Context, log *slog.Logger, client SheetsClie
 	}
 
 	start := time.Now()
-	err = p.spend(ctx, p.quota, form.AccountID, form.ID, 0, func(ctx context.Context) error {
+	err = p.spend(ctx, p.quota, form.AccountID, form.ID, p.shortWait(), func(ctx context.Context) error {
 		return client.Grow(ctx, form.SpreadsheetID, tab.ID, rows-tab.Rows, cols-tab.Cols)
 	})
 	if err != nil {

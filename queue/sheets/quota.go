@@ -98,10 +98,13 @@ type QuotaConfig struct {
 	// Default max(2s, Window/4).
 	Grace time.Duration
 	// Lead is how far ahead of the project's rate (ProjectLimit a Window)
-	// its calls may run: a burst from idle of Lead's worth of calls, and
-	// then one call a Window/ProjectLimit, so the project's calls and its
-	// slots are spread over the window and waiting accounts are served
-	// in turn. Default Window/10.
+	// its calls may run once the project's window nears its limit (has
+	// room for no more than Lead's worth of calls beyond those waiting):
+	// then one call a Window/ProjectLimit, so the project's slots are
+	// spread over the window and waiting accounts are served in turn.
+	// While the window has more room the pace does not hold calls back:
+	// nobody waits for those slots, and a quiet account's call would only
+	// wait behind busy accounts' calls for nothing. Default Window/10.
 	Lead time.Duration
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
@@ -218,9 +221,19 @@ local lead = tonumber(ARGV[9])
 local interval = window / proj.limit
 local tat = math.max(tonumber(redis.call('GET', KEYS[7]) or '0'), now)
 local paced = math.max(math.floor((now + lead - tat) / interval) + 1, 0)
+-- The pace binds only while the project's budget is contended: when the
+-- window would still have room after a lead's worth of calls beyond the
+-- waiters, nobody waits for those slots and spreading the calls would
+-- only delay them (a quiet account behind busy ones that are far from
+-- the project's limit). Its clock then stays at most lead ahead, so it
+-- takes over at its rate once the window nears the limit.
+local burst = math.floor(lead / interval)
+local room = proj.free - proj.ahead > burst
 
-if acct.free > acct.ahead and proj.free > proj.ahead and paced > proj.ahead then
-  redis.call('SET', KEYS[7], string.format('%.3f', tat + interval), 'PX', math.ceil(window * 2))
+if acct.free > acct.ahead and proj.free > proj.ahead and (room or paced > proj.ahead) then
+  local ntat = tat + interval
+  if room then ntat = math.min(ntat, now + lead) end
+  redis.call('SET', KEYS[7], string.format('%.3f', ntat), 'PX', math.ceil(window * 2))
   for _, l in ipairs({acct, proj}) do
     redis.call('ZADD', l.log, now, member)
     redis.call('PEXPIRE', l.log, window + 1000)
@@ -239,7 +252,7 @@ for _, l in ipairs({acct, proj}) do
   end
 end
 -- The pace serves the caller once it allows ahead + 1 calls.
-if not (paced > proj.ahead) then
+if not room and not (paced > proj.ahead) then
   wait = math.max(wait, math.ceil(tat + proj.ahead * interval - lead - now))
 end
 for _, l in ipairs({acct, proj}) do
@@ -359,9 +372,10 @@ func (q *Quota) Usage(ctx context.Context, account string) (QuotaUse, error) {
 // on behalf of waiter (a form id): the quota first, then the call under a
 // timeout kept within most of the window (see Quota), then the slot
 // settled. Over the quota it does not call: with waitUpTo > 0 it waits for
-// its turn when that comes within waitUpTo (a request a person waits on),
-// else it returns a rate-limited error naming the wait (a task comes
-// back then, without counting a failure).
+// its turn when that comes within waitUpTo (a request a person waits on;
+// a flush task's short wait, see Config.BrokerTick), else it returns a
+// rate-limited error naming the wait (a task comes back then, without
+// counting a failure).
 func (p *Pipeline) spend(ctx context.Context, q *Quota, account, waiter string, waitUpTo time.Duration, call func(ctx context.Context) error) error {
 	deadline := time.Now().Add(waitUpTo)
 	for {
@@ -374,12 +388,8 @@ func (p *Pipeline) spend(ctx context.Context, q *Quota, account, waiter string, 
 			if time.Now().Add(g.Wait).After(deadline) {
 				return queue.RateLimited(fmt.Errorf("sheets: %s of account %s for %s: %w", q.kind, account, waiter, ErrQuota), g.Wait)
 			}
-			t := time.NewTimer(g.Wait)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return ctx.Err()
-			case <-t.C:
+			if err := queue.Wait(ctx, g.Wait); err != nil {
+				return err
 			}
 			continue
 		}

@@ -2,12 +2,17 @@ package sheets
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"mailroom/internal/googlefake"
+	"mailroom/internal/testkit"
 	"mailroom/queue/broker"
 	"mailroom/queue/broker/brokertest"
+	"mailroom/store"
 )
 
 // fakeClock is a settable clock for the quota's unit tests.
@@ -204,18 +209,21 @@ func TestQuotaProjectLevel(t *testing.T) {
 	})
 }
 
-// TestQuotaProjectPace: the project's calls are spread over its window
-// at its rate, at most Lead ahead of it, so its slots free one at a time
-// and waiting accounts are served in turn, the one that waited first
-// first: no burst of freed slots goes to whoever comes back first.
+// TestQuotaProjectPace: near its limit, the project's calls are spread
+// over its window at its rate, at most Lead ahead of it, so its slots free
+// one at a time and waiting accounts are served in turn, the one that
+// waited first first: no burst of freed slots goes to whoever comes back
+// first. While the window has room beyond a lead's worth of calls, the
+// pace does not bind: nobody waits for those slots, and spreading the
+// calls would only delay a quiet account beside busy ones.
 func TestQuotaProjectPace(t *testing.T) {
 	brokertest.Each(t, func(t *testing.T, b *broker.Broker) {
 		ctx := context.Background()
 		clock := &fakeClock{t: time.UnixMilli(1_900_000_000_000)}
 		// 10 calls a second (the window and its margin) for the project:
-		// one each 100 ms, 100 ms ahead.
+		// near the limit, one each 100 ms, 300 ms (3 calls) ahead.
 		q := NewQuota(QuotaConfig{Limit: 10, ProjectLimit: 10, Window: 999 * time.Millisecond, Margin: time.Millisecond, Grace: 500 * time.Millisecond,
-			Lead: 100 * time.Millisecond, Now: clock.Now}, b.Client())
+			Lead: 300 * time.Millisecond, Now: clock.Now}, b.Client())
 		acquire := func(account string) Grant {
 			t.Helper()
 			g, err := q.Acquire(ctx, account, "f"+account)
@@ -224,9 +232,17 @@ func TestQuotaProjectPace(t *testing.T) {
 			}
 			return g
 		}
-		// From idle: the call due now and the one a lead ahead.
-		if !acquire("a").OK || !acquire("a").OK {
-			t.Fatal("the first two calls were refused")
+		// From idle, 7 calls at once: the window keeps room for more than
+		// a lead's worth (3), so the pace lets them all through, where it
+		// would have let 4 through.
+		for i := range 7 {
+			if !acquire("x").OK {
+				t.Fatalf("call %d refused while the project's window had room", i+1)
+			}
+		}
+		// With 3 slots left the pace binds, a lead ahead: one call now.
+		if !acquire("a").OK {
+			t.Fatal("the call the pace allows was refused")
 		}
 		ga := acquire("a")
 		gb := acquire("b")
@@ -250,18 +266,25 @@ func TestQuotaProjectPace(t *testing.T) {
 			}
 		}
 		// Never more than the project's rate: over two seconds of every
-		// account asking every 10 ms, about 10 calls a second.
-		granted := 0
+		// account asking every 10 ms, never 11 calls within a window, and
+		// about as many as the window frees (the 10 made by 200 ms leave
+		// it from 1 s on, so about 16 by 2.2 s).
+		var granted []time.Time
 		for range 200 {
 			clock.Add(10 * time.Millisecond)
 			for _, acct := range []string{"a", "b", "c"} {
 				if acquire(acct).OK {
-					granted++
+					granted = append(granted, clock.Now())
 				}
 			}
 		}
-		if granted < 18 || granted > 22 {
-			t.Fatalf("%d calls granted in 2s at 10 a second", granted)
+		for i := 10; i < len(granted); i++ {
+			if d := granted[i].Sub(granted[i-10]); d < time.Second {
+				t.Fatalf("11 calls within %s", d)
+			}
+		}
+		if len(granted) < 14 {
+			t.Fatalf("%d calls granted in 2s at 10 a second", len(granted))
 		}
 	})
 }
@@ -316,4 +339,166 @@ func TestQuotaResumesSpentAfterLoss(t *testing.T) {
 			t.Fatalf("usage after the window: %+v %v", use, err)
 		}
 	})
+}
+
+// TestQuotaQuietAccountBesideBusyOnes: latency isolation between
+// accounts. Three busy accounts each flush a burst of 2,000 rows over their
+// 20 forms every 10 seconds, and a quiet account has two forms that get 2
+// rows a second each (4 a second in all), with a flush delay of 1 s and
+// Google's default quotas: 60 writes a minute per account and 300 per
+// project, in a real minute for the emulator and the quota alike (neither
+// window is compressed: compressing one without the other would let the
+// quota and Google disagree). The broker makes waiting tasks ready once a
+// second, as serve does by default.
+//
+// The run lasts 25 seconds of quiet rows: long enough for every busy
+// account to spend its whole minute (60 writes each, 20 at each of 3
+// bursts) and for their bursts to press the project (60 writes asked at
+// once, twice what the project's pace lets through at once), and short
+// enough that the quiet account's own writes (a flush every 1 to 1.5 s a
+// form, about 40) stay under its own 60 a minute, so that nothing but the
+// other accounts could delay them. The quiet
+// rows' p99 from submission to the sheet must be at most the flush delay
+// plus 1 s.
+func TestQuotaQuietAccountBesideBusyOnes(t *testing.T) {
+	const (
+		busyAccounts = 3
+		busyForms    = 20
+		burst        = 2000
+		burstEvery   = 10 * time.Second
+		quietForms   = 2
+		quietEvery   = 500 * time.Millisecond // per form
+		run          = 25 * time.Second
+		delay        = time.Second
+	)
+	e := newEnv(t, envOptions{
+		cfg: Config{FlushDelay: delay, QuotaWindow: time.Minute, WritesPerMinute: 60, ReadsPerMinute: 60,
+			ProjectWritesPerMinute: 300, ProjectReadsPerMinute: 300},
+		fakeLimit: 60, fakeWindow: time.Minute,
+		fake:         googlefake.Options{SheetsReadLimit: 60, SheetsProjectWriteLimit: 300, SheetsProjectReadLimit: 300},
+		delayedCheck: time.Second,
+	})
+	var busy [][]FormView
+	for a := range busyAccounts {
+		acct := e.account(fmt.Sprintf("busy%d@example.com", a))
+		var forms []FormView
+		for range busyForms {
+			forms = append(forms, e.form(acct, "q"))
+		}
+		busy = append(busy, forms)
+	}
+	quietAcct := e.account("quiet@example.com")
+	var quiet []FormView
+	quietOf := map[string]int{}
+	for i := range quietForms {
+		f := e.form(quietAcct, "q")
+		quiet = append(quiet, f)
+		quietOf[f.SpreadsheetID] = i
+	}
+	var (
+		mu      sync.Mutex
+		written = make([][]time.Time, quietForms) // when each quiet row reached its sheet
+	)
+	e.clients.mu.Lock()
+	e.clients.onWrite = func(id string, n int) {
+		now := time.Now()
+		i, ok := quietOf[id]
+		if !ok {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for range n {
+			written[i] = append(written[i], now)
+		}
+	}
+	e.clients.mu.Unlock()
+	e.fake.ResetCounters()
+
+	ctx, stop := context.WithTimeout(context.Background(), run)
+	defer stop()
+	var wg sync.WaitGroup
+	for _, forms := range busy {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tick := time.NewTicker(burstEvery)
+			defer tick.Stop()
+			for {
+				// A burst: 2,000 rows over the account's forms, from 20
+				// concurrent submitters (as concurrent requests would).
+				var bw sync.WaitGroup
+				for _, f := range forms {
+					bw.Add(1)
+					go func() {
+						defer bw.Done()
+						e.submitN(f.ID, "b", burst/busyForms)
+					}()
+				}
+				bw.Wait()
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+				}
+			}
+		}()
+	}
+	subs := make([][]store.Submission, quietForms)
+	for i, f := range quiet {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Offset so that the two forms' rows alternate.
+			time.Sleep(time.Duration(i) * quietEvery / 2) // pacing the load, not waiting for a result
+			tick := time.NewTicker(quietEvery)
+			defer tick.Stop()
+			for n := 0; ; n++ {
+				subs[i] = append(subs[i], e.submit(f.ID, map[string]string{"q": fmt.Sprint("quiet ", n)}))
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	testkit.Eventually(t, 30*time.Second, "every quiet row written", func() bool {
+		for i, f := range quiet {
+			if e.formView(f.ID).RowsWritten != len(subs[i]) {
+				return false
+			}
+		}
+		return true
+	})
+
+	var lat []time.Duration
+	for i, f := range quiet {
+		checkOnceInOrder(t, subs[i], e.sheetRows(f.SpreadsheetID, f.Sheet))
+		mu.Lock()
+		times := slices.Clone(written[i])
+		mu.Unlock()
+		if len(times) != len(subs[i]) {
+			t.Fatalf("quiet form %d: %d rows seen written, want %d", i, len(times), len(subs[i]))
+		}
+		for k, s := range subs[i] { // submitted in order, one at a time
+			lat = append(lat, times[k].Sub(s.SubmittedAt))
+		}
+	}
+	slices.Sort(lat)
+	p50, p99 := lat[len(lat)/2], lat[len(lat)*99/100]
+	st := e.fake.Sheets.Stats()
+	t.Logf("quiet rows: %d, p50 %s, p99 %s, max %s; project's busiest window %d writes; quiet account's %d; Google refused %d; quota waits %v",
+		len(lat), p50, p99, lat[len(lat)-1], st.ProjectMaxWritesInWindow, e.fake.Sheets.MaxWritesInWindow(quietAcct.Email),
+		st.RejectedWrites, e.metric("mailroom_sheets_quota_waits_total"))
+	if m := e.fake.Sheets.MaxWritesInWindow(quietAcct.Email); m >= 60 {
+		t.Errorf("the quiet account made %d writes in a minute: its own quota bound, the test proves nothing", m)
+	}
+	if st.ProjectMaxWritesInWindow < 150 {
+		t.Errorf("the project's busiest window held %d writes: the busy accounts never pressed it", st.ProjectMaxWritesInWindow)
+	}
+	if bound := delay + time.Second; p99 > bound {
+		t.Errorf("the quiet account's p99 from submission to sheet is %s, over the flush delay + 1 s (%s)", p99, bound)
+	}
 }

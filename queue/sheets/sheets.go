@@ -139,6 +139,17 @@ type Config struct {
 	// be fixed) refuses new submissions (409) until rows are written.
 	// Default 10000 (MAILROOM_SHEETS_MAX_WAITING).
 	MaxWaiting int
+	// BrokerTick is how often the broker makes scheduled and retrying
+	// tasks ready (MAILROOM_DELAYED_CHECK_INTERVAL). The broker keeps a
+	// task's time in whole seconds, cut down, and looks every BrokerTick,
+	// so a task handed to it runs up to a second early or BrokerTick late.
+	// A flush is therefore handed to it BrokerTick before it is due and
+	// waits in its task for the rest, and a quota refusal that lifts
+	// within a second and a tick is waited in the task too: through the
+	// broker it would come back up to a second and a tick late, and a
+	// quiet form with a short flush delay would wait twice its delay.
+	// Default 1s (serve's).
+	BrokerTick time.Duration
 	// SpentUntil, when set, says until when a quota window kept in the
 	// broker counts as fully spent because the broker lost its log
 	// (queue.Watch.SpentUntil); nil: the broker's log is trusted.
@@ -175,6 +186,9 @@ func (c *Config) defaults() {
 	}
 	if c.CallTimeout <= 0 {
 		c.CallTimeout = 30 * time.Second
+	}
+	if c.BrokerTick <= 0 {
+		c.BrokerTick = time.Second
 	}
 	if c.RecheckMax <= 0 {
 		c.RecheckMax = 10 * time.Minute
@@ -661,6 +675,11 @@ func (p *Pipeline) Submit(ctx context.Context, formID string, answers map[string
 	return sub, nil
 }
 
+// shortWait is the longest a flush waits in its task, for its time or for
+// quota, rather than going back to the broker: a second (the broker's
+// whole seconds) and a tick (see Config.BrokerTick).
+func (p *Pipeline) shortWait() time.Duration { return p.cfg.BrokerTick + time.Second }
+
 // scheduleFlush makes sure a flush of the form is in the outbox when rows
 // wait: at the oldest waiting row + FlushDelay, or now (brought forward if
 // one waits) when Threshold rows wait. While a flush record lives (waiting
@@ -686,7 +705,9 @@ func (p *Pipeline) scheduleFlush(tx *store.Tx, q enqueuer, formID string, w stor
 		if !ok {
 			return nil // nothing actually waits
 		}
-		at := oldest.Add(p.cfg.FlushDelay)
+		// Handed to the broker a tick early, so that it is never late; the
+		// flush waits in its task until it is due (HandleFlush).
+		at := oldest.Add(p.cfg.FlushDelay - p.cfg.BrokerTick)
 		if at.Before(now) {
 			at = now
 		}
