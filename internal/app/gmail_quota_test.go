@@ -311,7 +311,8 @@ func pushDeployAndWaitForLabel(t *testing.T, ta *apptest.App, fake *googlefake.S
 // made before May 2026), for the emulator and the budget alike, in a real
 // minute (neither window is compressed: compressing one without the other
 // would let the budget and Google disagree). The busy account (3,000
-// messages) is resynced and a rule on the body reclassifies it: both
+// messages) gets a rule on the body, which reclassifies it, and is then
+// resynced: both
 // download every message, far more than 12,000 units, so the project's
 // window stays full for minutes. The quiet account gets 20 new messages, one
 // a second, each pushed, while both go on.
@@ -340,8 +341,15 @@ func TestQuietAccountLabelledWhileAnotherPressesTheProject(t *testing.T) {
 	fake.AddAccount(gmailAddr)
 	storyThreads(t, fake, gmailAddr, 2500) // 3,000 messages
 	busyID := seedAccount(t, ta, fake, busyUser, gmailAddr)
-	ta.JSON(http.MethodPost, "/api/v1/accounts/"+busyID+"/resync", nil, http.StatusAccepted, nil)
+	// The rule first: a rule saved during a full sync waits for its end
+	// (one label pass), so the reclassify must be under way before the
+	// resync for both to run at once.
 	ta.JSON(http.MethodPost, "/api/v1/users/"+busyUser+"/rules", spec, http.StatusCreated, nil)
+	testkit.Eventually(t, 60*time.Second, "the busy account's reclassify to be under way", func() bool {
+		st := reclassify(ta, busyUser)
+		return len(st.Jobs) == 1 && st.Jobs[0].BatchesDone > 0
+	})
+	ta.JSON(http.MethodPost, "/api/v1/accounts/"+busyID+"/resync", nil, http.StatusAccepted, nil)
 	testkit.Eventually(t, 60*time.Second, "the busy account's full sync and reclassify to be under way", func() bool {
 		st := reclassify(ta, busyUser)
 		_, begun := fullSyncDue(t, ta, busyID)
