@@ -80,6 +80,7 @@ type gqRun struct {
 	cpu        time.Duration   // CPU time of the process (app and emulator) during the run
 	unlabelled int             // new matching messages without their label at the end
 	units      int
+	peak       int // the most units in any window (one account: the project's peak is its)
 	calls      int
 	refusals   map[string]int
 	unitsBy    map[string]int

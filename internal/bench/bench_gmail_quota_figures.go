@@ -108,6 +108,7 @@ func (e *gqEnv) collect(start, end time.Time) (gqRun, error) {
 		run.elapsed = e.finalAt.Sub(start)
 	}
 	run.units = e.fake.Gmail.QuotaUnits(gqMailbox)
+	run.peak = e.fake.Gmail.PeakProjectUnits()
 	run.unitsBy = e.fake.Gmail.QuotaUnitsByMethod(gqMailbox)
 	run.refusals = e.fake.Gmail.QuotaRefusals(gqMailbox)
 	run.calls = viewOf(e.fake, gqMailbox).gmailCalls()
@@ -248,6 +249,7 @@ func gqFigures(r *Result, name string, run gqRun, size gqSize, targets bool) {
 	add("units spent ÷ Google's floor", float64(run.units)/float64(max(run.floor.units, 1)), "ratio", 1.05)
 	r.add(name+": mean Gmail units a minute until final", float64(run.units)/max(minutes, 1e-9), "units/min")
 	r.add(name+": Gmail calls (refused ones included)", float64(run.calls), "calls")
+	r.add(name+": the most units spent in any minute ÷ the account's 6,000 (1: the limit bound)", float64(run.peak)/google.DefaultUserUnitsPerMinute, "ratio")
 	r.add(name+": Google quota refusals", float64(refused), "calls")
 	add("quota refusals ÷ Gmail calls", refusedPct, "%", 1)
 	add("p99 push to label of a new matching message", p, "s", 5)
