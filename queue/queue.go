@@ -350,7 +350,7 @@ func (q *Queue) process(tt TaskType) asynq.HandlerFunc {
 		if limited {
 			wait, _ := RetryAfter(err)
 			q.metrics.rateLimited.WithLabelValues(tt.Name).Inc()
-			q.log.Debug("task rate limited", "task_id", id, "type", tt.Name, "wait", wait)
+			q.log.Debug("task rate limited", "task_id", id, "type", tt.Name, "wait", wait, "err", err)
 			return err
 		}
 		q.metrics.failed.WithLabelValues(tt.Name).Inc()

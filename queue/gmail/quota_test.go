@@ -108,7 +108,7 @@ func TestQuotaStatusWhileWaiting(t *testing.T) {
 	e := newEnv(t, envOptions{budget: google.BudgetConfig{UserUnits: 100, Pace: -1}})
 	acc := e.connect(ann, 60) // 300 units of gets: three minutes at 100
 	var q *gmail.QuotaView
-	testkit.Eventually(t, 10*time.Second, "the full sync to wait for quota", func() bool {
+	testkit.Eventually(t, 30*time.Second, "the full sync to wait for quota", func() bool {
 		var err error
 		q, err = e.p.Quota(context.Background(), acc.ID)
 		return err == nil && q != nil && slices.Contains(q.Waiting, "bulk")

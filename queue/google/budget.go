@@ -342,10 +342,15 @@ local peff, pblocked = limit(KEYS[4], plim)
 
 local function refuse(wait, why, reserve)
   if wait < 1 then wait = 1 end
-  local d = 'd' .. prio
+  local d, c = 'd' .. prio, 'c' .. prio
   local until_ = now + wait + 2 * bm
   local old = tonumber(redis.call('HGET', KEYS[2], d) or '0')
   if until_ > old then redis.call('HSET', KEYS[2], d, until_) end
+  -- The largest call of the priority refused while its mark holds.
+  local big = 0
+  if old > now then big = tonumber(redis.call('HGET', KEYS[2], c) or '0') end
+  if cost > big then big = cost end
+  redis.call('HSET', KEYS[2], c, big)
   redis.call('PEXPIRE', KEYS[2], ttl)
   return {0, wait, uused, ueff, why, reserve or reserved}
 end
@@ -431,7 +436,13 @@ redis.call('HINCRBY', KEYS[3], cur, cost)
 redis.call('PEXPIRE', KEYS[3], math.ceil(window * 2))
 redis.call('INCRBY', KEYS[5], cost)
 redis.call('EXPIRE', KEYS[5], 172800)
-redis.call('HDEL', KEYS[2], 'd' .. prio)
+-- The priority's waiting mark goes once a call as large as the largest
+-- refused is served; a smaller one may be another caller's (a 5-unit call
+-- still fits where a 10-unit one did not) while the one refused waits, or
+-- has handed its task back until its wait is over.
+if cost >= tonumber(redis.call('HGET', KEYS[2], 'c' .. prio) or '0') then
+  redis.call('HDEL', KEYS[2], 'd' .. prio, 'c' .. prio)
+end
 return {1, 0, uused + cost, ueff, 0, 0}
 `)
 

@@ -922,3 +922,46 @@ func TestBudgetUnscopedRefusals(t *testing.T) {
 		}
 	})
 }
+
+// A priority's waiting mark holds while its largest refused call waits: a
+// smaller call of the same priority that still fits is served without
+// taking the mark away (a thread-aware full sync mixes 10-unit
+// threads.get with 5-unit messages.get; the one refused may have handed
+// its task back, and the account's status must still say bulk work waits).
+func TestBudgetWaitingMarkOutlivesSmallerGrants(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, b *broker.Broker) {
+		bud, _ := newBudget(t, b, BudgetConfig{UserUnits: 100, Pace: -1})
+		// Bulk may spend 80 (20 are kept for live work).
+		if g := spend(t, bud, "a", 72, PriorityBulk); !g.OK {
+			t.Fatalf("bulk 72: %+v", g)
+		}
+		if g := spend(t, bud, "a", 10, PriorityBulk); g.OK {
+			t.Fatalf("bulk 10 past the cap granted: %+v", g)
+		}
+		if g := spend(t, bud, "a", 5, PriorityBulk); !g.OK {
+			t.Fatalf("bulk 5 within the cap: %+v", g)
+		}
+		u, err := bud.Usage(context.Background(), "a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Contains(u.Waiting, PriorityBulk) {
+			t.Errorf("waiting %v after a smaller grant, want bulk still waiting", u.Waiting)
+		}
+		// A call as large as the one refused, served, ends the wait.
+		bud2, clk := newBudget(t, b, BudgetConfig{UserUnits: 100, Pace: -1})
+		if g := spend(t, bud2, "b", 72, PriorityBulk); !g.OK {
+			t.Fatalf("bulk 72: %+v", g)
+		}
+		if g := spend(t, bud2, "b", 10, PriorityBulk); g.OK {
+			t.Fatal("bulk 10 past the cap granted")
+		}
+		clk.Advance(62 * time.Second)
+		if g := spend(t, bud2, "b", 10, PriorityBulk); !g.OK {
+			t.Fatalf("bulk 10 after the window: %+v", g)
+		}
+		if u, err := bud2.Usage(context.Background(), "b"); err != nil || len(u.Waiting) != 0 {
+			t.Errorf("waiting %v (%v) after the refused call's size was served, want none", u.Waiting, err)
+		}
+	})
+}

@@ -425,38 +425,29 @@ func (b *batch) apply(ctx context.Context, adds, removes map[string][]string) (f
 		}
 	}
 	failed = map[string]bool{}
-	var (
-		mu   sync.Mutex
-		wg   sync.WaitGroup
-		sema = make(chan struct{}, b.p.cfg.GmailCalls)
-	)
-	for _, c := range changes {
-		sema <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sema }()
-			for chunk := range slices.Chunk(c.ids, google.MaxBatchModify) {
-				mu.Lock()
-				stop := err != nil
-				b.calls++
-				mu.Unlock()
-				var cerr error
-				if !stop {
-					b.p.metrics.gmailCalls.WithLabelValues("batchModify").Inc()
-					cerr = b.gm.BatchModify(ctx, chunk, c.add, c.remove)
-				}
-				if stop || cerr != nil {
-					mu.Lock()
-					failed[c.key] = true
-					if err == nil {
-						err = cerr
-					}
-					mu.Unlock()
-					return
-				}
+	var mu sync.Mutex
+	inParallel(b.p.cfg.GmailCalls, changes, func(c change) {
+		for chunk := range slices.Chunk(c.ids, google.MaxBatchModify) {
+			mu.Lock()
+			stop := err != nil
+			b.calls++
+			mu.Unlock()
+			var cerr error
+			if !stop {
+				b.p.metrics.gmailCalls.WithLabelValues("batchModify").Inc()
+				cerr = b.gm.BatchModify(ctx, chunk, c.add, c.remove)
 			}
-		})
-	}
-	wg.Wait()
+			if stop || cerr != nil {
+				mu.Lock()
+				failed[c.key] = true
+				if err == nil {
+					err = cerr
+				}
+				mu.Unlock()
+				return
+			}
+		}
+	})
 	return failed, err
 }
 

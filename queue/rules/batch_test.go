@@ -258,6 +258,7 @@ func TestSupersededBatchesAreDropped(t *testing.T) {
 	before := f.fake.Calls(googlefake.MethodMessagesBatchModify)
 	job2 := f.publish()
 	j1 := f.job(job1.ID)
+	ranAtPublish := j1.BatchesDone + j1.BatchesWriting
 	// Batches that ran and whose changes wait for the writer count as
 	// waiting until the writer has sent them.
 	if j1.BatchesSkippedStale == 0 || j1.FinishedAt.IsZero() && j1.Waiting()-j1.BatchesWriting > 2 {
@@ -265,8 +266,13 @@ func TestSupersededBatchesAreDropped(t *testing.T) {
 	}
 	slow.Remove()
 	j1, j2 := f.waitDone(job1.ID), f.waitDone(job2.ID)
-	if j1.BatchesDone+j1.BatchesSkippedStale != j1.Batches || j1.BatchesSkippedStale < 10 {
-		t.Errorf("job 1: %d done + %d skipped of %d", j1.BatchesDone, j1.BatchesSkippedStale, j1.Batches)
+	// Every batch that had not run by the publish is skipped, but for those
+	// running then (at most one per worker of the queue), which may end
+	// done: how many ran before is the machine's speed, not the code's.
+	row, _ := queue.NewTable(queue.TableConfig{}).Lookup(queue.TypeRulesReclassifyBatch)
+	if j1.BatchesDone+j1.BatchesSkippedStale != j1.Batches || j1.BatchesSkippedStale < j1.Batches-ranAtPublish-row.Concurrency {
+		t.Errorf("job 1: %d done + %d skipped of %d; %d had run at the publish, at most %d running", j1.BatchesDone,
+			j1.BatchesSkippedStale, j1.Batches, ranAtPublish, row.Concurrency)
 	}
 	// Job 2's 20 batches, and at most the job-1 batches that were running,
 	// called Gmail after the publish.

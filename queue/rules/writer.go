@@ -290,26 +290,32 @@ func (w *writer) sendSplitting(ctx context.Context, chunks []*writeChunk) []*wri
 
 // send makes the calls, GmailCalls at once; each chunk keeps its error.
 func (w *writer) send(ctx context.Context, chunks []*writeChunk) {
-	var (
-		wg   sync.WaitGroup
-		sema = make(chan struct{}, w.p.cfg.GmailCalls)
-	)
-	for _, c := range chunks {
+	inParallel(w.p.cfg.GmailCalls, chunks, func(c *writeChunk) {
+		ids := make([]string, len(c.writes))
+		for i, lw := range c.writes {
+			ids[i] = lw.MessageID
+		}
+		var add, remove []string
+		if c.add {
+			add = []string{c.label}
+		} else {
+			remove = []string{c.label}
+		}
+		w.p.metrics.gmailCalls.WithLabelValues("batchModify").Inc()
+		c.err = w.gm.BatchModify(ctx, ids, add, remove)
+	})
+}
+
+// inParallel calls fn with each item, at most n at once, and returns when
+// every call has.
+func inParallel[T any](n int, items []T, fn func(T)) {
+	var wg sync.WaitGroup
+	sema := make(chan struct{}, n)
+	for _, it := range items {
 		sema <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sema }()
-			ids := make([]string, len(c.writes))
-			for i, lw := range c.writes {
-				ids[i] = lw.MessageID
-			}
-			var add, remove []string
-			if c.add {
-				add = []string{c.label}
-			} else {
-				remove = []string{c.label}
-			}
-			w.p.metrics.gmailCalls.WithLabelValues("batchModify").Inc()
-			c.err = w.gm.BatchModify(ctx, ids, add, remove)
+			fn(it)
 		})
 	}
 	wg.Wait()
