@@ -154,6 +154,7 @@ type Pipeline struct {
 	log       *slog.Logger
 	metrics   *metrics
 	gate      *gate
+	writers   writerLocks
 	// labelLocks give label creation of one account's label one caller
 	// at a time (labelIDs).
 	labelLocks keyedLocks

@@ -197,9 +197,16 @@ func (pub *Publisher) publish(tx *store.Tx, pending store.ReclassifyPending, now
 }
 
 // fullSyncDue reports whether a full sync of the account is due or
-// running: one was requested since the last one completed. Its completion
-// schedules the user's rules over the account.
-func fullSyncDue(a store.Account) bool { return a.FullSyncRequested > a.FullSyncCompleted }
+// running and will finish by itself: one was requested since the last one
+// completed, and the account is syncing or ready (not in error, its full
+// sync not in the dead letters). Its completion schedules the user's rules
+// over the account. An account whose full sync failed is not left out: it
+// waits for a person (a resync or a redrive), and the mail it mirrors
+// meanwhile must still follow the rules.
+func fullSyncDue(a store.Account) bool {
+	return a.FullSyncRequested > a.FullSyncCompleted && !a.FullSyncDead &&
+		(a.Status == store.AccountSyncing || a.Status == store.AccountReady)
+}
 
 // dropSuperseded drops the waiting batches of job id when every rule it
 // carried has a newer job: their outbox records go, so those still in the

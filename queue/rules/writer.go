@@ -54,6 +54,11 @@ func (p *Pipeline) HandleLabelWrite(ctx context.Context, t *queue.Task) error {
 	if err := json.Unmarshal(t.Payload, &pl); err != nil {
 		return queue.Permanent(fmt.Errorf("rules: decode label write payload: %w", err))
 	}
+	unlock, err := p.writers.lock(ctx, pl.AccountID)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	w := &writer{p: p, account: pl.AccountID}
 	deadline := time.Now().Add(writerRunLimit)
 	for {
@@ -91,6 +96,40 @@ func (p *Pipeline) HandleLabelWrite(ctx context.Context, t *queue.Task) error {
 		_, _, err = p.queue.Enqueue(tx, queue.TypeRulesLabelWrite, pl, queue.Key(writerKey(pl.AccountID)), queue.RunAt(at))
 		return err
 	})
+}
+
+// writerLocks keeps one writer run per account at a time in this process.
+// The task's key keeps one task per account, but asynq delivers a task at
+// least once: after a broker loss the relay hands a writer task out again
+// while its first run may still be sending, and two runs of one account
+// could then land an older change (an add a newer plan replaced) after the
+// newer one (its remove), leaving Gmail wrong while the records say it is
+// right. Runs in several processes (an external Redis) are not ordered by
+// it, like the reclassify gate.
+type writerLocks struct {
+	mu sync.Mutex
+	m  map[string]chan struct{}
+}
+
+// lock waits until no other run of the account's writer runs here, or ctx
+// ends; the caller calls unlock when done.
+func (l *writerLocks) lock(ctx context.Context, account string) (unlock func(), err error) {
+	l.mu.Lock()
+	if l.m == nil {
+		l.m = map[string]chan struct{}{}
+	}
+	ch := l.m[account]
+	if ch == nil {
+		ch = make(chan struct{}, 1)
+		l.m[account] = ch
+	}
+	l.mu.Unlock()
+	select {
+	case ch <- struct{}{}:
+		return func() { <-ch }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // scheduleWriterTx makes sure the account's writer runs by at, in the

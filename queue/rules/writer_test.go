@@ -298,3 +298,45 @@ func TestWriterRefusalLosesOnlyItsOwnChange(t *testing.T) {
 		t.Errorf("%d dead letters, want the failed batch's", len(dead))
 	}
 }
+
+// One writer run per account at a time in this process: a second delivery
+// of the account's writer task waits for the first (it could otherwise
+// land an older change after a newer one), another account's does not,
+// and a waiting run gives up with its context.
+func TestWriterLocksOneRunPerAccount(t *testing.T) {
+	var l writerLocks
+	ctx := context.Background()
+	unlockA, err := l.lock(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlockB, err := l.lock(ctx, "b")
+	if err != nil {
+		t.Fatal("another account's run waited:", err)
+	}
+	defer unlockB()
+	got := make(chan error, 1)
+	go func() {
+		unlock, err := l.lock(ctx, "a")
+		if err == nil {
+			unlock()
+		}
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		t.Fatalf("a second run of account a did not wait for the first (%v)", err)
+	case <-time.After(50 * time.Millisecond): // a wait that must not end, not a timing bound
+	}
+	unlockA()
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	unlockA, _ = l.lock(ctx, "a")
+	defer unlockA()
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := l.lock(cctx, "a"); err == nil {
+		t.Fatal("a waiting run ignored its context")
+	}
+}
