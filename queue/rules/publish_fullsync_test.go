@@ -91,3 +91,47 @@ func TestPublishLeavesOutAccountsInFullSync(t *testing.T) {
 		t.Fatalf("the full sync's job covers threads %v; want the synced account's 10", got)
 	}
 }
+
+// An account whose full sync failed (in error, its full sync in the dead
+// letters) is not left out: nothing finishes that sync by itself, and the
+// mail it mirrors must still follow the rules.
+func TestPublishKeepsAccountsWhoseFullSyncFailed(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig()
+	cfg.BatchSize = 4
+	f := newFixture(t, cfg, false)
+	ctx := context.Background()
+	f.update(func(tx *store.Tx) error {
+		for th := range 6 {
+			m := store.Message{ID: fmt.Sprintf("m%03d", th), ThreadID: fmt.Sprintf("t%03d", th), Fetched: true}
+			if err := tx.MessagePut(f.account, m); err != nil {
+				return err
+			}
+		}
+		a, err := tx.AccountGet(f.account)
+		if err != nil {
+			return err
+		}
+		a.Status, a.FullSyncRequested, a.FullSyncCompleted, a.FullSyncDead = store.AccountError, 2, 1, true
+		return tx.AccountPut(a)
+	})
+	if _, err := f.p.Create(ctx, f.user, spec("Lists", cond("from", "contains", "list@"))); err != nil {
+		t.Fatal(err)
+	}
+	st, err := f.p.Publisher(f.q).RunOnce(ctx, time.Now().Add(cfg.MaxWait))
+	if err != nil || st.Published != 1 {
+		t.Fatalf("published %d jobs (%v), want 1", st.Published, err)
+	}
+	threads := 0
+	if err := f.db.View(func(tx *store.Tx) error {
+		return tx.ReclassifyBatches(st.Jobs[0].ID, func(b store.ReclassifyBatch) (bool, error) {
+			threads += b.Threads
+			return true, nil
+		})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if threads != 6 {
+		t.Errorf("the job covers %d threads of the account whose full sync failed, want its 6", threads)
+	}
+}
