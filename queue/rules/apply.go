@@ -149,19 +149,20 @@ func (p *Pipeline) putRecords(accountID, messageID string, records map[string]st
 	// Puts only, safe to run twice: shared with other writers' commit.
 	err := p.db.Batch(func(tx *store.Tx) error {
 		for l, pr := range records {
+			if pending {
+				// This change goes to Gmail now: a reclassify's older plan
+				// for the label, held by the writer (maybe in flight), is
+				// sent again after it with this change's effect.
+				if err := p.redirectTx(tx, accountID, l, messageID, pr.Present, pr); err != nil {
+					return err
+				}
+			}
 			if pending && !pr.Present {
 				continue
 			}
 			pr.Pending = pending
 			if err := tx.LabelProvenancePut(accountID, messageID, l, pr); err != nil {
 				return err
-			}
-			if pending {
-				// This change goes to Gmail now: a reclassify's older plan
-				// for the label, waiting for the writer, must not follow it.
-				if err := p.supersedeTx(tx, accountID, l, messageID); err != nil {
-					return err
-				}
 			}
 		}
 		return nil

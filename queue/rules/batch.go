@@ -565,8 +565,9 @@ func (b *batch) intend(changes []provChange) error {
 				return err
 			}
 			// This change goes to Gmail now, after any the writer holds
-			// for the label: the writer's must not follow it there.
-			if err := b.p.supersedeTx(tx, b.pl.AccountID, c.label, c.msg.m.ID); err != nil {
+			// for the label (maybe in flight): that one is sent again
+			// after it, with this change's effect.
+			if err := b.p.redirectTx(tx, b.pl.AccountID, c.label, c.msg.m.ID, c.add, p); err != nil {
 				return err
 			}
 		}

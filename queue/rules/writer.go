@@ -779,6 +779,29 @@ func (p *Pipeline) releaseTx(tx *store.Tx, ref batchRef, n int, failed string) e
 	return nil
 }
 
+// redirectTx makes the waiting label write of a message's label, if any,
+// carry a change about to go to Gmail directly (new mail's, a settle's):
+// add or not, with its pending provenance prov. The writer may have the
+// older change in flight (read, waiting for quota, or sent): deleting the
+// record would let that older change land after the direct one and stay.
+// Redirected, the record is sent again after it, with the newer change's
+// effect, and its batch counts it as handled then.
+func (p *Pipeline) redirectTx(tx *store.Tx, accountID, labelID, messageID string, add bool, prov store.Provenance) error {
+	w, err := tx.LabelWriteGet(accountID, labelID, messageID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	prov.Pending = true
+	w.Add, w.Prov, w.At = add, prov, p.cfg.Now().UTC()
+	if _, _, err := tx.LabelWritePut(&w); err != nil {
+		return err
+	}
+	return p.scheduleWriterTx(tx, accountID, p.cfg.Now())
+}
+
 // supersedeTx forgets the waiting label write of a message's label, if
 // any, because a newer plan decided the label: its batch counts it as
 // handled.
