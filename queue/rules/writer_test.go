@@ -340,3 +340,34 @@ func TestWriterLocksOneRunPerAccount(t *testing.T) {
 		t.Fatal("a waiting run ignored its context")
 	}
 }
+
+// New mail's direct label change (ApplyNew's pending records) redirects
+// the writer's waiting change of the same label instead of deleting it:
+// the writer may hold that older change in flight, and deleted, the older
+// change could land after the direct one and stay. Redirected, the writer
+// sends the newer change's effect after it.
+func TestDirectChangeRedirectsWaitingWrite(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, testConfig(), false)
+	const msg, label = "m001", "Label_9"
+	f.update(func(tx *store.Tx) error {
+		_, _, err := tx.LabelWritePut(&store.LabelWrite{AccountID: f.account, LabelID: label, MessageID: msg,
+			Add: true, JobID: "j1", Batch: 3, Prov: store.Provenance{RuleID: "r", Present: true, Pending: true}})
+		return err
+	})
+	// The rule no longer matches: new mail takes the label off at once.
+	removed := store.Provenance{RuleID: "r", Version: 2, Present: false}
+	if err := f.p.putRecords(f.account, msg, map[string]store.Provenance{label: removed}, true); err != nil {
+		t.Fatal(err)
+	}
+	var w store.LabelWrite
+	if err := f.db.View(func(tx *store.Tx) (err error) {
+		w, err = tx.LabelWriteGet(f.account, label, msg)
+		return err
+	}); err != nil {
+		t.Fatalf("the waiting write is gone (%v): the writer's older add could land last", err)
+	}
+	if w.Add || w.Prov.Version != 2 || w.JobID != "j1" || w.Batch != 3 {
+		t.Errorf("waiting write after the direct remove = %+v; want a remove of version 2, still batch 3 of j1", w)
+	}
+}
