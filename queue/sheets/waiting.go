@@ -78,12 +78,27 @@ func (p *Pipeline) wait(ctx context.Context, log *slog.Logger, t *queue.Task, fo
 	q := p.queue
 	now := p.cfg.Now()
 	var (
-		w       store.SheetWrites
-		entered bool
-		next    time.Duration
+		w         store.SheetWrites
+		entered   bool
+		next      time.Duration
+		repointed bool
 	)
 	err := p.db.Update(func(tx *store.Tx) error {
-		var err error
+		// A flush that read the form before it was pointed at another sheet
+		// (it waited in its task for its time or for quota meanwhile) failed
+		// on the old sheet: the form is not in error; its next flush, now,
+		// writes to the new one.
+		cur, err := tx.FormGet(form.ID)
+		if err != nil {
+			return err
+		}
+		if repointed = cur.SpreadsheetID != form.SpreadsheetID || cur.Sheet != form.Sheet; repointed {
+			if err := t.Ack(tx); err != nil {
+				return err
+			}
+			_, _, err = q.Enqueue(tx, queue.TypeSheetsFlush, flushPayload{FormID: form.ID}, queue.Key(flushKey(form.ID)), queue.RunAt(now))
+			return err
+		}
 		if w, entered, err = tx.SheetWaiting(form.ID, msg, now); err != nil {
 			return err
 		}
@@ -96,6 +111,10 @@ func (p *Pipeline) wait(ctx context.Context, log *slog.Logger, t *queue.Task, fo
 	})
 	if err != nil {
 		return fmt.Errorf("sheets: flush %s: record the error state (%w): %w", form.ID, cause, err)
+	}
+	if repointed {
+		log.Info("a flush to the form's old sheet failed after the form was pointed at another; flushing to the new one", "err", cause)
+		return nil
 	}
 	p.metrics.waiting.Inc()
 	if entered {
