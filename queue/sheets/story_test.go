@@ -285,8 +285,9 @@ func fortyBusyForms(t *testing.T, fakeLimit int) {
 	// of their first row, plus the flush delay and slack: asynq keeps a
 	// waiting task's due time in whole seconds (up to 1 s late per wait),
 	// and on a loaded machine a turn its form is slow to take is lost (a
-	// -count=3 run of every package saw 12.1 s against 10.3). A form
-	// starved behind the others would wait far longer.
+	// -count=3 run of every package saw 12.1 s against 10.3, and a CI run
+	// with the flush queue's 16 workers 12.32 s). A form starved behind the
+	// others would wait far longer.
 	mu.Lock()
 	defer mu.Unlock()
 	worst := time.Duration(0)
@@ -296,7 +297,7 @@ func fortyBusyForms(t *testing.T, fakeLimit int) {
 		}
 		worst = max(worst, firstCall[i].Sub(firstRow[i]))
 	}
-	bound := nForms/limit*window + 300*time.Millisecond + 4*time.Second
+	bound := nForms/limit*window + 300*time.Millisecond + 6*time.Second
 	if worst > bound {
 		t.Errorf("a form waited %s for its first write (bound %s)", worst, bound)
 	}
