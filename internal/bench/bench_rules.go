@@ -561,7 +561,7 @@ func rulesThroughputQuota(ctx context.Context, o Options, r *Result) error {
 		threads, window = 2_000, 2*time.Second
 	}
 	scale := float64(time.Minute) / float64(window)
-	o.progress("   %d threads in batches of 50, Gmail quota on, Gmail's minute lasting %s", threads, window)
+	o.progress("   %d threads in batches of 50, Gmail quota on, Gmail's minute lasting %g s", threads, window.Seconds())
 	run, err := runThroughputQuota(ctx, threads, window)
 	if err != nil {
 		return fmt.Errorf("quota on: %w", err)
@@ -582,7 +582,7 @@ func rulesThroughputQuota(ctx context.Context, o Options, r *Result) error {
 	r.add("quota on, one account: Google quota refusals", float64(run.refusals), "calls")
 	compressed := "in real time (Gmail's minute is a minute)"
 	if scale != 1 {
-		compressed = fmt.Sprintf("Gmail's minute compressed to %s for the emulator and the budget (MAILROOM_GMAIL_QUOTA_WINDOW; %.0fx) and the time scaled back; the budget's 20 s longest in-task wait, the task poll and the delayed-task check are not compressed", window, scale)
+		compressed = fmt.Sprintf("Gmail's minute compressed to %g s for the emulator and the budget (MAILROOM_GMAIL_QUOTA_WINDOW; %.0fx) and the time scaled back; the budget's 20 s longest in-task wait, the task poll and the delayed-task check are not compressed", window.Seconds(), scale)
 	}
 	r.Notes = append(r.Notes, fmt.Sprintf("quota-on rows (the others have Gmail's quota off): %d threads (%d Gmail calls, %d units) against the same 20 rules in batches of 50 on one account, the budget at serve's defaults (6,000 units a minute per user, 1,200,000 per project) and the emulator at Google's documented limits, %s; the account looks synced before this process, but on a new data dir no broker loss is found, so its budget starts at the full 6,000; the emulator in this process (the quota, not the CPU, binds); otherwise the settings of the batches-of-50 row. Google's floor (bench/floor.go): 20 labels.create and one batchModify per 1,000 messages each rule labels, %s. Before issue 21 (bench/RESULTS.md of 2026-12-02, 10,000 threads, Gmail's minute compressed to 2 s): 10.51 units a thread, 8.86 threads a second",
 		run.threads, run.calls, run.units, compressed, run.floor))
