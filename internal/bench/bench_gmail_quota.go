@@ -40,7 +40,11 @@ func gqSizeOf(o Options) gqSize {
 	if o.Quick {
 		return gqSize{threads: 400, scale: 20} // 480 messages
 	}
-	return gqSize{threads: 8333, scale: 5} // 10,000 messages
+	// In real time: compressed, the fixed costs that do not shrink with
+	// the minute (HTTP, bbolt commits, the event tasks that bring the
+	// label pass's changes into the mirror) weighed 5x more than a user
+	// sees them (bench/RESULTS.md before 2026-12-04's second run).
+	return gqSize{threads: 8333, scale: 1} // 10,000 messages
 }
 
 // gqRules are the three rules saved during the full sync: each matches

@@ -220,7 +220,8 @@ func benchGmailQuota(ctx context.Context, o Options) (Result, error) {
 func gqFigures(r *Result, name string, run gqRun, size gqSize, targets bool) {
 	scale := float64(size.scale)
 	minutes := run.elapsed.Minutes() * scale
-	floor := run.floor.least(google.DefaultUserUnitsPerMinute, time.Minute).Minutes()
+	floor := run.floor.atRate(google.DefaultUserUnitsPerMinute, time.Minute).Minutes()
+	least := run.floor.least(google.DefaultUserUnitsPerMinute, time.Minute).Minutes()
 	refused := 0
 	for _, n := range run.refusals {
 		refused += n
@@ -240,9 +241,11 @@ func gqFigures(r *Result, name string, run gqRun, size gqSize, targets bool) {
 	}
 	r.add(name+": mirror and every label final (1 yes, 0 not by the deadline)", final, "")
 	r.add(name+": time until the mirror and every label are final", minutes, "min")
-	r.add(name+": Google's floor of time (the floor's units at 6,000 a minute, the first minute's at once)", floor, "min")
-	if floor > 0 { // none when the work fits in the first minute (the quick run)
-		add("time ÷ Google's floor", minutes/floor, "ratio", 1.10)
+	r.add(name+": Google's floor of time (the floor's units at 6,000 a minute: minutes of one user's quota)", floor, "min")
+	add("time ÷ Google's floor of time", minutes/floor, "ratio", 1.10)
+	r.add(name+": the least time Google's sliding minute allows (the floor's units, the first minute's all at once)", least, "min")
+	if least > 0 { // none when the work fits in the first minute (the quick run)
+		r.add(name+": time ÷ that least time", minutes/least, "ratio")
 	}
 	r.add(name+": Gmail units spent", float64(run.units), "units")
 	r.add(name+": Google's floor of units (the least Google's table and call limits allow)", float64(run.floor.units), "units")
@@ -261,11 +264,20 @@ func gqFigures(r *Result, name string, run gqRun, size gqSize, targets bool) {
 func gqNote(size gqSize) string {
 	return fmt.Sprintf("one account of %d messages (%d story threads) connected while a new message arrives every second (two of three match a rule; the p99 measures those that arrive after their rule is saved, from the push, sent when the message is added, to the label in Gmail) and three rules are saved 10, 20 and 30 s in, during the full sync (their label pass is the one the full sync's end schedules over the mail it mirrored); the live mail stops once the full sync and every reclassify job are done, then the run waits until the mirror (every message, with Gmail's labels) and every rule's label in Gmail (exactly its matches) are final. "+
 		"The strict emulator with Google's defaults (6,000 units a minute per user, 1,200,000 per project, 20 requests in flight per user, developers.google.com/workspace/gmail/api/reference/quota). "+
-		"Time compressed %dx: Gmail's quota minute lasts %s, emulator and budget alike (MAILROOM_GMAIL_QUOTA_WINDOW), and so do MAILROOM_RECLASSIFY_DEBOUNCE, _MAX_WAIT and _TICK, MAILROOM_RETRY_INITIAL and _MAX and MAILROOM_DELAYED_CHECK_INTERVAL (serve's 60s, 10m, 10s, 30s, 5m, 1s, all ÷ %d), the mail's second and the saves' spacing; times and the p99 are given uncompressed (real × %d), so the fixed costs that do not shrink (HTTP, bbolt commits, MAILROOM_TASK_POLL_INTERVAL's 100 ms, asynq's whole-second schedule of a task handed back, the budget's 20 s in-task wait before a hand-back) weigh %dx more than they would. "+
+		"%s"+
 		"Other settings that differ from serve's defaults: the Google URLs, MAILROOM_GOOGLE_CERTS_URL, MAILROOM_PUSH_AUDIENCE and _SERVICE_ACCOUNT at the emulator (which pushes every change of the mailbox, coalesced, as Pub/Sub does), MAILROOM_PUBSUB_TOPIC set (the watch costs its 100 units), MAILROOM_GMAIL_POLL_INTERVAL=1h, MAILROOM_SHUTDOWN_TIMEOUT=2s. "+
-		"Google's floor is the least units the work needs by Google's per-method table and call limits, whatever program does it (bench/floor.go: the full sync's labels.list, getProfile and watch, a messages.list per 500 ids, a threads.get per thread of two messages or more and a messages.get per single one; three labels.create; one batchModify per 1,000 messages each rule labels in the mail mirrored; each new message a messages.get, and a messages.modify when it matches a rule saved before it arrived; the history.list calls that find new mail are left out, as pushes may be coalesced); its time is its units at 6,000 a minute, the first minute's spent at once. The floor of mailroom's calls before issue 21 (a messages.get per message, a batchModify per label per batch of 50 threads holding a match) is given beside it for mailroom's run. "+
+		"Google's floor is the least units the work needs by Google's per-method table and call limits, whatever program does it (bench/floor.go: the full sync's labels.list, getProfile and watch, a messages.list per 500 ids, a threads.get per thread of two messages or more and a messages.get per single one; three labels.create; one batchModify per 1,000 messages each rule labels in the mail mirrored; each new message a messages.get, and a messages.modify when it matches a rule saved before it arrived; the history.list calls that find new mail are left out, as pushes may be coalesced); its time is its units at 6,000 a minute (the minutes of one user's quota the work takes); the least time Google's sliding minute allows, a minute less (the first minute's units all spent at once, none left that minute for the mail arriving meanwhile), is shown beside it without a target. The floor of mailroom's calls before issue 21 (a messages.get per message, a batchModify per label per batch of 50 threads holding a match) is given beside it for mailroom's run. "+
 		"The old limiters: the same app with its budget off (Overrides.GmailQuotaOff) and, around its Google HTTP transport (Overrides.GoogleTransport), the two limiters removed in commit 3d0a674: the Gmail pipeline's in-process 250 units a second (bursts of 1,000, waits up to 2 s, then hands the task back) for sync pages, fetches, labels.list, profile and watch, and the rules pipeline's 10,000 units a minute in the broker for the reclassify's batchModify calls (any wait hands the batch back), compressed alike; the adapter retries a read refused by them twice (200 and 400 ms) before the hand-back, a little more patient than the old code",
-		size.threads+ceilDiv(size.threads, 5), size.threads, size.scale, time.Minute/time.Duration(size.scale), size.scale, size.scale, size.scale)
+		size.threads+ceilDiv(size.threads, 5), size.threads, gqTime(size))
+}
+
+// gqTime says how the run's time relates to a user's.
+func gqTime(size gqSize) string {
+	if size.scale == 1 {
+		return "In real time: Gmail's quota minute is a minute, and MAILROOM_GMAIL_QUOTA_WINDOW, MAILROOM_RECLASSIFY_DEBOUNCE, _MAX_WAIT and _TICK, MAILROOM_RETRY_INITIAL and _MAX and MAILROOM_DELAYED_CHECK_INTERVAL are serve's (1m, 60s, 10m, 10s, 30s, 5m, 1s). "
+	}
+	return fmt.Sprintf("Time compressed %dx: Gmail's quota minute lasts %s, emulator and budget alike (MAILROOM_GMAIL_QUOTA_WINDOW), and so do MAILROOM_RECLASSIFY_DEBOUNCE, _MAX_WAIT and _TICK, MAILROOM_RETRY_INITIAL and _MAX and MAILROOM_DELAYED_CHECK_INTERVAL (serve's 60s, 10m, 10s, 30s, 5m, 1s, all ÷ %d), the mail's second and the saves' spacing; times and the p99 are given uncompressed (real × %d), so the fixed costs that do not shrink (HTTP, bbolt commits, MAILROOM_TASK_POLL_INTERVAL's 100 ms, asynq's whole-second schedule of a task handed back, the budget's 20 s in-task wait before a hand-back) weigh %dx more than they would. ",
+		size.scale, time.Minute/time.Duration(size.scale), size.scale, size.scale, size.scale)
 }
 
 func gqRunNote(name string, run gqRun) string {

@@ -27,7 +27,7 @@ func TestBenchGmailQuotaQuick(t *testing.T) {
 		got[m.Name] = m.Value
 	}
 	for _, name := range []string{"mailroom", "old limiters"} {
-		for _, fig := range []string{"time until the mirror and every label are final", "Google's floor of time (the floor's units at 6,000 a minute, the first minute's at once)",
+		for _, fig := range []string{"time until the mirror and every label are final", "Google's floor of time (the floor's units at 6,000 a minute: minutes of one user's quota)", "time ÷ Google's floor of time",
 			"Gmail units spent", "Google's floor of units (the least Google's table and call limits allow)", "Gmail calls (refused ones included)",
 			"quota refusals ÷ Gmail calls", "p99 push to label of a new matching message", "new messages matching a rule saved before they arrived (measured)"} {
 			if _, ok := got[name+": "+fig]; !ok {

@@ -114,10 +114,19 @@ func (w gmailWork) floor() gmailFloor {
 	return f
 }
 
+// atRate is the floor's units at perWindow units a window: the minutes of
+// one user's quota the work takes (issue 21's measure of time: "what
+// 100,000 messages cost in units and minutes of one user's quota").
+func (f gmailFloor) atRate(perWindow int, window time.Duration) time.Duration {
+	return time.Duration(float64(window) * float64(f.units) / float64(perWindow))
+}
+
 // least is the least time a budget of perWindow units a window allows
 // for the floor's units: Google's window is a sliding minute, so the
 // first window's units may all be spent at once, and then a window's
-// worth each window.
+// worth each window. It is atRate less one window: reached only by a
+// program that spends its first minute at once, leaving nothing that
+// minute for mail that arrives meanwhile.
 func (f gmailFloor) least(perWindow int, window time.Duration) time.Duration {
 	over := max(f.units-perWindow, 0)
 	return time.Duration(float64(window) * float64(over) / float64(perWindow))

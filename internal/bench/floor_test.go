@@ -44,6 +44,10 @@ func TestGmailFloor(t *testing.T) {
 	if got := (gmailFloor{units: 10}).least(6000, time.Minute); got != 0 {
 		t.Errorf("least time of a window's worth %s, want 0", got)
 	}
+	// At the quota's rate, 6,327 units are 6,327/6,000 of a minute.
+	if got, want := g.atRate(6000, time.Minute), time.Duration(float64(time.Minute)*6327/6000); got != want {
+		t.Errorf("time at the quota's rate %s, want %s", got, want)
+	}
 }
 
 // TestGmailFloorIssueMailbox is issue 21's example: a mailbox of 2,500
