@@ -3,6 +3,7 @@ package rules
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -370,4 +371,66 @@ func TestDirectChangeRedirectsWaitingWrite(t *testing.T) {
 	if w.Add || w.Prov.Version != 2 || w.JobID != "j1" || w.Batch != 3 {
 		t.Errorf("waiting write after the direct remove = %+v; want a remove of version 2, still batch 3 of j1", w)
 	}
+}
+
+// The job's last batch to run may have nothing to write: the changes the
+// batches before it left for the writer go at once all the same, not after
+// WriteDelay (CI saw a job wait for it when its last batch had no change).
+func TestWriterGoesWhenTheLastBatchHasNothingToWrite(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig()
+	cfg.WriteDelay = time.Hour
+	f := newFixture(t, cfg, false)
+	ctx := context.Background()
+	// The first batch of 50 threads matches the rule, the second not.
+	f.addThreads(100, func(i int) string {
+		if i < 50 {
+			return fmt.Sprintf("Bot %d <bot%d@github.com>", i, i)
+		}
+		return fmt.Sprintf("Person %d <p%d@example.net>", i, i)
+	})
+	f.mirror()
+	s := spec("GitHub", cond("from", "contains", "@github.com"))
+	if _, err := f.p.Create(ctx, f.user, s); err != nil {
+		t.Fatal(err)
+	}
+	job := f.publish()
+	tasks := f.batchTasks()
+	if len(tasks) != 2 {
+		t.Fatalf("%d batch tasks, want 2", len(tasks))
+	}
+	if err := f.p.HandleBatch(ctx, tasks[0]); err != nil {
+		t.Fatal(err)
+	}
+	if at := f.writerRunAt(); time.Until(at) < 30*time.Minute {
+		t.Fatalf("with a batch of the job still to run, the writer is due at %s, want an hour from now", at)
+	}
+	if err := f.p.HandleBatch(ctx, tasks[1]); err != nil {
+		t.Fatal(err)
+	}
+	if at := f.writerRunAt(); time.Until(at) > time.Second {
+		t.Fatalf("every batch of the job has run: the writer is due at %s, want now", at)
+	}
+	f.drainWriter()
+	if j := f.job(job.ID); j.FinishedAt.IsZero() || j.BatchesDone != 2 {
+		t.Errorf("job %+v: want its 2 batches done", j)
+	}
+	f.checkLabels("GitHub", f.want(s))
+}
+
+// writerRunAt is when the account's writer task in the outbox is due.
+func (f *fixture) writerRunAt() time.Time {
+	f.t.Helper()
+	var at time.Time
+	found := false
+	f.db.View(func(tx *store.Tx) error {
+		return f.q.Tasks(tx, queue.TypeRulesLabelWrite, func(r queue.Record) bool {
+			at, found = r.RunAt, true
+			return false
+		})
+	})
+	if !found {
+		f.t.Fatal("no label writer task in the outbox")
+	}
+	return at
 }
