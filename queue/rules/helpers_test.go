@@ -224,14 +224,23 @@ func cond(field, op, value string) Condition { return Condition{Field: field, Op
 // queue is not started: the test runs the handler itself), or nil.
 func (f *fixture) writerTask() *queue.Task {
 	f.t.Helper()
-	var task *queue.Task
+	r, ok := f.writerRecord()
+	if !ok {
+		return nil
+	}
+	return &queue.Task{ID: r.ID, Type: r.Type, Queue: r.Queue, Payload: r.Payload, Attempt: 1}
+}
+
+// writerRecord returns the account's label writer record in the outbox.
+func (f *fixture) writerRecord() (rec queue.Record, ok bool) {
+	f.t.Helper()
 	f.db.View(func(tx *store.Tx) error {
 		return f.q.Tasks(tx, queue.TypeRulesLabelWrite, func(r queue.Record) bool {
-			task = &queue.Task{ID: r.ID, Type: r.Type, Queue: r.Queue, Payload: r.Payload, Attempt: 1}
+			rec, ok = r, true
 			return false
 		})
 	})
-	return task
+	return rec, ok
 }
 
 // runWriter runs the account's label writer once, as the queue would.

@@ -421,16 +421,9 @@ func TestWriterGoesWhenTheLastBatchHasNothingToWrite(t *testing.T) {
 // writerRunAt is when the account's writer task in the outbox is due.
 func (f *fixture) writerRunAt() time.Time {
 	f.t.Helper()
-	var at time.Time
-	found := false
-	f.db.View(func(tx *store.Tx) error {
-		return f.q.Tasks(tx, queue.TypeRulesLabelWrite, func(r queue.Record) bool {
-			at, found = r.RunAt, true
-			return false
-		})
-	})
-	if !found {
+	r, ok := f.writerRecord()
+	if !ok {
 		f.t.Fatal("no label writer task in the outbox")
 	}
-	return at
+	return r.RunAt
 }
