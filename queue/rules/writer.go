@@ -151,10 +151,11 @@ func (p *Pipeline) scheduleWriterTx(tx *store.Tx, accountID string, at time.Time
 // transaction, when every batch of the job that still waits has run and
 // waits only for the account writers (they would otherwise wait for
 // WriteDelay): the writers of every account with a writing batch of the
-// job are made due now. Each path that moves a batch of a job out of
-// waiting calls it: a batch that ran with something to write or nothing,
-// one dropped as stale, one that failed may be the last the others waited
-// for.
+// job are made due now. The paths that move a batch of a job out of
+// waiting call it: a batch that ran with something to write or nothing,
+// or one that failed, may be the last the others waited for. A job
+// superseded by a newer one is left to WriteDelay: the newer job's batches
+// plan the same labels again first.
 func (p *Pipeline) flushJobTx(tx *store.Tx, job store.ReclassifyJob) error {
 	if job.BatchesWriting == 0 || job.Waiting() > job.BatchesWriting {
 		return nil
