@@ -427,3 +427,70 @@ func (f *fixture) writerRunAt() time.Time {
 	}
 	return r.RunAt
 }
+
+// A newer plan may void a waiting change (supersedeTx) after the writer
+// has read it and while its call is out: the call lands all the same, and
+// undoes what the plan decided. The writer then puts the plan's state back
+// as a change of its own: the state the plan recorded, or, with no record,
+// the state before the call (the soak saw a rule's label stay on a message
+// its rule no longer matched).
+func TestWriterUndoesAChangeVoidedWhileOut(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, testConfig(), false)
+	const label = "Label_9"
+	cases := []struct {
+		msg     string
+		sent    bool              // the stale change: add or remove
+		planned *store.Provenance // what the newer plan recorded; nil none
+		want    bool              // the undo: add or remove
+	}{
+		{msg: "m001", sent: true, want: false},
+		{msg: "m002", sent: false, planned: &store.Provenance{RuleID: "r", Version: 2, Present: true}, want: true},
+	}
+	w := &writer{p: f.p, account: f.account}
+	var chunks []*writeChunk
+	for _, c := range cases {
+		lw := store.LabelWrite{AccountID: f.account, LabelID: label, MessageID: c.msg, Add: c.sent, JobID: "j1",
+			Prov: store.Provenance{RuleID: "r", Version: 1, Present: c.sent, Pending: true}}
+		f.update(func(tx *store.Tx) error {
+			_, _, err := tx.LabelWritePut(&lw)
+			return err
+		})
+		chunks = append(chunks, &writeChunk{label: label, add: c.sent, writes: []store.LabelWrite{lw}})
+		// The newer plan, after the writer read the change: void.
+		f.update(func(tx *store.Tx) error {
+			if err := f.p.supersedeTx(tx, f.account, label, c.msg); err != nil {
+				return err
+			}
+			if c.planned == nil {
+				return tx.LabelProvenanceDelete(f.account, c.msg, label)
+			}
+			return tx.LabelProvenancePut(f.account, c.msg, label, *c.planned)
+		})
+	}
+	if err := w.record(chunks, 7); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cases {
+		var got store.LabelWrite
+		var pr store.Provenance
+		var prErr error
+		if err := f.db.View(func(tx *store.Tx) (err error) {
+			pr, prErr = tx.LabelProvenanceGet(f.account, c.msg, label)
+			got, err = tx.LabelWriteGet(f.account, label, c.msg)
+			return err
+		}); err != nil {
+			t.Fatalf("%s: no change puts the plan's state back (%v): the voided change stays in Gmail", c.msg, err)
+		}
+		if got.Add != c.want || got.JobID != "" {
+			t.Errorf("%s: undo %+v, want add=%v of no job", c.msg, got, c.want)
+		}
+		if c.planned == nil {
+			if prErr == nil {
+				t.Errorf("%s: provenance %+v after the undo, want none (the plan recorded none)", c.msg, pr)
+			}
+		} else if prErr != nil || !pr.Pending || pr.Version != c.planned.Version || !sameIntent(pr, got.Prov) {
+			t.Errorf("%s: provenance %+v (%v), want the plan's, pending until the undo is sent", c.msg, pr, prErr)
+		}
+	}
+}
