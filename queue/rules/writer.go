@@ -411,13 +411,7 @@ func (w *writer) record(chunks []*writeChunk, hid uint64) error {
 			rel.calls[c.writes[0].JobID] += calls
 			for _, lw := range c.writes {
 				cur, err := tx.LabelWriteGet(w.account, lw.LabelID, lw.MessageID)
-				if errors.Is(err, store.ErrNotFound) {
-					if err := w.undoTx(tx, lw); err != nil {
-						return err
-					}
-					continue
-				}
-				if err == nil && cur.Seq != lw.Seq {
+				if errors.Is(err, store.ErrNotFound) || err == nil && cur.Seq != lw.Seq {
 					continue
 				}
 				if err != nil {
@@ -445,37 +439,6 @@ func (w *writer) record(chunks []*writeChunk, hid uint64) error {
 		return fmt.Errorf("rules: record the label changes of account %s: %w", w.account, err)
 	}
 	return nil
-}
-
-// undoTx puts back, as a label write of its own, the state a newer plan
-// decided for a message's label while the writer's older change of it was
-// out: the plan found the label as it wanted it and voided the waiting
-// change (supersedeTx) after the writer had read it, so the call that just
-// landed undid the plan's decision. The state goes back to what the plan
-// recorded (its provenance, pending again until sent) or, with no record,
-// to the state before the call. Its writer sends it in this run (a write
-// of no job is due at once).
-func (w *writer) undoTx(tx *store.Tx, lw store.LabelWrite) error {
-	if !tx.AccountExists(w.account) {
-		return nil
-	}
-	undo := store.LabelWrite{AccountID: w.account, LabelID: lw.LabelID, MessageID: lw.MessageID, ThreadID: lw.ThreadID,
-		Add: !lw.Add, LabelName: lw.LabelName, At: w.p.cfg.Now().UTC()}
-	pr, err := tx.LabelProvenanceGet(w.account, lw.MessageID, lw.LabelID)
-	switch {
-	case err == nil:
-		pr.Pending = true
-		undo.Add, undo.Prov = pr.Present, pr
-		if err := tx.LabelProvenancePut(w.account, lw.MessageID, lw.LabelID, pr); err != nil {
-			return err
-		}
-	case !errors.Is(err, store.ErrNotFound):
-		return err
-	}
-	w.p.log.Info("a label change voided while it was out is undone", "account_id", w.account,
-		"label_id", lw.LabelID, "message_id", lw.MessageID, "add", undo.Add)
-	_, _, err = tx.LabelWritePut(&undo)
-	return err
 }
 
 // sameIntent reports whether provenance record pr is still the pending one
