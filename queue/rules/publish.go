@@ -252,8 +252,5 @@ func (pub *Publisher) dropSuperseded(tx *store.Tx, id string, now time.Time) (in
 	if job.Waiting() == 0 && job.FinishedAt.IsZero() {
 		job.FinishedAt = now.UTC()
 	}
-	// Its writing batches' changes are not sent at once (flushJobTx): the
-	// newer job's batches are about to plan those labels again, and a change
-	// they find void is best never sent.
 	return dropped, tx.ReclassifyJobPut(job)
 }
