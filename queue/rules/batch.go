@@ -121,6 +121,8 @@ type provChange struct {
 	p     *store.Provenance
 	// add/remove: the Gmail change it depends on; neither: none.
 	add, remove bool
+	// want: a rule of the plan wants the label on the message.
+	want bool
 }
 
 // reached reports whether the Gmail change c depends on did not fail.
@@ -362,19 +364,19 @@ func (b *batch) plan(ids map[string]string, known map[string]bool) (changes []pr
 			case hasP && p.Present && !has:
 				// Ours, and gone (a person took it off): the rule puts it back.
 				adds[l] = append(adds[l], m.ID)
-				changes = append(changes, provChange{msg: bm, label: l, p: stamp(r, true, m.LabelHID(l)), add: true})
+				changes = append(changes, provChange{msg: bm, label: l, p: stamp(r, true, m.LabelHID(l)), add: true, want: true})
 			case hasP && p.Present && (p.RuleID != r.id || p.Version != r.version):
 				// Ours, kept: now on behalf of this rule version.
-				changes = append(changes, provChange{msg: bm, label: l, p: stamp(r, true, p.SeenHID)})
+				changes = append(changes, provChange{msg: bm, label: l, p: stamp(r, true, p.SeenHID), want: true})
 			case hasP && p.Present:
 			case has:
 				// A person's label (or Gmail's filter's): not ours to record.
 				if hasP {
-					changes = append(changes, provChange{msg: bm, label: l})
+					changes = append(changes, provChange{msg: bm, label: l, want: true})
 				}
 			default:
 				adds[l] = append(adds[l], m.ID)
-				changes = append(changes, provChange{msg: bm, label: l, p: stamp(r, true, m.LabelHID(l)), add: true})
+				changes = append(changes, provChange{msg: bm, label: l, p: stamp(r, true, m.LabelHID(l)), add: true, want: true})
 			}
 		}
 		for l, p := range bm.prov {
@@ -393,8 +395,11 @@ func (b *batch) plan(ids map[string]string, known map[string]bool) (changes []pr
 				// label now), or a change of its whose outcome is unknown.
 				removes[l] = append(removes[l], m.ID)
 				changes = append(changes, provChange{msg: bm, label: l, p: stamp(r, false, m.LabelHID(l)), remove: true})
-			case !p.Present && m.LabelHID(l) > p.SeenHID:
-				// The mirror has caught up with our removal: forget it.
+			case !p.Present && !p.Pending && m.LabelHID(l) > p.SeenHID:
+				// The mirror has caught up with our removal: forget it. A
+				// pending removal's outcome is unknown (the newer change
+				// the mirror took may be our own older add, landed late):
+				// the writer or the rule's own next job settles it.
 				changes = append(changes, provChange{msg: bm, label: l})
 			}
 		}
@@ -578,16 +583,18 @@ func (b *batch) intend(changes []provChange) error {
 // putProvenance writes the provenance of the changes that reached Gmail.
 func (b *batch) putProvenance(tx *store.Tx, changes []provChange, failed map[string]bool) error {
 	for _, c := range changes {
+		var err error
 		switch {
 		case !c.reached(failed):
 			continue
+		case !c.add && !c.remove:
+			err = b.p.decideTx(tx, b.pl.AccountID, c)
 		case c.p == nil:
-			if err := tx.LabelProvenanceDelete(b.pl.AccountID, c.msg.m.ID, c.label); err != nil {
-				return err
-			}
-			continue
+			err = tx.LabelProvenanceDelete(b.pl.AccountID, c.msg.m.ID, c.label)
+		default:
+			err = tx.LabelProvenancePut(b.pl.AccountID, c.msg.m.ID, c.label, *c.p)
 		}
-		if err := tx.LabelProvenancePut(b.pl.AccountID, c.msg.m.ID, c.label, *c.p); err != nil {
+		if err != nil {
 			return err
 		}
 	}
@@ -655,17 +662,7 @@ func (b *batch) queueWrites(changes []provChange, names map[string]string, start
 		for _, c := range changes {
 			id := c.msg.m.ID
 			if !c.add && !c.remove {
-				// Decided without Gmail: an older plan the writer holds for
-				// the label is void.
-				if err := b.p.supersedeTx(tx, account, c.label, id); err != nil {
-					return err
-				}
-				if c.p == nil {
-					err = tx.LabelProvenanceDelete(account, id, c.label)
-				} else {
-					err = tx.LabelProvenancePut(account, id, c.label, *c.p)
-				}
-				if err != nil {
+				if err := b.p.decideTx(tx, account, c); err != nil {
 					return err
 				}
 				continue

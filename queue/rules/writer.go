@@ -802,19 +802,32 @@ func (p *Pipeline) redirectTx(tx *store.Tx, accountID, labelID, messageID string
 	return p.scheduleWriterTx(tx, accountID, p.cfg.Now())
 }
 
-// supersedeTx forgets the waiting label write of a message's label, if
-// any, because a newer plan decided the label: its batch counts it as
-// handled.
-func (p *Pipeline) supersedeTx(tx *store.Tx, accountID, labelID, messageID string) error {
-	old, err := tx.LabelWriteGet(accountID, labelID, messageID)
-	if errors.Is(err, store.ErrNotFound) {
+// decideTx records a plan's decision about a message's label that needs
+// no Gmail call: its provenance record, put or deleted. A change the writer
+// holds for the label (a reclassify's older plan, or one a direct change
+// redirected) may be in flight: deleted, it would land all the same, after
+// this decision, and stay with no record of it (the soak saw a rule's label
+// kept as a person's). So that change stays, and goes again after the one
+// in flight: as an add where the plan wants the label on, as it is
+// otherwise, with the record it leaves behind (a removal to forget is
+// forgotten once the mirror has seen this one).
+func (p *Pipeline) decideTx(tx *store.Tx, accountID string, c provChange) error {
+	w, err := tx.LabelWriteGet(accountID, c.label, c.msg.m.ID)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+	case err != nil:
+		return err
+	case !c.want:
 		return nil
+	case !w.Add:
+		prov := w.Prov
+		prov.Present = true
+		if err := p.redirectTx(tx, accountID, c.label, c.msg.m.ID, true, prov); err != nil {
+			return err
+		}
 	}
-	if err != nil {
-		return err
+	if c.p == nil {
+		return tx.LabelProvenanceDelete(accountID, c.msg.m.ID, c.label)
 	}
-	if err := tx.LabelWriteDelete(accountID, labelID, messageID); err != nil {
-		return err
-	}
-	return p.releaseTx(tx, batchRef{old.JobID, old.Batch}, 1, "")
+	return tx.LabelProvenancePut(accountID, c.msg.m.ID, c.label, *c.p)
 }

@@ -427,3 +427,113 @@ func (f *fixture) writerRunAt() time.Time {
 	}
 	return r.RunAt
 }
+
+// A rule's removal waits for the writer while the mirror takes the rule's
+// earlier add late (the sync reports it after the removal was planned).
+// Another rule's job then plans the message: the removal's outcome is
+// unknown, so it is not "a removal the mirror caught up with" to forget,
+// and the label comes off (the soak saw it stay, kept as a person's).
+func TestPendingRemovalOutlivesALateMirror(t *testing.T) {
+	t.Parallel()
+	f, id, ruleID := newBillsFixture(t)
+	ctx := context.Background()
+	// The mirror has not seen the add yet: version 2 takes it off.
+	if _, err := f.p.Update(ctx, ruleID, spec("Bills", cond("subject", "contains", "receipt"))); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.p.HandleBatch(ctx, f.batchTask(f.publish().ID)); err != nil {
+		t.Fatal(err)
+	}
+	// Now it sees the add (the removal has not gone yet), and a rule of
+	// another label runs over the message.
+	f.mirror()
+	if _, err := f.p.Create(ctx, f.user, spec("Dev", cond("from", "contains", "@github.com"))); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.p.HandleBatch(ctx, f.batchTask(f.publish().ID)); err != nil {
+		t.Fatal(err)
+	}
+	f.drainWriter()
+	if f.gmailLabeled("Bills")[id] {
+		t.Error("Bills is still on the message: the rule's latest version took it off")
+	}
+	f.checkNothingWaits()
+}
+
+// lateAdd sets the scene of a change the writer held in flight while a
+// direct change overtook it: Bills was taken off message id directly (its
+// record confirmed, the writer's waiting change redirected to a removal),
+// and then the writer's older add landed, which the mirror now shows as
+// the label's newest change.
+func (f *fixture) lateAdd(id, ruleID string) {
+	f.t.Helper()
+	bills, _ := f.fake.Gmail.LabelID(f.email, "Bills")
+	if err := f.fake.Gmail.RemoveLabels(f.email, id, bills); err != nil {
+		f.t.Fatal(err)
+	}
+	removed := store.Provenance{RuleID: ruleID, Version: 1, SeenHID: f.fake.Gmail.HistoryID(f.email), At: time.Now()}
+	f.update(func(tx *store.Tx) error {
+		pending := removed
+		pending.Pending = true
+		_, _, err := tx.LabelWritePut(&store.LabelWrite{AccountID: f.account, LabelID: bills, MessageID: id,
+			JobID: "j0", Prov: pending, At: time.Now()})
+		if err != nil {
+			return err
+		}
+		if err := f.p.scheduleWriterTx(tx, f.account, time.Now()); err != nil {
+			return err
+		}
+		return tx.LabelProvenancePut(f.account, id, bills, removed)
+	})
+	if err := f.fake.Gmail.AddLabels(f.email, id, bills); err != nil {
+		f.t.Fatal(err)
+	}
+	f.mirror()
+}
+
+// A plan that needs no Gmail call for a label keeps the change the writer
+// holds for it: deleted, the older change in flight would stay, with no
+// record of it.
+func TestNoChangePlanKeepsTheWaitingChange(t *testing.T) {
+	t.Parallel()
+	t.Run("a removal to forget", func(t *testing.T) {
+		t.Parallel()
+		f, id, ruleID := newBillsFixture(t)
+		ctx := context.Background()
+		f.lateAdd(id, ruleID)
+		// A rule of another label runs over the message: the newest
+		// change of Bills is newer than the removal's record.
+		if _, err := f.p.Create(ctx, f.user, spec("Dev", cond("from", "contains", "@github.com"))); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.p.HandleBatch(ctx, f.batchTask(f.publish().ID)); err != nil {
+			t.Fatal(err)
+		}
+		f.drainWriter()
+		if f.gmailLabeled("Bills")[id] {
+			t.Error("Bills is on the message: the removal waiting for the writer was dropped")
+		}
+		f.checkNothingWaits()
+	})
+	t.Run("a label the rule wants", func(t *testing.T) {
+		t.Parallel()
+		f, id, ruleID := newBillsFixture(t)
+		ctx := context.Background()
+		f.lateAdd(id, ruleID)
+		// New mail's settle runs the thread: the rule wants Bills, and it
+		// is there.
+		var m store.Message
+		f.update(func(tx *store.Tx) (err error) {
+			m, err = tx.MessageGet(f.account, id)
+			return err
+		})
+		if err := f.p.settle(ctx, f.account, m, nil, []string{ruleID}); err != nil {
+			t.Fatal(err)
+		}
+		f.drainWriter()
+		if !f.gmailLabeled("Bills")[id] {
+			t.Error("Bills is off the message, though its rule wants it: the waiting removal went as it was")
+		}
+		f.checkNothingWaits()
+	})
+}
