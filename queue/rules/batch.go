@@ -517,6 +517,9 @@ func (b *batch) commit(changes []provChange, failed map[string]bool, complete bo
 		if err := tx.ReclassifyJobPut(job); err != nil {
 			return err
 		}
+		if err := b.p.flushJobTx(tx, job); err != nil {
+			return err
+		}
 		return b.task.Ack(tx)
 	})
 	if err != nil {
@@ -730,23 +733,20 @@ func (b *batch) queueWrites(changes []provChange, names map[string]string, start
 		}
 		if unsent > 0 {
 			// The writer waits for more changes of its labels, but not when
-			// a group is full or the job's last batch has run.
+			// a group is full (or the job's last batch has run: below).
 			at := now.Add(b.p.cfg.WriteDelay)
 			full := slices.ContainsFunc(slices.Collect(maps.Keys(touched)), func(l string) bool {
 				return tx.LabelWriteCount(account, l, google.MaxBatchModify) >= google.MaxBatchModify
 			})
-			if full || job.Waiting() <= job.BatchesWriting {
+			if full {
 				at = now
 			}
 			if err := b.p.scheduleWriterTx(tx, account, at); err != nil {
 				return err
 			}
-		} else if job.BatchesWriting > 0 && job.Waiting() <= job.BatchesWriting {
-			// Nothing to write, but the job's last batch to run: the
-			// changes its other batches left for the writer go now.
-			if err := b.p.scheduleWriterTx(tx, account, now); err != nil {
-				return err
-			}
+		}
+		if err := b.p.flushJobTx(tx, job); err != nil {
+			return err
 		}
 		return b.task.Ack(tx)
 	})

@@ -61,7 +61,10 @@ func (p *Pipeline) moveBatch(tx *store.Tx, pl batchPayload, from, to string) err
 	if job.Waiting() == 0 {
 		job.FinishedAt = p.cfg.Now().UTC()
 	}
-	return tx.ReclassifyJobPut(job)
+	if err := tx.ReclassifyJobPut(job); err != nil {
+		return err
+	}
+	return p.flushJobTx(tx, job)
 }
 
 // batchCounter is the job's count of batches in a state; waiting batches

@@ -252,5 +252,8 @@ func (pub *Publisher) dropSuperseded(tx *store.Tx, id string, now time.Time) (in
 	if job.Waiting() == 0 && job.FinishedAt.IsZero() {
 		job.FinishedAt = now.UTC()
 	}
-	return dropped, tx.ReclassifyJobPut(job)
+	if err := tx.ReclassifyJobPut(job); err != nil {
+		return 0, err
+	}
+	return dropped, pub.p.flushJobTx(tx, job)
 }

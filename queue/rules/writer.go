@@ -147,6 +147,36 @@ func (p *Pipeline) scheduleWriterTx(tx *store.Tx, accountID string, at time.Time
 	return err
 }
 
+// flushJobTx sends the job's waiting changes at once, in the caller's
+// transaction, when every batch of the job that still waits has run and
+// waits only for the account writers (they would otherwise wait for
+// WriteDelay): the writers of every account with a writing batch of the
+// job are made due now. Each path that moves a batch of a job out of
+// waiting calls it: a batch that ran with something to write or nothing,
+// one dropped as stale, one that failed may be the last the others waited
+// for.
+func (p *Pipeline) flushJobTx(tx *store.Tx, job store.ReclassifyJob) error {
+	if job.BatchesWriting == 0 || job.Waiting() > job.BatchesWriting {
+		return nil
+	}
+	accounts := map[string]bool{}
+	err := tx.ReclassifyBatches(job.ID, func(b store.ReclassifyBatch) (bool, error) {
+		if b.State == store.BatchWriting {
+			accounts[b.AccountID] = true
+		}
+		return true, nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, a := range slices.Sorted(maps.Keys(accounts)) {
+		if err := p.scheduleWriterTx(tx, a, p.cfg.Now()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func groupKey(lw store.LabelWrite) string {
 	if lw.Add {
 		return "+" + lw.LabelID

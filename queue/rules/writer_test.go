@@ -402,15 +402,11 @@ func TestWriterGoesWhenTheLastBatchHasNothingToWrite(t *testing.T) {
 	if err := f.p.HandleBatch(ctx, tasks[0]); err != nil {
 		t.Fatal(err)
 	}
-	if at := f.writerRunAt(); time.Until(at) < 30*time.Minute {
-		t.Fatalf("with a batch of the job still to run, the writer is due at %s, want an hour from now", at)
-	}
+	f.wantWriterDue(false, "with a batch of the job still to run")
 	if err := f.p.HandleBatch(ctx, tasks[1]); err != nil {
 		t.Fatal(err)
 	}
-	if at := f.writerRunAt(); time.Until(at) > time.Second {
-		t.Fatalf("every batch of the job has run: the writer is due at %s, want now", at)
-	}
+	f.wantWriterDue(true, "every batch of the job has run")
 	f.drainWriter()
 	if j := f.job(job.ID); j.FinishedAt.IsZero() || j.BatchesDone != 2 {
 		t.Errorf("job %+v: want its 2 batches done", j)
@@ -418,14 +414,20 @@ func TestWriterGoesWhenTheLastBatchHasNothingToWrite(t *testing.T) {
 	f.checkLabels("GitHub", f.want(s))
 }
 
-// writerRunAt is when the account's writer task in the outbox is due.
-func (f *fixture) writerRunAt() time.Time {
+// wantWriterDue fails the test unless the account's writer task in the
+// outbox is due now (now set) or about WriteDelay (an hour) from now.
+func (f *fixture) wantWriterDue(now bool, when string) {
 	f.t.Helper()
 	r, ok := f.writerRecord()
 	if !ok {
 		f.t.Fatal("no label writer task in the outbox")
 	}
-	return r.RunAt
+	switch in := time.Until(r.RunAt); {
+	case now && in > time.Second:
+		f.t.Fatalf("%s: the writer is due at %s, want now", when, r.RunAt)
+	case !now && in < 30*time.Minute:
+		f.t.Fatalf("%s: the writer is due at %s, want an hour from now", when, r.RunAt)
+	}
 }
 
 // A rule's removal waits for the writer while the mirror takes the rule's
@@ -536,4 +538,54 @@ func TestNoChangePlanKeepsTheWaitingChange(t *testing.T) {
 		}
 		f.checkNothingWaits()
 	})
+}
+
+// A job over two accounts whose last batch to run is on the account with
+// nothing to write: the other account's waiting changes go at once all the
+// same (every account with a writing batch of the job is flushed).
+func TestWriterGoesWhenTheLastBatchIsAnotherAccounts(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig()
+	cfg.WriteDelay = time.Hour
+	f := newFixture(t, cfg, false)
+	ctx := context.Background()
+	f.addThreads(10, func(i int) string { return fmt.Sprintf("Bot %d <bot%d@github.com>", i, i) })
+	f.mirror()
+	other := f.addAccount(f.user, "ann@work.example")
+	f.update(func(tx *store.Tx) error {
+		return tx.MessagePut(other, store.Message{ID: "w1", ThreadID: "w1", From: "boss@work.example", Subject: "plans", Fetched: true})
+	})
+	s := spec("GitHub", cond("from", "contains", "@github.com"))
+	if _, err := f.p.Create(ctx, f.user, s); err != nil {
+		t.Fatal(err)
+	}
+	job := f.publish()
+	var mine, theirs *queue.Task
+	for _, task := range f.batchTasks() {
+		var pl batchPayload
+		if err := json.Unmarshal(task.Payload, &pl); err != nil {
+			t.Fatal(err)
+		}
+		if pl.AccountID == f.account {
+			mine = task
+		} else {
+			theirs = task
+		}
+	}
+	if mine == nil || theirs == nil {
+		t.Fatal("want one batch on each account")
+	}
+	if err := f.p.HandleBatch(ctx, mine); err != nil {
+		t.Fatal(err)
+	}
+	f.wantWriterDue(false, "with the other account's batch still to run")
+	if err := f.p.HandleBatch(ctx, theirs); err != nil {
+		t.Fatal(err)
+	}
+	f.wantWriterDue(true, "every batch of the job has run")
+	f.drainWriter()
+	if j := f.job(job.ID); j.FinishedAt.IsZero() || j.BatchesDone != 2 {
+		t.Errorf("job %+v: want its 2 batches done", j)
+	}
+	f.checkLabels("GitHub", f.want(s))
 }
