@@ -219,8 +219,12 @@ func (tx *Tx) RuleSetLatestJob(ruleID, jobID string) error {
 // ReclassifyPending is a user's reclassify that waits for its fire time:
 // the union of the rules saved since the last publish, and when.
 type ReclassifyPending struct {
-	UserID    string    `json:"userId"`
-	RuleIDs   []string  `json:"ruleIds"` // sorted, unique
+	UserID  string   `json:"userId"`
+	RuleIDs []string `json:"ruleIds"` // sorted, unique
+	// Accounts, when not empty, are the only accounts of the user it
+	// covers (the label pass of a full sync's end); empty: every account
+	// (a rule saved).
+	Accounts  []string  `json:"accounts,omitempty"` // sorted, unique
 	FirstSave time.Time `json:"firstSave"`
 	LastSave  time.Time `json:"lastSave"`
 	FiresAt   time.Time `json:"firesAt"`
@@ -234,17 +238,28 @@ func dueKey(firesAt time.Time, userID string) []byte {
 // it), in the caller's transaction: the union cannot lose a rule to a
 // concurrent save, since bbolt runs one writer at a time. The fire time
 // becomes now+debounce, but never later than first save + maxWait.
-func (tx *Tx) ReclassifyMerge(userID, ruleID string, now time.Time, debounce, maxWait time.Duration) (ReclassifyPending, error) {
+// accountID, when not "", scopes the rule to that account (a full sync's
+// label pass): the pending reclassify covers the union of the accounts
+// merged so, or every account once a merge names none.
+func (tx *Tx) ReclassifyMerge(userID, ruleID, accountID string, now time.Time, debounce, maxWait time.Duration) (ReclassifyPending, error) {
 	pending := tx.tx.Bucket(bucketPending)
 	p, err := tx.ReclassifyPendingGet(userID)
 	switch {
 	case errors.Is(err, ErrNotFound):
 		p = ReclassifyPending{UserID: userID, FirstSave: now.UTC()}
+		if accountID != "" {
+			p.Accounts = []string{accountID}
+		}
 	case err != nil:
 		return p, err
 	default:
 		if err := tx.tx.Bucket(bucketDue).Delete(dueKey(p.FiresAt, userID)); err != nil {
 			return p, err
+		}
+		if accountID == "" {
+			p.Accounts = nil
+		} else if i, found := slices.BinarySearch(p.Accounts, accountID); len(p.Accounts) > 0 && !found {
+			p.Accounts = slices.Insert(p.Accounts, i, accountID)
 		}
 	}
 	if i, found := slices.BinarySearch(p.RuleIDs, ruleID); !found {

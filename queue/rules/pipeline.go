@@ -396,7 +396,7 @@ func (p *Pipeline) save(ctx context.Context, userID, ruleID string, spec *Spec, 
 		if err != nil {
 			return err
 		}
-		if out.Pending, err = tx.ReclassifyMerge(userID, r.ID, now, p.cfg.Debounce, p.cfg.MaxWait); err != nil {
+		if out.Pending, err = tx.ReclassifyMerge(userID, r.ID, "", now, p.cfg.Debounce, p.cfg.MaxWait); err != nil {
 			return err
 		}
 		if !r.Deleted {
@@ -429,9 +429,10 @@ func (p *Pipeline) save(ctx context.Context, userID, ruleID string, spec *Spec, 
 // finished full sync is not one (its mail would otherwise wait a debounce
 // for its labels, with the account's quota idle). The gmail pipeline calls
 // it in the transaction that records a full sync of accountID complete: the
-// mail a full sync brings in never passes ApplyNew. The job covers every
-// account of the user. Calling it again merges the same rules, so it only
-// moves the fire time.
+// mail a full sync brings in never passes ApplyNew. The job covers that
+// account only (the user's other accounts follow the rules already), unless
+// a rule is saved before it is published. Calling it again merges the same
+// rules, so it only moves the fire time.
 func (p *Pipeline) ReclassifyAccount(tx *store.Tx, userID, accountID string) error {
 	rs, err := tx.Rules(userID)
 	if err != nil {
@@ -447,7 +448,7 @@ func (p *Pipeline) ReclassifyAccount(tx *store.Tx, userID, accountID string) err
 		return fmt.Errorf("rules: reclassify after a full sync of account %s: %w", accountID, err)
 	}
 	for _, r := range rs {
-		if _, err := tx.ReclassifyMerge(userID, r.ID, now, debounce, p.cfg.MaxWait); err != nil {
+		if _, err := tx.ReclassifyMerge(userID, r.ID, accountID, now, debounce, p.cfg.MaxWait); err != nil {
 			return fmt.Errorf("rules: reclassify after a full sync of account %s: %w", accountID, err)
 		}
 	}

@@ -2,6 +2,7 @@ package rules
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -117,7 +118,13 @@ func (pub *Publisher) RunOnce(ctx context.Context, now time.Time) (PublishStats,
 
 // publish makes the job of a pending reclassify in tx: the job record, each
 // rule's latest job, one batch task per BatchSize threads of each of the
-// user's accounts, and drops the waiting batches of the jobs it supersedes.
+// user's accounts it covers, and drops the waiting batches of the jobs it
+// supersedes.
+//
+// A full sync's label pass covers only the accounts whose full sync ended,
+// unless a job it supersedes has batches that have not run: those are
+// dropped (their rules' latest job is this one), so this job covers every
+// account in their stead.
 //
 // An account whose full sync is due or running is left out: its mirror is
 // still being filled, and the transaction that records the full sync
@@ -140,13 +147,24 @@ func (pub *Publisher) publish(tx *store.Tx, pending store.ReclassifyPending, now
 			return job, 0, err
 		}
 	}
+	scope := pending.Accounts
+	for _, id := range previous {
+		prev, err := tx.ReclassifyJobGet(id)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return job, 0, err
+		}
+		if err == nil && prev.Waiting() > prev.BatchesWriting {
+			scope = nil
+		}
+	}
 	accounts, err := tx.Accounts()
 	if err != nil {
 		return job, 0, err
 	}
 	size := pub.p.cfg.BatchSize
 	for _, a := range accounts {
-		if a.UserID != job.UserID || a.Status == store.AccountDisconnected || fullSyncDue(a) {
+		if a.UserID != job.UserID || a.Status == store.AccountDisconnected || fullSyncDue(a) ||
+			len(scope) > 0 && !slices.Contains(scope, a.ID) {
 			continue
 		}
 		after := ""

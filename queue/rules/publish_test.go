@@ -80,7 +80,7 @@ func TestRacingPublishersPublishEachJobOnce(t *testing.T) {
 					return err
 				}
 			}
-			if _, err := tx.ReclassifyMerge(u.ID, "rule-"+u.ID, now, time.Millisecond, time.Second); err != nil {
+			if _, err := tx.ReclassifyMerge(u.ID, "rule-"+u.ID, "", now, time.Millisecond, time.Second); err != nil {
 				return err
 			}
 		}
@@ -150,7 +150,7 @@ func TestDueJobsComeFromTheIndexWithoutAScan(t *testing.T) {
 				if due[id] {
 					at = t0
 				}
-				if _, err := tx.ReclassifyMerge(id, "r", at, time.Minute, 10*time.Minute); err != nil {
+				if _, err := tx.ReclassifyMerge(id, "r", "", at, time.Minute, 10*time.Minute); err != nil {
 					return err
 				}
 			}
@@ -184,7 +184,7 @@ func TestDebounceAndMaxWait(t *testing.T) {
 	merge := func(at time.Duration, rule string) {
 		t.Helper()
 		if err := db.Update(func(tx *store.Tx) (err error) {
-			p, err = tx.ReclassifyMerge("u", rule, t0.Add(at), debounce, maxWait)
+			p, err = tx.ReclassifyMerge("u", rule, "", t0.Add(at), debounce, maxWait)
 			return err
 		}); err != nil {
 			t.Fatal(err)
@@ -226,7 +226,7 @@ func TestPendingSurvivesARestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := db.Update(func(tx *store.Tx) error {
-		_, err := tx.ReclassifyMerge("u", "r", t0, time.Second, time.Minute)
+		_, err := tx.ReclassifyMerge("u", "r", "", t0, time.Second, time.Minute)
 		return err
 	}); err != nil {
 		t.Fatal(err)
