@@ -449,17 +449,25 @@ func TestPendingRemovalOutlivesALateMirror(t *testing.T) {
 	// Now it sees the add (the removal has not gone yet), and a rule of
 	// another label runs over the message.
 	f.mirror()
-	if _, err := f.p.Create(ctx, f.user, spec("Dev", cond("from", "contains", "@github.com"))); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.p.HandleBatch(ctx, f.batchTask(f.publish().ID)); err != nil {
-		t.Fatal(err)
-	}
-	f.drainWriter()
+	f.createAndRun(spec("Dev", cond("from", "contains", "@github.com")))
 	if f.gmailLabeled("Bills")[id] {
 		t.Error("Bills is still on the message: the rule's latest version took it off")
 	}
 	f.checkNothingWaits()
+}
+
+// createAndRun saves a new rule and runs its job's first batch and the
+// writer.
+func (f *fixture) createAndRun(s Spec) {
+	f.t.Helper()
+	ctx := context.Background()
+	if _, err := f.p.Create(ctx, f.user, s); err != nil {
+		f.t.Fatal(err)
+	}
+	if err := f.p.HandleBatch(ctx, f.batchTask(f.publish().ID)); err != nil {
+		f.t.Fatal(err)
+	}
+	f.drainWriter()
 }
 
 // lateAdd sets the scene of a change the writer held in flight while a
@@ -501,17 +509,10 @@ func TestNoChangePlanKeepsTheWaitingChange(t *testing.T) {
 	t.Run("a removal to forget", func(t *testing.T) {
 		t.Parallel()
 		f, id, ruleID := newBillsFixture(t)
-		ctx := context.Background()
 		f.lateAdd(id, ruleID)
 		// A rule of another label runs over the message: the newest
 		// change of Bills is newer than the removal's record.
-		if _, err := f.p.Create(ctx, f.user, spec("Dev", cond("from", "contains", "@github.com"))); err != nil {
-			t.Fatal(err)
-		}
-		if err := f.p.HandleBatch(ctx, f.batchTask(f.publish().ID)); err != nil {
-			t.Fatal(err)
-		}
-		f.drainWriter()
+		f.createAndRun(spec("Dev", cond("from", "contains", "@github.com")))
 		if f.gmailLabeled("Bills")[id] {
 			t.Error("Bills is on the message: the removal waiting for the writer was dropped")
 		}
