@@ -647,6 +647,7 @@ func (b *batch) queueWrites(changes []provChange, names map[string]string, start
 	var (
 		labeled, unlabeled, touched map[string]bool
 		nAdd, nRemove, unsent       int
+		void                        bool
 	)
 	account := b.pl.AccountID
 	// One commit shared with the other batches that commit at the same
@@ -654,13 +655,31 @@ func (b *batch) queueWrites(changes []provChange, names map[string]string, start
 	// function may run again, so it starts from nothing each time.
 	err := b.p.db.Batch(func(tx *store.Tx) error {
 		labeled, unlabeled, touched = map[string]bool{}, map[string]bool{}, map[string]bool{}
-		nAdd, nRemove, unsent = 0, 0, 0
+		nAdd, nRemove, unsent, void = 0, 0, 0, false
 		bt, err := tx.ReclassifyBatchGet(b.pl.JobID, b.pl.Index)
 		if err != nil {
 			return err
 		}
 		if bt.State == store.BatchDone || bt.State == store.BatchWriting {
 			return b.task.Ack(tx) // a second delivery of a batch that ran
+		}
+		if bt.State == store.BatchStale {
+			// Dropped by a newer job's publish while it ran: that job plans
+			// these threads again, and none of this plan's changes has
+			// reached Gmail (the writer would send them), so the plan is
+			// void and the batch stays skipped. Its job may have finished
+			// at that publish: recording changes now would leave them
+			// going out after its reclassify.done.
+			void = true
+			job, err := tx.ReclassifyJobGet(b.pl.JobID)
+			if err != nil {
+				return err
+			}
+			job.GmailCalls += b.calls
+			if err := tx.ReclassifyJobPut(job); err != nil {
+				return err
+			}
+			return b.task.Ack(tx)
 		}
 		for _, c := range changes {
 			id := c.msg.m.ID
@@ -701,8 +720,7 @@ func (b *batch) queueWrites(changes []provChange, names map[string]string, start
 		if err != nil {
 			return err
 		}
-		// A batch dropped as stale by a newer job's publish while it ran did
-		// run; a failed one was redriven from the dead letters, and its job
+		// A failed batch was redriven from the dead letters, and its job
 		// finishes anew.
 		if bt.State == store.BatchFailed {
 			job.FinishedAt = time.Time{}
@@ -752,6 +770,11 @@ func (b *batch) queueWrites(changes []provChange, names map[string]string, start
 	})
 	if err != nil {
 		return fmt.Errorf("rules: record batch %d of job %s: %w", b.pl.Index, b.pl.JobID, err)
+	}
+	if void {
+		// Counted stale by the publish that dropped it.
+		b.p.log.Debug("reclassify batch superseded while it ran", "job_id", b.pl.JobID, "batch", b.pl.Index, "account_id", account)
+		return nil
 	}
 	b.p.metrics.batches.WithLabelValues("run").Inc()
 	b.p.log.Debug("reclassify batch planned", "job_id", b.pl.JobID, "batch", b.pl.Index, "account_id", account,
