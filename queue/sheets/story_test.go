@@ -10,6 +10,7 @@ import (
 
 	"mailroom/internal/googlefake"
 	"mailroom/internal/testkit"
+	"mailroom/queue"
 	"mailroom/store"
 )
 
@@ -222,13 +223,16 @@ func fortyBusyForms(t *testing.T, fakeLimit int) {
 		mu        sync.Mutex
 		firstRow  = make([]time.Time, nForms)
 		firstCall = make([]time.Time, nForms)
+		calls     int
+		firstTurn = make([]int, nForms) // the write call that served the form first
 	)
 	e.clients.mu.Lock()
 	e.clients.onWrite = func(id string, _ int) {
 		mu.Lock()
 		defer mu.Unlock()
+		calls++
 		if i := bySheet[id]; firstCall[i].IsZero() {
-			firstCall[i] = time.Now()
+			firstCall[i], firstTurn[i] = time.Now(), calls
 		}
 	}
 	e.clients.mu.Unlock()
@@ -281,25 +285,26 @@ func fortyBusyForms(t *testing.T, fakeLimit int) {
 	if m := e.fake.Sheets.MaxWritesInWindow(a.Email); m > limit {
 		t.Errorf("%d writes within one window (limit %d)", m, limit)
 	}
-	// Fairness: 40 forms at 5 per window are all served within 8 windows
-	// of their first row, plus the flush delay and slack: asynq keeps a
-	// waiting task's due time in whole seconds (up to 1 s late per wait),
-	// and on a loaded machine a turn its form is slow to take is lost (a
-	// -count=3 run of every package saw 12.1 s against 10.3, and a CI run
-	// with the flush queue's 16 workers 12.32 s). A form starved behind the
-	// others would wait far longer.
+	// Fairness, in turns: the forms take turns at the account's quota, so
+	// each is served first within the first 40 write calls, but for the
+	// calls the flush queue's workers had already taken when its turn came
+	// (a loaded machine reorders those). A form starved behind the others
+	// would be served after the others' second rounds. The wait in time is
+	// reported, not bounded: it is the machine's speed as much as the
+	// code's (a CI run saw 15.3 s where a quiet one sees 8.1 s).
 	mu.Lock()
 	defer mu.Unlock()
-	worst := time.Duration(0)
+	worst, lastTurn := time.Duration(0), 0
 	for i := range nForms {
 		if firstCall[i].IsZero() {
 			t.Fatalf("form %d never written", i)
 		}
 		worst = max(worst, firstCall[i].Sub(firstRow[i]))
+		lastTurn = max(lastTurn, firstTurn[i])
 	}
-	bound := nForms/limit*window + 300*time.Millisecond + 6*time.Second
-	if worst > bound {
-		t.Errorf("a form waited %s for its first write (bound %s)", worst, bound)
+	row, _ := queue.NewTable(queue.TableConfig{}).Lookup(queue.TypeSheetsFlush)
+	if bound := nForms + row.Concurrency; lastTurn > bound {
+		t.Errorf("a form was first written by write call %d (bound %d: %d forms and %d workers)", lastTurn, bound, nForms, row.Concurrency)
 	}
-	t.Logf("worst wait for a first write: %s (bound %s)", worst, bound)
+	t.Logf("every form first written by write call %d; the longest wait for a first write %s", lastTurn, worst)
 }
