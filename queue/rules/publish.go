@@ -230,8 +230,8 @@ func fullSyncDue(a store.Account) bool {
 // carried has a newer job: their outbox records go, so those still in the
 // outbox never reach a worker, and those already handed to the broker end
 // at the handler's first read (the latest job ids) as stale, with no Gmail
-// or store work. A batch that is running at this moment finishes and counts
-// as done.
+// or store work. A batch that is running at this moment finishes without
+// recording its plan (see queueWrites) and stays skipped.
 func (pub *Publisher) dropSuperseded(tx *store.Tx, id string, now time.Time) (int, error) {
 	job, err := tx.ReclassifyJobGet(id)
 	if err != nil {
