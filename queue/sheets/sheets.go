@@ -630,6 +630,14 @@ func (p *Pipeline) Submit(ctx context.Context, formID string, answers map[string
 		p.metrics.submissions.WithLabelValues("invalid").Inc()
 		return store.Submission{}, err
 	}
+	// After a failed commit (a full disk), new rows wait until a probe
+	// finds that writes work again: the rows that do fit in the pages the
+	// file holds would take the room the flushes need to send and forget
+	// the rows already accepted, and a client would see 202s and 503s by
+	// turns.
+	if _, err := p.db.WriteHealth(); err != nil {
+		return store.Submission{}, err
+	}
 	q := p.queue
 	now := p.cfg.Now().UTC()
 	if err := p.submits.take(f.ID, f.UserID, now); err != nil {
