@@ -126,3 +126,28 @@ func (tx *Tx) AlertsDelivered(sent []PendingAlert) error {
 	}
 	return nil
 }
+
+// DataID returns the id of this data file (BrokerState.Instance), made and
+// stored on first use. It names the data file on the broker: on its epoch
+// and on its lease.
+func (db *DB) DataID() (string, error) {
+	var id string
+	err := db.Update(func(tx *Tx) error {
+		s, err := tx.BrokerState()
+		if err != nil {
+			return err
+		}
+		if s.Instance == "" {
+			s.Instance = NewID()
+			if err := tx.PutBrokerState(s); err != nil {
+				return err
+			}
+		}
+		id = s.Instance
+		return nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("store: data file id: %w", err)
+	}
+	return id, nil
+}

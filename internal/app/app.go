@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -32,6 +33,7 @@ type App struct {
 
 	db     *store.DB
 	broker *broker.Broker
+	lease  *broker.Lease
 	table  *queue.Table
 	queue  *queue.Queue
 	alerts *queue.Alerter
@@ -95,6 +97,9 @@ func New(ctx context.Context, cfg *Config, deps Deps) (_ *App, err error) {
 		return nil, err
 	}
 	a.closed = append(a.closed, a.broker.Close)
+	if err := a.claimBroker(ctx, cfg); err != nil {
+		return nil, err
+	}
 
 	alerts := queue.AlertConfig{WebhookURL: cfg.AlertWebhookURL, PublicURL: cfg.BaseURL(), Logger: logger, DB: a.db}
 	if deps.AlertURL != "" {
@@ -114,7 +119,7 @@ func New(ctx context.Context, cfg *Config, deps Deps) (_ *App, err error) {
 	if err := a.openQueue(cfg, logger); err != nil {
 		return nil, err
 	}
-	a.services = lifecycle.Sequence{a.alerts, a.watch, a.queue}
+	a.services = lifecycle.Sequence{a.lease, a.alerts, a.watch, a.queue}
 	if err := a.buildPipelines(ctx); err != nil {
 		return nil, err
 	}
@@ -128,6 +133,18 @@ func New(ctx context.Context, cfg *Config, deps Deps) (_ *App, err error) {
 	a.http = newHTTPService(cfg.HTTPAddr, a.handler, a.log)
 	a.services = append(a.services, a.http)
 	return a, nil
+}
+
+// claimBroker takes this mailroom's lease on an external broker before
+// anything is written there: another mailroom's live lease refuses the
+// start, naming it.
+func (a *App) claimBroker(ctx context.Context, cfg *Config) error {
+	dataID, err := a.db.DataID()
+	if err != nil {
+		return err
+	}
+	a.lease = broker.NewLease(a.broker, broker.Owner{Instance: cfg.Instance, DataID: dataID, Host: hostname(), PID: os.Getpid()})
+	return a.lease.Claim(ctx)
 }
 
 // openStore opens the store in the data dir, tightening the dir's mode

@@ -27,6 +27,9 @@ type Config struct {
 	PublicURL      string
 	TrustedProxies listValue
 	RedisURL       string
+	// Instance names this mailroom on its broker's lease and in a fleet
+	// (default: the host name).
+	Instance string
 	// External Redis for production (see queue/broker/external.go).
 	RedisTLSCAFile      string
 	RedisTLSCertFile    string
@@ -166,6 +169,7 @@ func (c *Config) settings() []setting {
 		{"http-addr", "MAILROOM_HTTP_ADDR", "listener for the admin page, the API and the push endpoint", s(&c.HTTPAddr, "127.0.0.1:8080"), false, false},
 		{"public-url", "MAILROOM_PUBLIC_URL", "base URL users and Google reach mailroom at (default http:// + the listener)", s(&c.PublicURL, ""), false, false},
 		{"trusted-proxies", "MAILROOM_TRUSTED_PROXIES", "comma-separated IPs or CIDRs of reverse proxies whose X-Forwarded-For names the client (the login limit counts per client address); empty: none", l(&c.TrustedProxies), false, false},
+		{"instance", "MAILROOM_INSTANCE", "this mailroom's name on its broker's lease (a broker belongs to one mailroom: a second one on it refuses to start, naming the first) and in a fleet", s(&c.Instance, hostname()), false, false},
 		{"redis-url", "MAILROOM_REDIS_URL", "external Redis (redis://[:password@]host:port/db, rediss:// for TLS, or redis-sentinel://[:password@]host:port[,host:port...]/master[/db]); empty: the embedded store", s(&c.RedisURL, ""), true, false},
 		{"redis-tls-ca-file", "MAILROOM_REDIS_TLS_CA_FILE", "PEM file of the CA that signed the external Redis's certificate (rediss:// or Sentinel); empty: the system's roots", s(&c.RedisTLSCAFile, ""), false, false},
 		{"redis-tls-cert-file", "MAILROOM_REDIS_TLS_CERT_FILE", "PEM client certificate for an external Redis that requires one (with --redis-tls-key-file)", s(&c.RedisTLSCertFile, ""), false, false},
@@ -564,8 +568,20 @@ func (c *Config) validateCounts() error {
 	return nil
 }
 
-// validateBroker checks the exposed embedded broker.
+// hostname is the default instance name: the host's name, or "mailroom"
+// when it has none.
+func hostname() string {
+	if h, err := os.Hostname(); err == nil && h != "" {
+		return h
+	}
+	return "mailroom"
+}
+
+// validateBroker checks the instance name and the exposed embedded broker.
 func (c *Config) validateBroker() error {
+	if c.Instance == "" || len(c.Instance) > 100 || strings.ContainsFunc(c.Instance, unicode.IsControl) {
+		return bad("instance", "want a name of 1 to 100 printable characters")
+	}
 	if c.BrokerAddr != "" {
 		if c.RedisURL != "" {
 			return bad("broker-addr", "only applies to the embedded broker; unset --redis-url or this")
