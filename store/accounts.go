@@ -67,6 +67,18 @@ type Account struct {
 
 	HistoryID       uint64 `json:"historyId,omitempty"`
 	WantedHistoryID uint64 `json:"wantedHistoryId,omitempty"`
+	// WantedAt is when a push first asked for more than the watermark
+	// holds, while the history sync has not caught up with it (zero once
+	// it has); ShortReads counts the history reads since then that Gmail
+	// answered below the pushed id (its history lags its push).
+	WantedAt   time.Time `json:"wantedAt,omitzero"`
+	ShortReads int       `json:"shortReads,omitempty"`
+	// PushAt is when a push for the account was last accepted (to the
+	// second); UnannouncedAt is when a poll last found changes that no
+	// push had announced. Pushes are healthy while PushAt is set and
+	// UnannouncedAt is not after it.
+	PushAt        time.Time `json:"pushAt,omitzero"`
+	UnannouncedAt time.Time `json:"unannouncedAt,omitzero"`
 	// FullSyncRequested counts requests of a full sync (connect, resync,
 	// history too old); FullSyncCompleted is the count the last finished
 	// full sync had seen at its start. A full sync is due while the first
@@ -309,6 +321,11 @@ type SyncRun struct {
 	Events        int    `json:"events"`            // event tasks recorded
 	Messages      int    `json:"messages"`          // messages fetched (full sync)
 	Resumed       int    `json:"resumed,omitempty"` // fetched by an earlier, interrupted run (full sync)
+	// ShortRead: Gmail answered this read below the id a push announced
+	// (its history lags its push); HistoryLagMs, on the run that caught up
+	// after short reads, is how long history took from the push.
+	ShortRead    bool  `json:"shortRead,omitempty"`
+	HistoryLagMs int64 `json:"historyLagMs,omitempty"`
 	Error         string `json:"error,omitempty"`
 }
 

@@ -53,6 +53,7 @@ type GmailIntake interface {
 type GmailSettings interface {
 	WatchEnabled() bool
 	PollInterval() time.Duration
+	FastPollInterval() time.Duration
 }
 
 // GmailPipeline is the Gmail pipeline: all of the above.

@@ -24,19 +24,21 @@ type accountsView struct {
 	OAuth bool
 	// Watch: push notifications are set up (a Pub/Sub topic); without it
 	// accounts are kept in sync by polling alone.
-	Watch        bool
-	PollInterval time.Duration
-	PushURL      string
-	PushAudience string
-	PushToken    bool
+	Watch            bool
+	PollInterval     time.Duration
+	FastPollInterval time.Duration
+	PushURL          string
+	PushAudience     string
+	PushToken        bool
 }
 
 // accountPageView is the data of one account's page.
 type accountPageView struct {
-	Account      gmail.AccountDetail
-	User         store.User
-	Watch        bool
-	PollInterval time.Duration
+	Account          gmail.AccountDetail
+	User             store.User
+	Watch            bool
+	PollInterval     time.Duration
+	FastPollInterval time.Duration
 }
 
 func (g *gmailHandlers) accountsPage(c *gin.Context) {
@@ -62,7 +64,7 @@ func (g *gmailHandlers) accountsPage(c *gin.Context) {
 	}
 	g.render(c, http.StatusOK, "accounts", accountsView{
 		Accounts: accs, Users: users, Project: project, OAuth: g.p.OAuthConfigured(), Watch: g.p.WatchEnabled(),
-		PollInterval: g.p.PollInterval(), PushURL: g.opts.PublicURL + "/push/gmail",
+		PollInterval: g.p.PollInterval(), FastPollInterval: g.p.FastPollInterval(), PushURL: g.opts.PublicURL + "/push/gmail",
 		PushAudience: g.opts.PushAudience, PushToken: g.opts.PushToken,
 	})
 }
@@ -78,7 +80,7 @@ func (g *gmailHandlers) accountPage(c *gin.Context) {
 		return
 	}
 	d.StatusReason = statusReasonText(d.StatusReason)
-	v := accountPageView{Account: d, Watch: g.p.WatchEnabled(), PollInterval: g.p.PollInterval()}
+	v := accountPageView{Account: d, Watch: g.p.WatchEnabled(), PollInterval: g.p.PollInterval(), FastPollInterval: g.p.FastPollInterval()}
 	_ = g.server.deps.DB.View(func(tx *store.Tx) (err error) { v.User, err = tx.UserGet(d.UserID); return err })
 	g.render(c, http.StatusOK, "account", v)
 }

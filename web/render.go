@@ -136,6 +136,7 @@ func (s *server) funcs() template.FuncMap {
 		"datetime": datetime,
 		"rfc3339":  func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
 		"dur":      humanDuration,
+		"msdur":    func(ms int64) string { return humanDuration(time.Duration(ms) * time.Millisecond) },
 		"opwords":  opWords,
 		"span":     timeSpan,
 		"inc":      func(n int) int { return n + 1 },

@@ -16,6 +16,7 @@ import (
 
 	"mailroom/internal/redact"
 	"mailroom/queue"
+	"mailroom/queue/gmail"
 	"mailroom/store"
 )
 
@@ -98,6 +99,7 @@ type Config struct {
 	ConcurrencyMessageAdded int
 	ConcurrencyState        int
 	GmailPollInterval       time.Duration
+	GmailFastPollInterval   time.Duration
 	GmailWatchRenew         time.Duration
 	GmailUserUnits          int
 	GmailProjectUnits       int
@@ -223,7 +225,8 @@ func (c *Config) settings() []setting {
 		{"max-retries", "MAILROOM_MAX_RETRIES", "retries after the first failed attempt before a task is dead-lettered", n(&c.MaxRetries, 3), false, false},
 		{"concurrency-message-added", "MAILROOM_CONCURRENCY_MESSAGE_ADDED", "workers of the message-added queue", n(&c.ConcurrencyMessageAdded, 3), false, false},
 		{"concurrency-state", "MAILROOM_CONCURRENCY_STATE", "workers of each state-change queue", n(&c.ConcurrencyState, 5), false, false},
-		{"gmail-poll-interval", "MAILROOM_GMAIL_POLL_INTERVAL", "each account is also synced this often without a push", d(&c.GmailPollInterval, 15*time.Minute), false, false},
+		{"gmail-poll-interval", "MAILROOM_GMAIL_POLL_INTERVAL", "each account whose pushes arrive is also synced this often without a push", d(&c.GmailPollInterval, gmail.DefaultPollInterval), false, false},
+		{"gmail-fast-poll-interval", "MAILROOM_GMAIL_FAST_POLL_INTERVAL", "an account whose pushes have stopped (a poll found changes no push announced) or never came is synced this often", d(&c.GmailFastPollInterval, gmail.DefaultFastPollInterval), false, false},
 		{"gmail-watch-renew", "MAILROOM_GMAIL_WATCH_RENEW", "how often users.watch is renewed", d(&c.GmailWatchRenew, 24*time.Hour), false, false},
 		{"gmail-user-units-per-minute", "MAILROOM_GMAIL_USER_UNITS_PER_MINUTE", "Gmail quota units per minute per Google account, shared by every pipeline (Google's limit for projects made since May 2026; older projects may set 15000)", n(&c.GmailUserUnits, 6000), false, false},
 		{"gmail-project-units-per-minute", "MAILROOM_GMAIL_PROJECT_UNITS_PER_MINUTE", "Gmail quota units per minute for the whole project, shared fairly between accounts", n(&c.GmailProjectUnits, 1200000), false, false},
@@ -504,7 +507,7 @@ func (c *Config) validateTimings() error {
 		{"reclassify-tick", c.ReclassifyTick}, {"rule-save-window", c.RuleSaveWindow},
 		{"reclassify-write-delay", c.ReclassifyWriteDelay},
 		{"sheets-flush-delay", c.SheetsFlushDelay}, {"sheets-quota-window", c.SheetsQuotaWindow}, {"sheets-recheck-max", c.SheetsRecheckMax}, {"submissions-window", c.SubmissionsWindow}, {"retry-initial", c.RetryInitial}, {"retry-max", c.RetryMax},
-		{"gmail-poll-interval", c.GmailPollInterval}, {"gmail-watch-renew", c.GmailWatchRenew}, {"gmail-quota-window", c.GmailQuotaWindow},
+		{"gmail-poll-interval", c.GmailPollInterval}, {"gmail-fast-poll-interval", c.GmailFastPollInterval}, {"gmail-watch-renew", c.GmailWatchRenew}, {"gmail-quota-window", c.GmailQuotaWindow},
 		{"task-poll-interval", c.TaskPollInterval}, {"delayed-check-interval", c.DelayedCheckInterval},
 		{"task-server-linger", c.TaskServerLinger}, {"shutdown-timeout", c.ShutdownTimeout},
 		{"events-retention", c.EventsRetention}, {"webhook-max-age", c.WebhookMaxAge},

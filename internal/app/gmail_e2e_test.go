@@ -53,6 +53,7 @@ func createUser(ta *apptest.App, email string) string {
 
 type gmailTestAccount struct {
 	ID, UserID, Email, Status, HistoryID, WatchExpiration, StatusReason string
+	Pushes, LastPushAt                                                  string
 	Messages                                                            int
 	MessageCounts                                                       struct{ Total, Unread, Trashed int }
 }

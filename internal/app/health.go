@@ -34,6 +34,15 @@ func (a *App) Problems() []web.Problem {
 			})
 		}
 	}
+	if a.gmail != nil && a.gmail.WatchEnabled() {
+		if stopped, n, err := a.gmail.PushHealth(); err == nil && stopped > 0 {
+			out = append(out, web.Problem{
+				Title: "Gmail pushes look stopped.",
+				Text: fmt.Sprintf("For %d of %d accounts a poll found changes that no push announced: live mail arrives only by polling, every %s. Check the Pub/Sub push subscription (its expiration policy must be \"never expire\"), the topic's publisher grant to gmail-api-push@system.gserviceaccount.com, and that the push endpoint and audience match %s/push/gmail.",
+					stopped, n, a.gmail.FastPollInterval(), a.cfg.BaseURL()),
+			})
+		}
+	}
 	return out
 }
 

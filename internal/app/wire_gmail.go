@@ -22,12 +22,14 @@ func (a *App) wireGmail(ctx context.Context) (pipeline, error) {
 		verifier = v
 	}
 	p, err := gmail.New(gmail.Config{
-		PubSubTopic:  cfg.PubSubTopic,
-		PollInterval: cfg.GmailPollInterval,
-		WatchRenew:   cfg.GmailWatchRenew,
-		PushToken:    cfg.PushToken,
-		Logger:       a.log,
-		Registerer:   a.registry,
+		PubSubTopic:      cfg.PubSubTopic,
+		PollInterval:     cfg.GmailPollInterval,
+		FastPollInterval: cfg.GmailFastPollInterval,
+		WatchRenew:       cfg.GmailWatchRenew,
+		PushToken:        cfg.PushToken,
+		Alert:            a.alerts.Raise,
+		Logger:           a.log,
+		Registerer:       a.registry,
 	}, gmail.Deps{DB: a.db, Accounts: a.accounts, Queue: a.queue, Verifier: verifier, Rules: a.rules})
 	if err != nil {
 		return nil, err

@@ -599,9 +599,10 @@ func (g *Gmail) listHistory(c *call) (any, error) {
 	if start < b.floor || after < b.floor {
 		return nil, errNotFound("Requested entity was not found.")
 	}
-	resp := &gmailapi.ListHistoryResponse{HistoryId: b.historyID}
-	i := sort.Search(len(b.history), func(i int) bool { return b.history[i].id > after })
-	for ; i < len(b.history); i++ {
+	visible, hid := b.visibleHistory(g.s.now(), g.s.opts.HistoryLag)
+	resp := &gmailapi.ListHistoryResponse{HistoryId: hid}
+	i := sort.Search(visible, func(i int) bool { return b.history[i].id > after })
+	for ; i < visible; i++ {
 		h := b.history[i].render(f)
 		if h == nil {
 			continue
@@ -613,6 +614,23 @@ func (g *Gmail) listHistory(c *call) (any, error) {
 		resp.History = append(resp.History, h)
 	}
 	return resp, nil
+}
+
+// visibleHistory returns how many of the history records history.list
+// shows at now, with lag hiding the youngest (Options.HistoryLag), and the
+// historyId it answers: the mailbox's, or just below the first hidden
+// record.
+func (b *mailbox) visibleHistory(now time.Time, lag time.Duration) (n int, historyID uint64) {
+	n = len(b.history)
+	if lag <= 0 {
+		return n, b.historyID
+	}
+	cutoff := now.Add(-lag)
+	n = sort.Search(len(b.history), func(i int) bool { return b.history[i].at.After(cutoff) })
+	if n == len(b.history) {
+		return n, b.historyID
+	}
+	return n, b.history[n].id - 1
 }
 
 func labelOf(l *userLabel) *gmailapi.Label {

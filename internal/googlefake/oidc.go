@@ -285,6 +285,29 @@ type PushStats struct {
 	Failed int
 	// LastError describes the last failure.
 	LastError string
+	// Dropped is the number of notifications not sent: above one a second
+	// for a user (Options.PushMinInterval), or while the subscription is
+	// expired (ExpireSubscription).
+	Dropped int
+}
+
+// ExpireSubscription makes pushes stop silently, as a Pub/Sub subscription
+// does when it is deleted after 31 days without activity (Pub/Sub's
+// "Subscription expiration policy", default 31 days), when the topic's
+// publisher grant to Gmail is removed, or when the push URL no longer
+// reaches the app: Gmail's watch still answers, and no notification
+// arrives. RestoreSubscription undoes it.
+func (s *Server) ExpireSubscription() {
+	s.pusher.mu.Lock()
+	defer s.pusher.mu.Unlock()
+	s.pusher.expired = true
+}
+
+// RestoreSubscription makes pushes flow again after ExpireSubscription.
+func (s *Server) RestoreSubscription() {
+	s.pusher.mu.Lock()
+	defer s.pusher.mu.Unlock()
+	s.pusher.expired = false
 }
 
 // PushStats returns the push counters.
@@ -307,6 +330,8 @@ type pusher struct {
 	stats   PushStats
 	running bool
 	closed  bool
+	expired bool                 // ExpireSubscription
+	last    map[string]time.Time // a user's last notification (PushMinInterval)
 	wake    chan struct{}
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -316,7 +341,7 @@ type pusher struct {
 func newPusher(s *Server) *pusher {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &pusher{
-		s: s, url: s.opts.PushURL, pending: make(map[string]uint64),
+		s: s, url: s.opts.PushURL, pending: make(map[string]uint64), last: make(map[string]time.Time),
 		wake: make(chan struct{}, 1), ctx: ctx, cancel: cancel, done: make(chan struct{}),
 	}
 }
@@ -325,6 +350,11 @@ func newPusher(s *Server) *pusher {
 func (p *pusher) notify(email string, historyID uint64) {
 	p.mu.Lock()
 	if p.url == "" || p.closed {
+		p.mu.Unlock()
+		return
+	}
+	if p.drop(email) {
+		p.stats.Dropped++
 		p.mu.Unlock()
 		return
 	}
@@ -341,6 +371,25 @@ func (p *pusher) notify(email string, historyID uint64) {
 	case p.wake <- struct{}{}:
 	default:
 	}
+}
+
+// drop reports whether the notification of a change to email's mailbox is
+// lost: the subscription is expired, or the user had one less than
+// PushMinInterval ago. Called with mu held.
+func (p *pusher) drop(email string) bool {
+	if p.expired {
+		return true
+	}
+	interval := p.s.opts.PushMinInterval
+	if interval == 0 {
+		interval = time.Second
+	}
+	now := p.s.now()
+	if interval > 0 && now.Sub(p.last[email]) < interval {
+		return true
+	}
+	p.last[email] = now
+	return false
 }
 
 func (p *pusher) loop() {

@@ -118,6 +118,19 @@ type Options struct {
 	PushServiceAccount string
 	// PushClient sends push requests. Zero: a client with a 10 s timeout.
 	PushClient *http.Client
+	// PushMinInterval is the least time between two notifications of one
+	// user; a change within it of the last one gets none (dropped, not
+	// delayed). Google's push guide, "Notification limitations": "Each Gmail
+	// user being watched has a maximum notification rate of 1 event/sec.
+	// Any user notifications above that rate will be dropped." Zero: 1 s;
+	// negative: no limit (every change is pushed, coalesced per user).
+	PushMinInterval time.Duration
+	// HistoryLag hides history records younger than this from history.list
+	// (and its answered historyId stops below them), while the push for
+	// them is sent at once: the field reports Gmail's history empty for one
+	// to three seconds after the push that names it (gogcli issue 379).
+	// Google's documents promise no lag, so zero (the default) has none.
+	HistoryLag time.Duration
 }
 
 // Server is the emulator: an http.Handler plus a Go API to drive it. All

@@ -208,12 +208,19 @@ type AccountView struct {
 	LastSyncAt    string              `json:"lastSyncAt,omitempty"`
 	LastError     string              `json:"lastError,omitempty"`
 	CreatedAt     string              `json:"createdAt"`
+	// LastPushAt is when a push for the account last came (RFC 3339, to
+	// the second), or "". Pushes says how they fare: "arriving", "stopped"
+	// (a poll found changes no push announced since the last one), "none"
+	// (none came yet), or "off" (no Pub/Sub topic: polling alone).
+	LastPushAt string `json:"lastPushAt"`
+	Pushes     string `json:"pushes"`
 	// GmailQuota is the account's use of its Gmail budget (filled by
 	// WithQuota; nil without a budget).
 	GmailQuota *QuotaView `json:"gmailQuota,omitempty"`
 
 	// The same times as time.Time, for pages.
 	LastSync     time.Time `json:"-"`
+	LastPush     time.Time `json:"-"`
 	WatchExpires time.Time `json:"-"`
 	LastErrorAt  time.Time `json:"-"`
 	// Watermark is HistoryID as a number (0 before the first sync).
@@ -234,7 +241,7 @@ func hidString(h uint64) string {
 	return strconv.FormatUint(h, 10)
 }
 
-func viewAccount(tx *store.Tx, a store.Account) (AccountView, error) {
+func viewAccount(tx *store.Tx, a store.Account, watched bool) (AccountView, error) {
 	counts, err := tx.MessageCounts(a.ID)
 	if err != nil {
 		return AccountView{}, err
@@ -244,7 +251,21 @@ func viewAccount(tx *store.Tx, a store.Account) (AccountView, error) {
 		WatchExpiration: rfc3339(a.WatchExpiration), Messages: counts.Total, MessageCounts: counts, StatusReason: a.StatusReason,
 		LastSyncAt: rfc3339(a.LastSyncAt), LastError: a.LastError, CreatedAt: rfc3339(a.CreatedAt),
 		LastSync: a.LastSyncAt, WatchExpires: a.WatchExpiration, LastErrorAt: a.LastErrorAt, Watermark: a.HistoryID,
+		LastPushAt: rfc3339(a.PushAt), LastPush: a.PushAt, Pushes: pushState(a, watched),
 	}, nil
+}
+
+// pushState says how the account's pushes fare (AccountView.Pushes).
+func pushState(a store.Account, watched bool) string {
+	switch {
+	case !watched:
+		return "off"
+	case !a.UnannouncedAt.IsZero() && a.UnannouncedAt.After(a.PushAt):
+		return "stopped"
+	case a.PushAt.IsZero():
+		return "none"
+	}
+	return "arriving"
 }
 
 // Account returns one account's view; store.ErrNotFound when unknown.
@@ -255,7 +276,7 @@ func (p *Pipeline) Account(id string) (AccountView, error) {
 		if err != nil {
 			return err
 		}
-		v, err = viewAccount(tx, a)
+		v, err = viewAccount(tx, a, p.WatchEnabled())
 		return err
 	})
 	return v, err
@@ -270,7 +291,7 @@ func (p *Pipeline) Accounts() ([]AccountView, error) {
 			return err
 		}
 		for _, a := range accs {
-			v, err := viewAccount(tx, a)
+			v, err := viewAccount(tx, a, p.WatchEnabled())
 			if err != nil {
 				return err
 			}
@@ -302,7 +323,7 @@ func (p *Pipeline) Detail(id string, runs int) (AccountDetail, error) {
 		if err != nil {
 			return err
 		}
-		if d.AccountView, err = viewAccount(tx, a); err != nil {
+		if d.AccountView, err = viewAccount(tx, a, p.WatchEnabled()); err != nil {
 			return err
 		}
 		d.WatchRenewedAt, d.WantedHistoryID = a.WatchRenewedAt, a.WantedHistoryID

@@ -106,6 +106,16 @@ type Config struct {
 	// PollInterval: each account is synced this often without a push.
 	// Default 15m.
 	PollInterval time.Duration
+	// FastPollInterval: an account whose pushes have stopped, or never
+	// came, is synced this often. Default DefaultFastPollInterval.
+	FastPollInterval time.Duration
+	// TrailingRead: a sync after pushes that found changes is followed by
+	// one more read this much later, for a change whose own push Gmail
+	// dropped (it sends at most one a second per user). Default 3s.
+	TrailingRead time.Duration
+	// Alert raises an operator alert (Alerter.Raise): when pushes stop for
+	// watched accounts, and when they come back. Nil: only logged.
+	Alert func(text string)
 	// WatchRenew: users.watch is renewed this often. Default 24h.
 	WatchRenew time.Duration
 	// TombstoneRetention: the record of a deleted message (kept so that
@@ -136,9 +146,21 @@ type Config struct {
 	Now func() time.Time
 }
 
+// Defaults of the settings the flag table reads.
+const (
+	DefaultPollInterval     = 15 * time.Minute
+	DefaultFastPollInterval = 2 * time.Minute
+)
+
 func (c *Config) defaults() {
 	if c.PollInterval <= 0 {
-		c.PollInterval = 15 * time.Minute
+		c.PollInterval = DefaultPollInterval
+	}
+	if c.FastPollInterval <= 0 {
+		c.FastPollInterval = DefaultFastPollInterval
+	}
+	if c.TrailingRead <= 0 {
+		c.TrailingRead = 3 * time.Second
 	}
 	if c.WatchRenew <= 0 {
 		c.WatchRenew = 24 * time.Hour
@@ -197,9 +219,10 @@ type Pipeline struct {
 	metrics  *metrics
 	writes   *groupCommit
 
-	mu       sync.Mutex
-	labelsAt map[string]time.Time       // account \x00 label id -> when an unknown label was last looked up
-	known    map[string]map[string]bool // account -> ids of its label map
+	mu          sync.Mutex
+	pushAlerted bool                       // an alert says pushes stopped (maintain)
+	labelsAt    map[string]time.Time       // account \x00 label id -> when an unknown label was last looked up
+	known       map[string]map[string]bool // account -> ids of its label map
 }
 
 // New builds the pipeline.
@@ -265,8 +288,15 @@ var taskTypes = []string{
 // set); without it they are kept in sync by polling alone.
 func (p *Pipeline) WatchEnabled() bool { return p.cfg.PubSubTopic != "" }
 
-// PollInterval is how often each account is synced without a push.
+// PollInterval is how often each account whose pushes arrive is synced
+// without a push.
 func (p *Pipeline) PollInterval() time.Duration { return p.cfg.PollInterval }
+
+// FastPollInterval is how often an account whose pushes have stopped, or
+// never came, is synced.
+func (p *Pipeline) FastPollInterval() time.Duration {
+	return min(p.cfg.FastPollInterval, p.cfg.PollInterval)
+}
 
 // client returns the account's Gmail adapter (the accounts service keeps
 // it, with the account's token).

@@ -23,6 +23,15 @@ type metrics struct {
 	syncs    *prometheus.CounterVec
 	records  prometheus.Counter
 	fetched  prometheus.Counter
+
+	// Push health: history reads Gmail answered below a pushed id, how
+	// long history took to reach it, waits given up, and changes a poll
+	// found that no push announced; accounts whose pushes look stopped.
+	shortReads    prometheus.Counter
+	historyLag    prometheus.Histogram
+	lagGivenUp    prometheus.Counter
+	unannounced   prometheus.Counter
+	pushUnhealthy prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -49,6 +58,22 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		fetched: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "mailroom_gmail_messages_fetched_total", Help: "Messages fetched from Gmail (message-added and full syncs).",
 		}),
+		shortReads: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "mailroom_gmail_history_short_reads_total", Help: "History reads Gmail answered below the history id a push announced (its history lagged the push); each is read again shortly.",
+		}),
+		historyLag: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "mailroom_gmail_history_lag_seconds", Help: "Time from a push to the history read that reached it, when Gmail's history lagged the push.",
+			Buckets: []float64{.25, .5, 1, 2, 3, 5, 10, 30, 60, 120},
+		}),
+		lagGivenUp: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "mailroom_gmail_history_lag_given_up_total", Help: "Pushes whose change Gmail's history did not show within two minutes (left to the next read).",
+		}),
+		unannounced: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "mailroom_gmail_unannounced_changes_total", Help: "Polls that found changes no push had announced.",
+		}),
+		pushUnhealthy: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "mailroom_gmail_push_unhealthy_accounts", Help: "Watched accounts whose pushes look stopped: a poll found changes no push announced since the last push.",
+		}),
 	}
 	for _, o := range []string{outcomeAccepted, outcomeUnknownAddress, outcomeBadRequest, outcomeUnauthorized, outcomeForbidden} {
 		m.push.WithLabelValues(o)
@@ -67,7 +92,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			m.syncs.WithLabelValues(kind, o)
 		}
 	}
-	for _, c := range []prometheus.Collector{m.push, m.recorded, m.events, m.delay, m.syncs, m.records, m.fetched} {
+	for _, c := range []prometheus.Collector{m.push, m.recorded, m.events, m.delay, m.syncs, m.records, m.fetched,
+		m.shortReads, m.historyLag, m.lagGivenUp, m.unannounced, m.pushUnhealthy} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"mailroom/queue"
 	"mailroom/queue/google"
@@ -204,6 +205,7 @@ func (p *Pipeline) authorizePush(ctx context.Context, r PushRequest) error {
 func (p *Pipeline) Notify(n Notification) (known bool, err error) {
 	var ids []string
 	needed := false
+	now := p.now().Truncate(time.Second)
 	err = p.db.View(func(tx *store.Tx) error {
 		ids = tx.AccountIDsByEmail(n.EmailAddress)
 		for _, id := range ids {
@@ -211,7 +213,7 @@ func (p *Pipeline) Notify(n Notification) (known bool, err error) {
 			if err != nil {
 				return err
 			}
-			needed = needed || needsSync(acc, n.HistoryID)
+			needed = needed || needsSync(acc, n.HistoryID) || acc.PushAt.Before(now)
 		}
 		return nil
 	})
@@ -224,16 +226,7 @@ func (p *Pipeline) Notify(n Notification) (known bool, err error) {
 			if err != nil {
 				return err
 			}
-			if !needsSync(acc, n.HistoryID) {
-				continue
-			}
-			if n.HistoryID > acc.WantedHistoryID {
-				acc.WantedHistoryID = n.HistoryID
-				if err := tx.AccountPut(acc); err != nil {
-					return err
-				}
-			}
-			if err := p.enqueueSync(tx, acc.ID, triggerPush); err != nil {
+			if err := p.notifyAccount(tx, acc, n.HistoryID, now); err != nil {
 				return err
 			}
 		}
@@ -243,6 +236,32 @@ func (p *Pipeline) Notify(n Notification) (known bool, err error) {
 		return true, fmt.Errorf("gmail: record push for %s: %w", n.EmailAddress, err)
 	}
 	return true, nil
+}
+
+// notifyAccount records a push at hid for acc: when it came (to the
+// second), and when acc is behind it the wanted id, since when it is
+// wanted, and a sync.
+func (p *Pipeline) notifyAccount(tx *store.Tx, acc store.Account, hid uint64, now time.Time) error {
+	changed := acc.PushAt.Before(now)
+	if changed {
+		acc.PushAt = now
+	}
+	sync := needsSync(acc, hid)
+	if sync && hid > acc.WantedHistoryID {
+		if from, _ := liveFrom(acc); acc.WantedHistoryID <= from || acc.WantedAt.IsZero() {
+			acc.WantedAt = p.now()
+		}
+		acc.WantedHistoryID, changed = hid, true
+	}
+	if changed {
+		if err := tx.AccountPut(acc); err != nil {
+			return err
+		}
+	}
+	if !sync {
+		return nil
+	}
+	return p.enqueueSync(tx, acc.ID, triggerPush)
 }
 
 // needsSync reports whether a push at hid must make sure a sync is
@@ -268,6 +287,11 @@ const (
 	triggerResync  = "resync"
 	triggerTooOld  = "too_old"
 	triggerFull    = "full_sync" // the history after a full sync
+	// triggerLag: read again for a push that Gmail's history had not
+	// reached; triggerTrailing: the read a few seconds after pushes that
+	// catches a change whose push was dropped.
+	triggerLag      = "history_lag"
+	triggerTrailing = "trailing"
 )
 
 type syncPayload struct {

@@ -20,9 +20,24 @@ const maxSyncPasses = 5
 // listPageSize is messages.list's page size during a full sync.
 const listPageSize = 500
 
-// followUpDelay is the wait before a follow-up sync when Gmail's history
-// lagged behind a push.
-const followUpDelay = 2 * time.Second
+// When Gmail answers a history read below the id a push announced (its
+// history lags its push: reported for one to three seconds), the sync
+// reads again after a wait that grows with the time since the push, half
+// of it, from lagStepMin up to lagStepMax, until history reaches the push
+// or historyCatchUpLimit has passed (the change is then left to the next
+// trailing read or poll). So a change is in the mirror at most about the
+// lag plus lagStepMax after its push.
+const (
+	lagStepMin          = 250 * time.Millisecond
+	lagStepMax          = 2 * time.Second
+	historyCatchUpLimit = 2 * time.Minute
+)
+
+// lagDelay is the wait before the next read of a history that lags a push
+// that came waited ago.
+func lagDelay(waited time.Duration) time.Duration {
+	return min(max(waited/2, lagStepMin), lagStepMax)
+}
 
 // handleSync is gmail:sync, the history sync: history since the live
 // watermark, classified into event tasks (run at live priority), until the
@@ -47,7 +62,7 @@ func (p *Pipeline) handleSync(ctx context.Context, t *queue.Task) error {
 	}
 	ctx = google.WithPriority(ctx, google.PriorityLive)
 	log := p.log.With("account_id", acc.ID, "task_id", t.ID, "attempt", t.Attempt)
-	trigger := pl.Trigger
+	trigger, records := pl.Trigger, 0
 	for pass := 1; ; pass++ {
 		run := store.SyncRun{Kind: "history", Trigger: trigger, StartedAt: p.now()}
 		if from, ok := liveFrom(acc); ok {
@@ -56,7 +71,8 @@ func (p *Pipeline) handleSync(ctx context.Context, t *queue.Task) error {
 				return err
 			}
 		}
-		done, next, err := p.finishSync(t, acc.ID, run, pass)
+		records += run.Records
+		done, next, err := p.finishSync(t, acc.ID, run, syncEnd{pass: pass, trigger: pl.Trigger, records: records})
 		if err != nil {
 			return err
 		}
@@ -186,13 +202,24 @@ func (p *Pipeline) syncFailed(accountID string, run store.SyncRun, cause error) 
 	return cause
 }
 
+// syncEnd is what finishSync needs to know of the sync task's passes.
+type syncEnd struct {
+	pass    int
+	trigger string // the task's
+	records int    // history records read by every pass so far
+}
+
 // finishSync ends a pass in one transaction: when no push asked for more
 // the task is acked with the run recorded (and the account ready unless a
 // full sync is due: that full sync's task is then made sure of);
-// otherwise it returns the account for another pass. After maxSyncPasses
-// the wanted id is left to a follow-up sync a little later (Gmail's
-// history may lag behind its pushes).
-func (p *Pipeline) finishSync(t *queue.Task, accountID string, run store.SyncRun, pass int) (done bool, acc store.Account, err error) {
+// otherwise it returns the account for another pass. A push that came
+// during the pass is read again at once, up to maxSyncPasses; a history
+// that Gmail answered below the pushed id (it lags its push) is read again
+// a little later (lagDelay), keeping the wanted id. A sync after pushes
+// that found changes is followed by one trailing read TrailingRead later,
+// which catches a change whose own push Gmail dropped (at most one a
+// second per user).
+func (p *Pipeline) finishSync(t *queue.Task, accountID string, run store.SyncRun, end syncEnd) (done bool, acc store.Account, err error) {
 	run.FinishedAt = p.now()
 	err = p.db.Update(func(tx *store.Tx) error {
 		done = false
@@ -202,18 +229,26 @@ func (p *Pipeline) finishSync(t *queue.Task, accountID string, run store.SyncRun
 		}
 		from, ok := liveFrom(acc)
 		behind := ok && acc.WantedHistoryID > from
-		if behind && pass < maxSyncPasses {
+		run.ShortRead = behind && run.ToHistoryID < acc.WantedHistoryID
+		if behind && !run.ShortRead && end.pass < maxSyncPasses {
 			return tx.SyncRunAdd(acc.ID, run)
 		}
 		done = true
 		acc.LastSyncAt = run.FinishedAt
+		behind = p.catchUp(&acc, &run, behind)
+		if end.trigger == triggerPoll && end.records > 0 {
+			acc.UnannouncedAt = run.FinishedAt
+			p.metrics.unannounced.Inc()
+		}
 		if needsFullSync(acc) {
 			if err := p.enqueueFullSync(tx, acc.ID, triggerResync); err != nil {
 				return err
 			}
 		} else {
 			acc.Status, acc.StatusReason, acc.LastError = store.AccountReady, "", ""
-			acc.WantedHistoryID = min(acc.WantedHistoryID, acc.HistoryID)
+			if !behind {
+				acc.WantedHistoryID = min(acc.WantedHistoryID, acc.HistoryID)
+			}
 		}
 		if err := tx.AccountPut(acc); err != nil {
 			return err
@@ -224,17 +259,62 @@ func (p *Pipeline) finishSync(t *queue.Task, accountID string, run store.SyncRun
 		if err := t.Ack(tx); err != nil {
 			return err
 		}
-		if !behind {
-			return nil
-		}
-		_, _, err = p.queue.Enqueue(tx, queue.TypeGmailSync, syncPayload{AccountID: acc.ID, Trigger: triggerPush},
-			queue.Key(syncKey(acc.ID)), queue.RunAt(p.now().Add(followUpDelay)))
-		return err
+		return p.enqueueNextRead(tx, acc, behind, end)
 	})
 	if errors.Is(err, store.ErrNotFound) {
 		return false, acc, queue.Permanent(fmt.Errorf("%w: %s", ErrAccountGone, accountID))
 	}
 	return done, acc, err
+}
+
+// catchUp keeps the account's record of a push that history has not
+// reached: it reports whether the sync must read again for it (false once
+// history reached it, or after historyCatchUpLimit, when the wait is given
+// up), and records on run how long history took when it lagged.
+func (p *Pipeline) catchUp(acc *store.Account, run *store.SyncRun, behind bool) bool {
+	now := run.FinishedAt
+	if run.ShortRead {
+		acc.ShortReads++
+		p.metrics.shortReads.Inc()
+	}
+	if behind && acc.WantedAt.IsZero() {
+		acc.WantedAt = now
+	}
+	if behind && now.Sub(acc.WantedAt) < historyCatchUpLimit {
+		return true
+	}
+	if behind {
+		p.log.Warn("Gmail's history did not reach a pushed change in time; the next read takes it", "account_id", acc.ID,
+			"wanted_history_id", acc.WantedHistoryID, "history_id", run.ToHistoryID, "waited", now.Sub(acc.WantedAt).Round(time.Millisecond))
+		p.metrics.lagGivenUp.Inc()
+	} else if acc.ShortReads > 0 && !acc.WantedAt.IsZero() {
+		lag := now.Sub(acc.WantedAt)
+		run.HistoryLagMs = lag.Milliseconds()
+		p.metrics.historyLag.Observe(lag.Seconds())
+	}
+	acc.WantedAt, acc.ShortReads = time.Time{}, 0
+	return false
+}
+
+// enqueueNextRead records the account's next history read, if one is due:
+// again for a push that history has not reached, or a trailing read after
+// pushes that brought changes.
+func (p *Pipeline) enqueueNextRead(tx *store.Tx, acc store.Account, behind bool, end syncEnd) error {
+	var (
+		trigger string
+		at      time.Time
+	)
+	switch {
+	case behind:
+		trigger, at = triggerLag, p.now().Add(lagDelay(p.now().Sub(acc.WantedAt)))
+	case end.records > 0 && (end.trigger == triggerPush || end.trigger == triggerLag):
+		trigger, at = triggerTrailing, p.now().Add(p.cfg.TrailingRead)
+	default:
+		return nil
+	}
+	_, _, err := p.queue.Enqueue(tx, queue.TypeGmailSync, syncPayload{AccountID: acc.ID, Trigger: trigger},
+		queue.Key(syncKey(acc.ID)), queue.RunAt(at))
+	return err
 }
 
 // historySync reads history pages from the watermark from. Each page's
