@@ -324,9 +324,9 @@ type SyncRun struct {
 	// ShortRead: Gmail answered this read below the id a push announced
 	// (its history lags its push); HistoryLagMs, on the run that caught up
 	// after short reads, is how long history took from the push.
-	ShortRead    bool  `json:"shortRead,omitempty"`
-	HistoryLagMs int64 `json:"historyLagMs,omitempty"`
-	Error         string `json:"error,omitempty"`
+	ShortRead    bool   `json:"shortRead,omitempty"`
+	HistoryLagMs int64  `json:"historyLagMs,omitempty"`
+	Error        string `json:"error,omitempty"`
 }
 
 // syncRunsKept is how many runs per account are kept.
