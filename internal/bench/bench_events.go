@@ -241,7 +241,7 @@ func (p eventsPhase) summary() string {
 		if !s.ok {
 			verdict = "late"
 		}
-		parts = append(parts, fmt.Sprintf("%.0f offered → %.0f delivered, %.0f in its window, p99 %s (%s)", s.offered, s.delivered, s.window, s.p99.Round(time.Millisecond), verdict))
+		parts = append(parts, fmt.Sprintf("%.0f asked, %.0f offered → %.0f delivered, %.0f in its window, p99 %s (%s)", s.asked, s.offered, s.delivered, s.window, s.p99.Round(time.Millisecond), verdict))
 	}
 	drained := "its backlog drained before the next phase"
 	if !p.drained {
@@ -259,7 +259,7 @@ func (b *eventsBench) ramp(ctx context.Context, o Options, start float64) (event
 	for range b.sz.steps {
 		step := b.nextStep
 		b.nextStep++
-		cur := &eventsStep{id: step, from: time.Now()}
+		cur := &eventsStep{id: step, from: time.Now(), asked: rate}
 		b.windows = append(b.windows, *cur)
 		made, err := b.src.offer(ctx, rate, b.sz.step, step)
 		if err != nil {
@@ -307,7 +307,8 @@ type eventsStep struct {
 	id       int
 	from, to time.Time
 	changes  int
-	offered  float64
+	asked    float64 // the rate the ramp asked for
+	offered  float64 // the rate the source made (below asked: the source bound)
 
 	delivered float64 // the step's events all delivered ÷ its length (0 unless all were)
 	window    float64 // events completed within the step's window ÷ its length

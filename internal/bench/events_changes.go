@@ -157,10 +157,8 @@ func (s *eventsSource) offer(ctx context.Context, rate float64, dur time.Duratio
 			touched[i] = true
 			made++
 		}
-		for i := range touched {
-			if err := s.fleet.push(ctx, i); err != nil {
-				return made, err
-			}
+		if err := s.pushAll(ctx, touched); err != nil {
+			return made, err
 		}
 		if err := s.submitRow(ctx); err != nil {
 			return made, err
@@ -172,6 +170,23 @@ func (s *eventsSource) offer(ctx context.Context, rate float64, dur time.Duratio
 		}
 	}
 	return made, nil
+}
+
+// pushAll pushes the touched accounts at once, as Pub/Sub delivers
+// pushes (a push commits its sync: one after the other, the commits would
+// bound the rate offered).
+func (s *eventsSource) pushAll(ctx context.Context, touched map[int]bool) error {
+	errs := make(chan error, len(touched))
+	for i := range touched {
+		go func() { errs <- s.fleet.push(ctx, i) }()
+	}
+	var first error
+	for range touched {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 // submitRow submits one row to the next form.
