@@ -53,7 +53,7 @@ func benchEvents(ctx context.Context, o Options) (Result, error) {
 			return r, fmt.Errorf("%s: %w", tg.name, err)
 		}
 	}
-	r.Notes = append(r.Notes, fmt.Sprintf("changes: %d accounts of %d messages in the Google emulator at Google's documented quotas, the Gmail budget at serve's defaults; every %s the changes due (each account in turn: every 50th a new message, the others a label added, one label per message per round, so every change has its own event) and one push per changed account, plus one form row submitted (%d forms, flushed at serve's settings, each flush one form.rows_written, timed from its occurredAt: the flush is the change); the offered rate starts at %.0f a second and rises ×%.1f every %s, back to back, until a step's changes are not all at every webhook one step after it ended or its p99 passes %s. A change's latency: just before the emulator made it to the receiver answering 2xx to the POST that carried its event, at each webhook that takes it. Events/s of a step: its changes (and form events) all delivered ÷ the step's length; 'peak … in a step's window': the most events completed (at every webhook) in any step's window ÷ its length. Webhooks: up to %d the admin's, taking every event; the rest spread over the users, each taking its user's events (MaxPerUser is %d). The receiver (in this process) verifies every POST with the Standard Webhooks library and the webhook's secret (a POST that fails fails the run) and keeps each webhook's event id once (repeats: duplicates). %s", sz.accounts, sz.mailbox, eventsTick, sz.forms, sz.start, sz.factor, sz.step, eventsP99, eventsAdminHooks, webhooks.MaxPerUser, o.GC))
+	r.Notes = append(r.Notes, fmt.Sprintf("changes: %d accounts of %d messages in the Google emulator at Google's documented quotas, the Gmail budget at serve's defaults; every %s the changes due (each account in turn: every 50th a new message, the others a label added, one label per message per round, so every change has its own event) and one push per changed account, plus one form row submitted (%d forms, flushed at serve's settings, each flush one form.rows_written, timed from its occurredAt: the flush is the change); the offered rate starts at %.0f a second and rises ×%.1f every %s, back to back, until a step's changes are not all at every webhook one step after it ended or its p99 passes %s (a ramp late from its first step starts again at a quarter, at most twice). A change's latency: just before the emulator made it to the receiver answering 2xx to the POST that carried its event, at each webhook that takes it. Events/s of a step: its changes (and form events) all delivered ÷ the step's length; 'peak … in a step's window': the most events completed (at every webhook) in any step's window ÷ its length. Webhooks: up to %d the admin's, taking every event; the rest spread over the users, each taking its user's events (MaxPerUser is %d). The receiver (in this process) verifies every POST with the Standard Webhooks library and the webhook's secret (a POST that fails fails the run) and keeps each webhook's event id once (repeats: duplicates). %s", sz.accounts, sz.mailbox, eventsTick, sz.forms, sz.start, sz.factor, sz.step, eventsP99, eventsAdminHooks, webhooks.MaxPerUser, o.GC))
 	return r, nil
 }
 
@@ -81,6 +81,16 @@ func eventsOnBroker(ctx context.Context, o Options, r *Result, tg benchTarget, s
 		}
 		o.progress("   %s, %d webhooks: ramp from %.0f events/s", tg.name, hooks, start)
 		ph, err := b.ramp(ctx, o, start)
+		// A first step already late measures nothing: start lower (twice).
+		for low := start / 4; err == nil && ph.best == 0 && low >= sz.start/16; low /= 4 {
+			o.progress("   %s, %d webhooks: late from the first step; again from %.0f events/s", tg.name, hooks, low)
+			var more eventsPhase
+			more, err = b.ramp(ctx, o, low)
+			for _, s := range more.steps {
+				ph.add(s)
+			}
+			ph.drained = more.drained
+		}
 		if err != nil {
 			return fmt.Errorf("%d webhooks: %w", hooks, err)
 		}
