@@ -39,6 +39,8 @@ type gmailFleet struct {
 	ids     []string // account ids, in connect order
 	addr    string   // the app's HTTP listener (its /metrics)
 	floor   gmailFloor
+	app     *app.App
+	diff    []string // the app's settings that differ from serve's defaults
 }
 
 // fleetOptions: the broker (empty: embedded) and whether Gmail's quota is
@@ -46,6 +48,9 @@ type gmailFleet struct {
 type fleetOptions struct {
 	redisURL string
 	quotaOff bool
+	// allowPrivate sets MAILROOM_WEBHOOK_ALLOW_PRIVATE (a receiver on
+	// loopback).
+	allowPrivate bool
 }
 
 func (f *gmailFleet) close() {
@@ -106,11 +111,13 @@ func newGmailFleet(ctx context.Context, fo fleetOptions, sz fairnessSize) (_ *gm
 			c.GmailProjectUnits = sz.project
 		}
 		c.Overrides.GmailQuotaOff = fo.quotaOff
+		c.WebhookAllowPrivate = fo.allowPrivate
+		f.diff = settingsDiff(c)
 	})
 	if err != nil {
 		return nil, err
 	}
-	f.stop, f.db, f.q, f.p, f.addr = stop, a.DB(), a.Queue(), a.Gmail(), a.Addr()
+	f.stop, f.db, f.q, f.p, f.addr, f.app = stop, a.DB(), a.Queue(), a.Gmail(), a.Addr(), a
 	return f, nil
 }
 
