@@ -35,10 +35,13 @@ type ConnectLink struct {
 	Session   string    `json:"session,omitempty"`
 	CreatedAt time.Time `json:"createdAt"`
 	ExpiresAt time.Time `json:"expiresAt"`
-	// OpenedAt is when the link was followed to Google (once only), with
-	// the PKCE verifier sealed under the link's ID.
-	OpenedAt time.Time `json:"openedAt,omitzero"`
-	Verifier []byte    `json:"verifier,omitempty"`
+	// OpenedAt is when the link was last followed to Google (its continue
+	// button; again until the callback completes), with that round trip's
+	// PKCE verifier sealed under the link's ID and the hex of its OAuth
+	// state's key (only the latest state names the link).
+	OpenedAt   time.Time `json:"openedAt,omitzero"`
+	Verifier   []byte    `json:"verifier,omitempty"`
+	OAuthState string    `json:"oauthState,omitempty"`
 	// FinishedAt is when Google sent the browser back (once only), with
 	// the outcome: "connected" or an error code, and the account.
 	FinishedAt time.Time `json:"finishedAt,omitzero"`
@@ -79,9 +82,19 @@ func (tx *Tx) ConnectLinkGet(key string) (ConnectLink, error) {
 	return l, nil
 }
 
-// ConnectLinkBindState names the link by the OAuth state sent to Google.
-func (tx *Tx) ConnectLinkBindState(state, key string) error {
-	return tx.tx.Bucket(bucketConnectStates).Put(stateKey(state), []byte(key))
+// ConnectLinkBindState names the link by the OAuth state sent to Google,
+// in place of the state it was named by before (a link followed again);
+// it sets l.OAuthState. Store l afterwards.
+func (tx *Tx) ConnectLinkBindState(state string, l *ConnectLink) error {
+	b := tx.tx.Bucket(bucketConnectStates)
+	if old, err := hex.DecodeString(l.OAuthState); err == nil && len(old) > 0 {
+		if err := b.Delete(old); err != nil {
+			return fmt.Errorf("store: connect state: %w", err)
+		}
+	}
+	k := stateKey(state)
+	l.OAuthState = hex.EncodeToString(k)
+	return b.Put(k, []byte(l.Key))
 }
 
 // ConnectLinkTakeState returns the link named by an OAuth state and

@@ -7,7 +7,8 @@ import (
 )
 
 // TestConnectLinkStates: a link is found by its token's key, a state bound
-// to it is taken once, and the sweep deletes links expired before the
+// to it is taken once, binding another state forgets the one before, and
+// the sweep deletes links expired before the
 // cut-off with their states, keeping the others.
 func TestConnectLinkStates(t *testing.T) {
 	t.Parallel()
@@ -16,15 +17,18 @@ func TestConnectLinkStates(t *testing.T) {
 	old := ConnectLink{Key: ConnectLinkKey("tok-old"), ID: NewID(), UserID: "u", ExpiresAt: now.Add(-48 * time.Hour)}
 	live := ConnectLink{Key: ConnectLinkKey("tok-live"), ID: NewID(), UserID: "u", ExpiresAt: now.Add(15 * time.Minute)}
 	err := db.Update(func(tx *Tx) error {
-		for _, l := range []ConnectLink{old, live} {
-			if err := tx.ConnectLinkPut(l); err != nil {
+		for _, b := range []struct {
+			l     *ConnectLink
+			state string
+		}{{&old, "state-old"}, {&live, "state-first"}, {&live, "state-live"}} {
+			if err := tx.ConnectLinkBindState(b.state, b.l); err != nil {
+				return err
+			}
+			if err := tx.ConnectLinkPut(*b.l); err != nil {
 				return err
 			}
 		}
-		if err := tx.ConnectLinkBindState("state-old", old.Key); err != nil {
-			return err
-		}
-		return tx.ConnectLinkBindState("state-live", live.Key)
+		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -36,6 +40,9 @@ func TestConnectLinkStates(t *testing.T) {
 		}
 		if _, err := tx.ConnectLinkTakeState("state-live"); !errors.Is(err, ErrNotFound) {
 			t.Errorf("second take: %v, want not found", err)
+		}
+		if _, err := tx.ConnectLinkTakeState("state-first"); !errors.Is(err, ErrNotFound) {
+			t.Errorf("a state bound before the latest: %v, want not found", err)
 		}
 		n, err := tx.ConnectLinksSweep(now.Add(-24*time.Hour), 100)
 		if err != nil || n != 1 {

@@ -3,7 +3,6 @@ package web
 import (
 	"context"
 	"errors"
-	"html/template"
 	"net/http"
 	"net/mail"
 	"net/url"
@@ -22,6 +21,7 @@ import (
 // API's connect links and the admin page's own connect share it.
 type ConnectLinks interface {
 	CreateLink(r accounts.LinkRequest) (accounts.Link, error)
+	CheckLink(token string) (store.ConnectLink, error)
 	OpenLink(token string) (consentURL string, err error)
 	FinishLink(ctx context.Context, cb accounts.Callback) (accounts.Finished, error)
 	LinkDone(l store.ConnectLink, result, accountID string)
@@ -33,8 +33,8 @@ var _ ConnectLinks = (*accounts.Service)(nil)
 const maxLinkState = 512
 
 // connectHandlers are the connect routes: POST /api/v1/users/{uid}/connect,
-// GET /connect/{token} (the link), the admin page's start and the OAuth
-// callback that both end in.
+// GET and POST /connect/{token} (the link's page and its continue button),
+// the admin page's start and the OAuth callback that both end in.
 type connectHandlers struct {
 	s     *server
 	links ConnectLinks
@@ -125,18 +125,79 @@ func plainAddress(s string) bool {
 	return err == nil && a.Name == "" && strings.EqualFold(a.Address, strings.TrimSpace(s))
 }
 
-// open is GET /connect/{token}: the first visit goes on to Google's
-// consent; a used or expired link returns to its redirect URI with
+// connectView is the connect page's data: a link's continue form (with
+// Action), or a short notice (without).
+type connectView struct {
+	Title, Text, Error string
+	// Action and CSRF: the continue form, its token bound to the link and
+	// to the browser's connect cookie.
+	Action, CSRF     string
+	Email, ExpiresAt string
+}
+
+// open is GET /connect/{token}: a page whose button continues to Google
+// (POST); looking at it, as a chat app's link preview does, uses nothing
+// up. A used or expired link returns to its redirect URI with
 // error=expired_link.
 func (h *connectHandlers) open(c *gin.Context) {
-	u, err := h.links.OpenLink(c.Param("token"))
+	l, err := h.links.CheckLink(c.Param("token"))
 	if err != nil {
 		h.finish(c, err)
 		return
 	}
-	c.Redirect(http.StatusFound, u)
+	h.continuePage(c, http.StatusOK, l, "")
+}
+
+// follow is POST /connect/{token}, the page's button: with the form token
+// of this link and this browser's connect cookie, on to Google's consent.
+// Without them (a stale page, a post from another site) the page again.
+func (h *connectHandlers) follow(c *gin.Context) {
+	token := c.Param("token")
+	c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, 64<<10)
+	if err := c.Request.ParseForm(); err != nil {
+		h.s.fail(c, formError(err))
+		return
+	}
+	pre, err := c.Request.Cookie(h.s.cookies.connect)
+	if err != nil || !h.s.keys.verify(connectPurpose(token), pre.Value, c.Request.PostForm.Get(csrfField)) {
+		l, err := h.links.CheckLink(token)
+		if err != nil {
+			h.finish(c, err)
+			return
+		}
+		h.continuePage(c, http.StatusForbidden, l, "This page was out of date or came from another site. Press the button to continue.")
+		return
+	}
+	u, err := h.links.OpenLink(token)
+	if err != nil {
+		h.finish(c, err)
+		return
+	}
+	redirect(c, u)
+}
+
+// connectCookieLen is the length of a connect cookie's value
+// (randomToken(24)).
+const connectCookieLen = 32
+
+// continuePage draws the link's page with its continue form, keeping the
+// browser's connect cookie (or making one).
+func (h *connectHandlers) continuePage(c *gin.Context, status int, l store.ConnectLink, errText string) {
+	token := c.Param("token")
+	pre := randomToken(24)
+	if ck, err := c.Request.Cookie(h.s.cookies.connect); err == nil && len(ck.Value) == connectCookieLen {
+		pre = ck.Value
+	}
+	http.SetCookie(c.Writer, h.s.cookie(h.s.cookies.connect, pre, int(accounts.LinkTTL.Seconds())))
+	text := "mailroom asks Google for access to your Gmail, to keep your mail in step and label it by your rules."
+	h.s.render(c, status, "connect", connectView{Title: "Connect your Gmail", Text: text, Error: errText,
+		Action: "/connect/" + token, CSRF: h.s.keys.sign(connectPurpose(token), pre),
+		Email: l.Email, ExpiresAt: l.ExpiresAt.UTC().Format("15:04 MST")})
 	c.Abort()
 }
+
+// connectPurpose binds a continue form's token to its link.
+func connectPurpose(token string) string { return "connect " + store.ConnectLinkKey(token) }
 
 // adminStart is POST /oauth/google/start (admin session, CSRF checked)
 // with userId and an optional email hint: the admin page's connect, a link
@@ -299,18 +360,9 @@ func (h *connectHandlers) back(c *gin.Context, l store.ConnectLink, q url.Values
 	c.Abort()
 }
 
-var connectPageTmpl = template.Must(template.New("connect").Parse(`<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
-<title>{{.Title}} · mailroom</title><link rel="stylesheet" href="/static/app.css"></head>
-<body><main class="container"><section class="card"><h1>{{.Title}}</h1><p>{{.Text}}</p></section></main></body></html>
-`))
-
 // page is the short page an end user sees when a link has nowhere to
 // return to.
 func (h *connectHandlers) page(c *gin.Context, status int, title, text string) {
-	c.Header("Content-Type", "text/html; charset=utf-8")
-	c.Header("Cache-Control", "no-store")
-	c.Status(status)
-	_ = connectPageTmpl.Execute(c.Writer, struct{ Title, Text string }{title, text})
+	h.s.render(c, status, "connect", connectView{Title: title, Text: text})
 	c.Abort()
 }

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -89,10 +90,56 @@ func (f *linkFlow) google(consent *url.URL) *url.URL {
 	return loc
 }
 
+// continuePage GETs a link's page and returns its continue form's token
+// and the connect cookie that goes with it.
+func (f *linkFlow) continuePage(linkURL string) (form url.Values, cookie string) {
+	f.t.Helper()
+	u, err := url.Parse(linkURL)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	w := request(f.t, f.se.h, http.MethodGet, u.RequestURI(), nil, nil)
+	m := formCSRF.FindStringSubmatch(w.Body.String())
+	if w.Code != http.StatusOK || m == nil || !strings.Contains(w.Body.String(), `action="`+u.Path+`"`) {
+		f.t.Fatalf("GET %s: %d, want the page with its continue form: %.300s", u.Path, w.Code, w.Body.String())
+	}
+	for _, ck := range w.Result().Cookies() {
+		if strings.HasSuffix(ck.Name, "mailroom_connect") {
+			return url.Values{"csrf": {m[1]}}, ck.Name + "=" + ck.Value
+		}
+	}
+	f.t.Fatalf("GET %s set no connect cookie", u.Path)
+	return nil, ""
+}
+
+var formCSRF = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+
+// post POSTs a link's continue form with cookie (none when empty).
+func (f *linkFlow) post(linkURL string, form url.Values, cookie string) *httptest.ResponseRecorder {
+	f.t.Helper()
+	u, err := url.Parse(linkURL)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	var h map[string]string
+	if cookie != "" {
+		h = map[string]string{"Cookie": cookie}
+	}
+	return request(f.t, f.se.h, http.MethodPost, u.RequestURI(), form, h)
+}
+
+// open walks a link's page and its continue button, as a person does:
+// the redirect to Google's consent.
+func (f *linkFlow) open(linkURL string) *url.URL {
+	f.t.Helper()
+	form, cookie := f.continuePage(linkURL)
+	return location(f.t, f.post(linkURL, form, cookie))
+}
+
 // run makes a link and walks it to the end: the final redirect.
 func (f *linkFlow) run(linkURL string) *url.URL {
 	f.t.Helper()
-	consent := f.follow(linkURL, nil)
+	consent := f.open(linkURL)
 	return f.follow(f.google(consent).String(), nil)
 }
 
@@ -120,7 +167,7 @@ func TestConnectLinkFlow(t *testing.T) {
 	se.fake.AddAccount(addr)
 	f := newLinkFlow(t, se)
 	link := f.create(se.alice.token, se.alice.user, `{"redirectUri":"`+testConnectRedirect+`","state":"xyz 1","email":"`+addr+`"}`)
-	consent := f.follow(link, nil)
+	consent := f.open(link)
 	q := consent.Query()
 	token := link[strings.LastIndex(link, "/")+1:]
 	switch {
@@ -141,9 +188,11 @@ func TestConnectLinkFlow(t *testing.T) {
 	if w.Code != http.StatusOK || !strings.Contains(w.Body.String(), `"email":"`+addr+`"`) || !strings.Contains(w.Body.String(), `"userId":"`+se.alice.user+`"`) {
 		t.Fatalf("the connected account: %d %s", w.Code, w.Body.String())
 	}
-	// Used: the link answers expired_link, and Google's redirect again is
-	// not a link any more (nowhere to return: a page, never a 500).
+	// Used: the link answers expired_link (its page and its button), and
+	// Google's redirect again is not a link any more (nowhere to return: a
+	// page, never a 500).
 	wantBack(t, f.follow(link, nil), "error", "expired_link", "xyz 1")
+	wantBack(t, location(t, f.post(link, nil, "")), "error", "expired_link", "xyz 1")
 	if w := request(t, se.h, http.MethodGet, callback.RequestURI(), nil, nil); w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), "not valid") {
 		t.Errorf("replayed callback: %d %.200s", w.Code, w.Body.String())
 	}
@@ -204,8 +253,21 @@ func TestConnectLinkRefusals(t *testing.T) {
 	se.fake.SetConsentAs("mallory@example.com")
 	wantBack(t, f.run(f.create(se.alice.token, se.alice.user, body)), "error", "wrong_user", "s1")
 	se.fake.SetConsentAs("")
+	// The grant Google gave for mallory is revoked, not left behind.
+	if r := se.fake.Revocations(); len(r) != 1 || r[0].Email != "mallory@example.com" || !r[0].Refresh {
+		t.Errorf("revocations after wrong_user: %+v, want mallory's refresh token", r)
+	}
+	// An address connected here keeps its grant (revoking would cut its
+	// account off).
+	se.fake.AddAccount("alice@gmail.example")
+	se.fake.SetConsentAs("alice@gmail.example")
+	wantBack(t, f.run(f.create(se.alice.token, se.alice.user, body)), "error", "wrong_user", "s1")
+	se.fake.SetConsentAs("")
+	if r := se.fake.Revocations(); len(r) != 1 {
+		t.Errorf("revocations after a wrong_user of a connected address: %+v, want mallory's only", r)
+	}
 
-	consent := f.follow(f.create(se.alice.token, se.alice.user, body), nil)
+	consent := f.open(f.create(se.alice.token, se.alice.user, body))
 	cb := f.google(consent)
 	q := cb.Query()
 	q.Del("code")
@@ -214,13 +276,15 @@ func TestConnectLinkRefusals(t *testing.T) {
 	wantBack(t, f.follow(cb.String(), nil), "error", "google_error", "s1")
 
 	// Consent that takes over 10 minutes once the link is followed.
-	cb = f.google(f.follow(f.create(se.alice.token, se.alice.user, body), nil))
+	cb = f.google(f.open(f.create(se.alice.token, se.alice.user, body)))
 	se.clock.Advance(10 * time.Minute)
 	wantBack(t, f.follow(cb.String(), nil), "error", "expired_link", "s1")
 
 	link := f.create(se.alice.token, se.alice.user, body)
+	form, cookie := f.continuePage(link)
 	se.clock.Advance(15*time.Minute + time.Second)
 	wantBack(t, f.follow(link, nil), "error", "expired_link", "s1")
+	wantBack(t, location(t, f.post(link, form, cookie)), "error", "expired_link", "s1")
 
 	var accs int
 	_ = se.db.View(func(tx *store.Tx) error {
@@ -240,7 +304,8 @@ func TestConnectLinkRefusals(t *testing.T) {
 // TestAdminConnectIsAPostWithCSRF: the admin page's connect starts with a
 // POST that carries the session's CSRF token (a GET, or a POST from
 // another site, does nothing), and finishes only in the session that
-// started it.
+// started it: a callback without that session (none, or another admin's)
+// is refused and leaves the link for the admin's own callback.
 func TestAdminConnectIsAPostWithCSRF(t *testing.T) {
 	t.Parallel()
 	se := newSecEnv(t, nil)
@@ -257,24 +322,80 @@ func TestAdminConnectIsAPostWithCSRF(t *testing.T) {
 		w := request(t, se.h, http.MethodPost, "/oauth/google/start", url.Values{"userId": {se.alice.user}, "csrf": {sess.csrf}}, sess.headers())
 		return location(t, w)
 	}
-	// Another session cannot finish it.
 	cb := f.google(start(s))
+	// No session: a page saying the link is not valid.
+	if w := request(t, se.h, http.MethodGet, cb.RequestURI(), nil, nil); w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), "not valid") {
+		t.Fatalf("callback without a session: %d %.300s", w.Code, w.Body.String())
+	}
+	// Another session: back to its Accounts page.
 	other := login(t, se.h)
 	if w := request(t, se.h, http.MethodGet, cb.RequestURI(), nil, other.headers()); w.Code != http.StatusSeeOther || w.Header().Get("Location") != "/admin/accounts" {
 		t.Fatalf("callback in another session: %d %s", w.Code, w.Header().Get("Location"))
 	}
-	// The first session (a second sign-in ends none) cannot finish it
-	// either: another session's try used the link up.
-	if w := request(t, se.h, http.MethodGet, cb.RequestURI(), nil, s.headers()); w.Code != http.StatusSeeOther || w.Header().Get("Location") != "/admin/accounts" {
-		t.Fatalf("callback after another session's try: %d %s", w.Code, w.Header().Get("Location"))
-	}
-	cb = f.google(start(other))
-	loc := location(t, request(t, se.h, http.MethodGet, cb.RequestURI(), nil, other.headers()))
+	// Neither used the link up: the admin's own callback connects.
+	loc := location(t, request(t, se.h, http.MethodGet, cb.RequestURI(), nil, s.headers()))
 	if !strings.HasPrefix(loc.Path, "/admin/accounts/") {
-		t.Fatalf("after consent: %s", loc)
+		t.Fatalf("the starting session's callback after the others' tries: %s", loc)
 	}
 	w := request(t, se.h, http.MethodGet, "/api/v1/accounts/"+strings.TrimPrefix(loc.Path, "/admin/accounts/"), nil, bearer(se.alice.token))
 	if w.Code != http.StatusOK || !strings.Contains(w.Body.String(), "dora@example.com") {
 		t.Fatalf("the connected account: %d %s", w.Code, w.Body.String())
 	}
+	// Then it is used.
+	if w := request(t, se.h, http.MethodGet, cb.RequestURI(), nil, s.headers()); w.Code != http.StatusSeeOther || w.Header().Get("Location") != "/admin/accounts" {
+		t.Fatalf("callback again: %d %s", w.Code, w.Header().Get("Location"))
+	}
+}
+
+// TestConnectLinkPageUsesNothingUp: GET /connect/{token} is a page with a
+// continue button; GETs (a chat app's link preview, the person reloading)
+// leave the link usable, and only the button's POST, with the form token
+// and the cookie of the browser that was shown the page, goes to Google.
+// A POST without them, or with another link's, draws the page again. The
+// button pressed twice is fine: only the latest consent's callback
+// finishes the link.
+func TestConnectLinkPageUsesNothingUp(t *testing.T) {
+	t.Parallel()
+	se := newSecEnv(t, nil)
+	const addr = "erin@example.com"
+	se.fake.AddAccount(addr)
+	f := newLinkFlow(t, se)
+	body := `{"redirectUri":"` + testConnectRedirect + `","state":"p","email":"` + addr + `"}`
+	link := f.create(se.alice.token, se.alice.user, body)
+	other := f.create(se.alice.token, se.alice.user, body)
+
+	// Two previews, without cookies.
+	for range 2 {
+		w := request(t, se.h, http.MethodGet, link[strings.Index(link, "/connect/"):], nil, nil)
+		if w.Code != http.StatusOK || !strings.Contains(w.Body.String(), "Continue to Google") || w.Header().Get("Location") != "" {
+			t.Fatalf("GET the link: %d %s %.300s", w.Code, w.Header().Get("Location"), w.Body.String())
+		}
+	}
+	form, cookie := f.continuePage(link)
+	otherForm, _ := f.continuePage(other)
+	for name, tc := range map[string]struct {
+		form   url.Values
+		cookie string
+	}{
+		"no cookie":          {form, ""},
+		"no form token":      {nil, cookie},
+		"another link's":     {otherForm, cookie},
+		"a cookie not given": {form, strings.SplitN(cookie, "=", 2)[0] + "=" + strings.Repeat("A", connectCookieLen)},
+	} {
+		w := f.post(link, tc.form, tc.cookie)
+		if w.Code != http.StatusForbidden || w.Header().Get("Location") != "" || !strings.Contains(w.Body.String(), "out of date") || !formCSRF.MatchString(w.Body.String()) {
+			t.Errorf("POST with %s: %d %s, want the page again (403)", name, w.Code, w.Header().Get("Location"))
+		}
+	}
+	first := f.google(location(t, f.post(link, form, cookie)))
+	consent := location(t, f.post(link, form, cookie))
+	if !strings.HasPrefix(consent.String(), se.fake.URL()) {
+		t.Fatalf("the button went to %s, not Google", consent)
+	}
+	// The first press's consent is stale, and leaves the link usable.
+	if w := request(t, se.h, http.MethodGet, first.RequestURI(), nil, nil); w.Code != http.StatusBadRequest {
+		t.Fatalf("the first press's callback: %d %s", w.Code, w.Header().Get("Location"))
+	}
+	wantBack(t, f.follow(f.google(consent).String(), nil), "connected", "", "p")
+	wantBack(t, f.follow(link, nil), "error", "expired_link", "p")
 }

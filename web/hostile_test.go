@@ -211,6 +211,10 @@ func TestHostileInputs(t *testing.T) {
 		{name: "admin: login oversized", method: "POST", path: "/admin/login", body: url.Values{"password": {strings.Repeat("x", 100<<10)}}, status: 413, code: "too_large"},
 		{name: "admin: login malformed", method: "POST", path: "/admin/login", body: "%zz", headers: map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, status: 400, code: "malformed_form"},
 		{name: "admin: demo page without demo", method: "GET", path: "/admin/demo/mailbox", headers: s.headers(), status: 404},
+		{name: "connect: unknown link", method: "GET", path: "/connect/cl_nope", status: 400},
+		{name: "connect: unknown link's button", method: "POST", path: "/connect/cl_nope", body: url.Values{"csrf": {"x"}}, status: 400},
+		{name: "connect: button oversized", method: "POST", path: "/connect/cl_nope", body: url.Values{"csrf": {strings.Repeat("x", 100<<10)}}, status: 413, code: "too_large"},
+		{name: "connect: button malformed", method: "POST", path: "/connect/cl_nope", body: "%zz", headers: map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, status: 400, code: "malformed_form"},
 		{name: "admin: deadletter path trick", method: "GET", path: "/admin/deadletters/..%2F..%2Ftokens", headers: s.headers(), status: 404},
 	}
 	if len(cases) < 80 {
@@ -244,7 +248,7 @@ func TestHostileInputs(t *testing.T) {
 		if w.Code != http.StatusSeeOther || w.Header().Get("Location") != "/admin/accounts" {
 			t.Errorf("callback %.60s: %d %q", q, w.Code, w.Header().Get("Location"))
 		}
-		if w := request(t, se.h, "GET", "/oauth/google/callback"+q, nil, nil); w.Code != http.StatusBadRequest || strings.Contains(w.Body.String(), "script") || strings.Contains(w.Body.String(), "AAAA") {
+		if w := request(t, se.h, "GET", "/oauth/google/callback"+q, nil, nil); w.Code != http.StatusBadRequest || strings.Contains(w.Body.String(), "alert(1)") || strings.Contains(w.Body.String(), "AAAA") {
 			t.Errorf("callback %.60s without a session: %d %.200q", q, w.Code, w.Body.String())
 		}
 	}

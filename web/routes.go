@@ -50,11 +50,13 @@ func (s *server) publicRoutes(e *gin.Engine, h handlers) {
 	if s.deps.Gmail != nil {
 		e.POST("/push/gmail", s.pushLimit, h.gm.push)
 	}
-	// Connect links (the token in the path is the secret) and Google's
+	// Connect links (the token in the path is the secret; the page's
+	// continue button posts with a form token bound to a cookie) and Google's
 	// redirect after consent (its state names the link; an admin-page
 	// connect also needs the session that started it).
 	if h.cn != nil {
 		e.GET("/connect/:token", h.cn.open)
+		e.POST("/connect/:token", h.cn.follow)
 		e.GET("/oauth/google/callback", h.cn.callback)
 	}
 }

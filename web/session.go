@@ -34,6 +34,9 @@ const (
 // no Domain, so a sibling subdomain cannot plant one).
 type cookieNames struct {
 	session, preSession, flash, device, draft string
+	// connect binds a connect link's continue form to the browser that
+	// was shown it.
+	connect string
 }
 
 func newCookieNames(secure bool) cookieNames {
@@ -42,7 +45,8 @@ func newCookieNames(secure bool) cookieNames {
 		prefix = "__Host-"
 	}
 	return cookieNames{session: prefix + "mailroom_session", preSession: prefix + "mailroom_login",
-		flash: prefix + "mailroom_flash", device: prefix + "mailroom_device", draft: prefix + "mailroom_draft"}
+		flash: prefix + "mailroom_flash", device: prefix + "mailroom_device", draft: prefix + "mailroom_draft",
+		connect: prefix + "mailroom_connect"}
 }
 
 // cookieKeys signs the cookies the server does not store: the login

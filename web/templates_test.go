@@ -31,6 +31,7 @@ func templateSamples() map[string]any {
 		Status: "dead letters", StatusClass: "err", Spark: sparkline([]int{1, 5, 2}, []int{0, 1, 0}), P50: "1.2ms", P99: "9.8ms", DeadLink: "/admin/deadletters?type=sheets:flush"}
 	return map[string]any{
 		"error":        &httpError{Status: 404, Code: "not_found", Message: "No such thing.", Field: "id"},
+		"connect":      connectView{Title: "Connect your Gmail", Text: "mailroom asks Google.", Error: "Out of date.", Action: "/connect/cl_x", CSRF: "form-token", Email: "ann@example.com", ExpiresAt: "05:21 UTC"},
 		"login":        loginView{Next: "/admin", Error: "That password is not right.", NoPassword: true},
 		"logout":       nil,
 		"overview":     overviewView{Running: true, Queues: []queueRow{row}, Totals: queueTotals{Pending: 1200, Workers: 4}, UpdatedAt: at},

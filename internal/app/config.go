@@ -189,7 +189,7 @@ func (c *Config) settings() []setting {
 		{"google-token-url", "MAILROOM_GOOGLE_TOKEN_URL", "OAuth2 token endpoint (default: Google's)", s(&c.GoogleTokenURL, ""), false, false},
 		{"google-auth-url", "MAILROOM_GOOGLE_AUTH_URL", "OAuth2 authorization endpoint that the admin page's connect and connect links send browsers to (default: Google's, https://accounts.google.com/o/oauth2/v2/auth)", s(&c.GoogleAuthURL, ""), false, false},
 		{"connect-redirect-uris", "MAILROOM_CONNECT_REDIRECT_URIS", "comma-separated redirect URIs a connect link may return to (exact match); empty: the API makes no connect links", l(&c.ConnectRedirectURIs), false, false},
-		{"google-revoke-url", "MAILROOM_GOOGLE_REVOKE_URL", "OAuth2 revocation endpoint, called when an account is deleted (default: Google's, or \"revoke\" next to a token URL ending in /token)", s(&c.GoogleRevokeURL, ""), false, false},
+		{"google-revoke-url", "MAILROOM_GOOGLE_REVOKE_URL", "OAuth2 revocation endpoint, called when an account is deleted or a connect link ends in wrong_user (default: Google's, or \"revoke\" next to a token URL ending in /token)", s(&c.GoogleRevokeURL, ""), false, false},
 		{"google-certs-url", "MAILROOM_GOOGLE_CERTS_URL", "JWKS verifying push OIDC tokens (default: Google's)", s(&c.GoogleCertsURL, ""), false, false},
 		{"push-audience", "MAILROOM_PUSH_AUDIENCE", "required aud of the push OIDC token", s(&c.PushAudience, ""), false, false},
 		{"push-service-account", "MAILROOM_PUSH_SERVICE_ACCOUNT", "required email claim of the push OIDC token", s(&c.PushServiceAccount, ""), false, false},

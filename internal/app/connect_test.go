@@ -3,6 +3,7 @@ package app_test
 import (
 	"io"
 	"net/http"
+	"net/http/cookiejar"
 	"net/url"
 	"strings"
 	"testing"
@@ -34,6 +35,28 @@ func redirectOf(t *testing.T, c *http.Client, u string) *url.URL {
 	loc, err := resp.Request.URL.Parse(resp.Header.Get("Location"))
 	if (resp.StatusCode != http.StatusFound && resp.StatusCode != http.StatusSeeOther) || err != nil {
 		t.Fatalf("GET %s: %s, Location %q", u, resp.Status, resp.Header.Get("Location"))
+	}
+	return loc
+}
+
+// continueLink opens a connect link's page in c (which keeps cookies) and
+// presses its continue button; it returns where that sends the browser
+// (Google's consent).
+func continueLink(t *testing.T, c *http.Client, link string) *url.URL {
+	t.Helper()
+	status, page := getPage(t, c, link)
+	m := csrfRE.FindStringSubmatch(page)
+	if status != http.StatusOK || m == nil {
+		t.Fatalf("GET %s: %d, want the link's page with its continue form", link, status)
+	}
+	resp, err := noFollow(c).PostForm(link, url.Values{"csrf": {m[1]}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	loc, err := resp.Request.URL.Parse(resp.Header.Get("Location"))
+	if resp.StatusCode != http.StatusSeeOther || err != nil {
+		t.Fatalf("continue at %s: %s, Location %q", link, resp.Status, resp.Header.Get("Location"))
 	}
 	return loc
 }
@@ -126,8 +149,9 @@ func TestConnectLinkRepairsRevokedAccount(t *testing.T) {
 	if _, err := fake.Gmail.AddMessage(gmailAddr, googlefake.Message{Subject: "while the owner reads the link"}); err != nil {
 		t.Fatal(err)
 	}
-	browser := &http.Client{Timeout: 10 * time.Second}
-	consent := redirectOf(t, browser, link.URL)
+	jar, _ := cookiejar.New(nil)
+	browser := &http.Client{Timeout: 10 * time.Second, Jar: jar}
+	consent := continueLink(t, browser, link.URL)
 	callback := redirectOf(t, browser, consent.String())
 	back := redirectOf(t, browser, callback.String())
 	q := back.Query()

@@ -15,8 +15,8 @@ import (
 
 // TestGmailOAuthStateBoundToSession: a consent started in one admin
 // session and finished in another (a login CSRF or a stolen link) is
-// refused and connects nothing; the consent URL carries an S256 PKCE
-// challenge.
+// refused and connects nothing, and leaves the consent to the session that
+// started it; the consent URL carries an S256 PKCE challenge.
 func TestGmailOAuthStateBoundToSession(t *testing.T) {
 	t.Parallel()
 	fake := googlefake.StartForTest(t, googlefake.Options{ClientID: "client-id", ClientSecret: "client-secret", ConsentAccount: gmailAddr})
@@ -48,6 +48,10 @@ func TestGmailOAuthStateBoundToSession(t *testing.T) {
 	ta.JSON(http.MethodGet, "/api/v1/accounts", nil, http.StatusOK, &list)
 	if len(list.Accounts) != 0 {
 		t.Fatalf("connected through another session: %+v", list)
+	}
+	// The starting session's own callback still connects.
+	if resp := redirectOf(t, noFollow(a), callback.String()); !strings.HasPrefix(resp.Path, "/admin/accounts/") {
+		t.Fatalf("the starting session's callback after another's try went to %s", resp)
 	}
 }
 

@@ -25,6 +25,11 @@ package googlefake
 //	  consent's (redirect_uri_mismatch)                |                                                             |
 //	the consenting account: the login_hint when known, | "login_hint: Optional" (a hint: the person may sign in as   | TestAuthorizationEndpointChecks
 //	  or who the test says (SetConsentAs)              |   another account)                                          |
+//	revoke: POST token= (refresh or access); its grant | "Revoking a token": POST https://oauth2.googleapis.com/     | TestRevokeEndpoint
+//	  stops refreshing; an unknown or revoked token    |   revoke?token=...; 200 on success, 400 on error            |
+//	  answers 400 invalid_token; each success is kept  |                                                             |
+//	  for the test (Revocations)                       |                                                             |
 //
 // Test controls: SetConsentAccount, SetConsentAs, DenyConsent, LastConsent,
-// RevokeRefreshToken (invalid_grant at refresh) and Options.RedirectURIs.
+// RevokeRefreshToken (invalid_grant at refresh), Revocations and
+// Options.RedirectURIs.

@@ -41,6 +41,25 @@ type authority struct {
 	deny      bool
 	last      url.Values
 	sweepAt   int // sweep expired access tokens when the map reaches this size
+	// revoked lists the revocation endpoint's successful calls.
+	revoked []Revocation
+}
+
+// Revocation is a token the revocation endpoint revoked.
+type Revocation struct {
+	// Email is the account the token was issued for; Token the token
+	// revoked; Refresh whether it was a refresh token (else an access
+	// token, whose refresh token went with it).
+	Email, Token string
+	Refresh      bool
+}
+
+// Revocations returns the tokens revoked through the revocation endpoint,
+// oldest first (RevokeRefreshToken, the user's own removal, is not one).
+func (s *Server) Revocations() []Revocation {
+	s.auth.mu.Lock()
+	defer s.auth.mu.Unlock()
+	return slices.Clone(s.auth.revoked)
 }
 
 type account struct {
@@ -560,11 +579,13 @@ func (a *authority) revoke(c *call) (any, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	refresh := ""
-	if _, ok := a.refresh[tok]; ok {
+	if email, ok := a.refresh[tok]; ok {
 		refresh = tok
+		a.revoked = append(a.revoked, Revocation{Email: email, Token: tok, Refresh: true})
 	} else if t, ok := a.access[tok]; ok {
 		delete(a.access, tok)
 		refresh = t.refresh
+		a.revoked = append(a.revoked, Revocation{Email: t.email, Token: tok})
 	} else {
 		return nil, errOAuth(400, "invalid_token", "Token expired or revoked")
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -235,6 +236,17 @@ func TestRevokeEndpoint(t *testing.T) {
 	var rerr *oauth2.RetrieveError
 	if !errors.As(err, &rerr) || rerr.ErrorCode != "invalid_grant" {
 		t.Errorf("after revoke: %v, want invalid_grant", err)
+	}
+	want := []googlefake.Revocation{{Email: ann, Token: e.refresh, Refresh: true}}
+	if got := e.srv.Revocations(); !slices.Equal(got, want) {
+		t.Errorf("revocations %+v, want %+v", got, want)
+	}
+	// Revoked already: 400 invalid_token, and not recorded again.
+	resp, err = e.hc.PostForm(e.base+"revoke", url.Values{"token": {e.refresh}})
+	check(t, err)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest || len(e.srv.Revocations()) != 1 {
+		t.Errorf("revoking again: %d, %d revocations", resp.StatusCode, len(e.srv.Revocations()))
 	}
 }
 

@@ -19,12 +19,13 @@ import (
 
 // Connect links: a round trip through Google's consent that connects a
 // Gmail account to a user, for the API's connect links and the admin
-// page's own connect alike. A link is followed once (OpenLink sends the
+// page's own connect alike. A link may be looked at (CheckLink: a page and
+// a chat app's preview use nothing up) and followed (OpenLink sends the
 // browser to Google with a PKCE S256 challenge and an OAuth state bound to
-// the link) and finished once (FinishLink takes the state, exchanges the
-// code with the verifier and reads the mailbox's address). Links live in
-// bbolt (verifiers sealed), so a restart between the two does not lose
-// them.
+// the link; following it again replaces both) until it is finished once
+// (FinishLink takes the state, exchanges the code with the verifier and
+// reads the mailbox's address). Links live in bbolt (verifiers sealed), so
+// a restart between the two does not lose them.
 
 const (
 	// LinkTTL is how long a connect link may be followed.
@@ -128,32 +129,55 @@ func sessionHash(session string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// OpenLink follows a link: the first time, before it expires, it returns
-// Google's consent URL (PKCE S256, offline access, login_hint, a fresh
-// OAuth state bound to the link); after that a *LinkError LinkExpired.
-// An unknown token is ErrLinkUnknown.
+// CheckLink returns a link that can still be followed, changing nothing
+// (a page showing it, a link preview): a used or expired link is a
+// *LinkError LinkExpired, an unknown token ErrLinkUnknown.
+func (s *Service) CheckLink(token string) (store.ConnectLink, error) {
+	if !s.OAuthConfigured() {
+		return store.ConnectLink{}, ErrOAuthUnavailable
+	}
+	var l store.ConnectLink
+	err := s.db.View(func(tx *store.Tx) error {
+		var err error
+		l, err = s.usableLink(tx, token)
+		return err
+	})
+	return l, err
+}
+
+// usableLink is the token's link when it can be followed now.
+func (s *Service) usableLink(tx *store.Tx, token string) (store.ConnectLink, error) {
+	l, err := tx.ConnectLinkGet(store.ConnectLinkKey(token))
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return l, ErrLinkUnknown
+	case err != nil:
+		return l, err
+	case !l.FinishedAt.IsZero():
+		return l, &LinkError{Code: LinkExpired, Link: l, Err: errors.New("the link was already used")}
+	case !s.now().Before(l.ExpiresAt):
+		return l, &LinkError{Code: LinkExpired, Link: l, Err: errors.New("the link expired")}
+	}
+	return l, nil
+}
+
+// OpenLink follows a link that CheckLink would return: it returns Google's
+// consent URL (PKCE S256, offline access, login_hint, a fresh OAuth state
+// bound to the link in place of an earlier one). The link stays usable
+// until its callback completes (FinishLink).
 func (s *Service) OpenLink(token string) (string, error) {
 	if !s.OAuthConfigured() {
 		return "", ErrOAuthUnavailable
 	}
-	now := s.now().UTC()
 	state, verifier := rand.Text(), oauth2.GenerateVerifier()
 	var l store.ConnectLink
 	err := s.db.Update(func(tx *store.Tx) error {
 		var err error
-		if l, err = tx.ConnectLinkGet(store.ConnectLinkKey(token)); errors.Is(err, store.ErrNotFound) {
-			return ErrLinkUnknown
-		} else if err != nil {
+		if l, err = s.usableLink(tx, token); err != nil {
 			return err
 		}
-		switch {
-		case !l.OpenedAt.IsZero():
-			return &LinkError{Code: LinkExpired, Link: l, Err: errors.New("the link was already used")}
-		case !now.Before(l.ExpiresAt):
-			return &LinkError{Code: LinkExpired, Link: l, Err: errors.New("the link expired")}
-		}
-		l.OpenedAt, l.Verifier = now, s.db.Seal([]byte(verifier), l.ID)
-		if err := tx.ConnectLinkBindState(state, l.Key); err != nil {
+		l.OpenedAt, l.Verifier = s.now().UTC(), s.db.Seal([]byte(verifier), l.ID)
+		if err := tx.ConnectLinkBindState(state, &l); err != nil {
 			return err
 		}
 		return tx.ConnectLinkPut(l)
@@ -202,6 +226,13 @@ func (s *Service) FinishLink(ctx context.Context, cb Callback) (Finished, error)
 		} else if err != nil {
 			return err
 		}
+		if !sameSession(l, cb.Session) {
+			// Not this browser's link: as if unknown, and the error
+			// rolls the take back, so the admin's own callback still
+			// finishes it.
+			s.log.Warn("OAuth callback from another session than the one that started it; refused", "link_id", l.ID)
+			return ErrLinkUnknown
+		}
 		if !l.FinishedAt.IsZero() {
 			return &LinkError{Code: LinkExpired, Link: l, Err: errors.New("the link was already used")}
 		}
@@ -214,14 +245,6 @@ func (s *Service) FinishLink(ctx context.Context, cb Callback) (Finished, error)
 	fail := func(code string, err error) (Finished, error) {
 		s.LinkDone(l, code, "")
 		return Finished{}, &LinkError{Code: code, Link: l, Err: err}
-	}
-	if l.Session != "" {
-		got := sessionHash(cb.Session)
-		if cb.Session == "" || subtle.ConstantTimeCompare([]byte(got), []byte(l.Session)) != 1 {
-			s.log.Warn("OAuth callback from another session than the one that started it; refused", "link_id", l.ID)
-			// Not the session's link: as if unknown.
-			return Finished{}, ErrLinkUnknown
-		}
 	}
 	switch {
 	case cb.Error == "access_denied":
@@ -255,9 +278,43 @@ func (s *Service) FinishLink(ctx context.Context, cb Callback) (Finished, error)
 		return fail(LinkGoogleError, fmt.Errorf("read the mailbox's address: %w", err))
 	}
 	if l.Email != "" && !strings.EqualFold(strings.TrimSpace(email), l.Email) {
+		s.dropGrant(ctx, l, email, tok)
 		return fail(LinkWrongUser, fmt.Errorf("Google signed in %s, the link asked for %s", email, l.Email))
 	}
 	return Finished{Link: l, Email: email, Token: tok}, nil
+}
+
+// sameSession reports whether a callback with session may finish l: any
+// callback for an API link, only the starting session's for an admin
+// connect.
+func sameSession(l store.ConnectLink, session string) bool {
+	if l.Session == "" {
+		return true
+	}
+	got := sessionHash(session)
+	return session != "" && subtle.ConstantTimeCompare([]byte(got), []byte(l.Session)) == 1
+}
+
+// dropGrant revokes at Google the grant a wrong_user consent gave, so that
+// Google does not keep an access nobody uses. An address already connected
+// here keeps it: Google's revocation ends the app's grant for the Google
+// account, which would cut that account off too. A failure is logged (the
+// person can remove the access in the Google account).
+func (s *Service) dropGrant(ctx context.Context, l store.ConnectLink, email string, tok google.Token) {
+	var connected bool
+	_ = s.db.View(func(tx *store.Tx) error {
+		connected = len(tx.AccountIDsByEmail(email)) > 0
+		return nil
+	})
+	if connected {
+		s.log.Info("wrong_user: the address signed in is connected here; its grant is kept", "link_id", l.ID)
+		return
+	}
+	if err := s.google.Revoke(ctx, tok); err != nil {
+		s.log.Warn("wrong_user: Google did not revoke the grant it gave; the person can remove mailroom's access in the Google account", "link_id", l.ID, "revoke_url", s.google.RevokeURL(), "err", err)
+		return
+	}
+	s.log.Info("wrong_user: the grant Google gave is revoked", "link_id", l.ID)
 }
 
 // LinkDone records a finished link's outcome (for the logs and the
