@@ -3,7 +3,6 @@ package queue
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -104,9 +103,8 @@ func (a *Alerter) flushNotices(ctx context.Context) {
 		return
 	}
 	for _, text := range raised {
-		text = Truncate("mailroom: "+text, 1900)
-		raw, _ := json.Marshal(map[string]string{"content": text, "text": text})
-		err := a.post(ctx, raw)
+		text = "mailroom: " + text
+		err := a.post(ctx, chatBody(text))
 		a.mu.Lock()
 		if err != nil {
 			a.failed++
@@ -228,14 +226,14 @@ func (a *Alerter) flush(ctx context.Context) {
 	if a.cfg.WebhookURL == "" {
 		return
 	}
-	var body []byte
+	var text string
 	if len(counts) > 0 {
-		body = a.message(counts, newest)
+		text = a.message(counts, newest)
 	}
 	if len(notices) > 0 {
-		body = a.noticeMessage(body, notices, notice)
+		text = a.noticeMessage(text, notices, notice)
 	}
-	err := a.post(ctx, body)
+	err := a.post(ctx, chatBody(text))
 	a.mu.Lock()
 	if err != nil {
 		a.failed++
@@ -273,7 +271,7 @@ func (a *Alerter) flushStored(ctx context.Context) {
 			newest = p
 		}
 	}
-	err := a.post(ctx, a.message(counts, alertItem{typ: newest.Type, id: newest.NewestID, err: newest.NewestError}))
+	err := a.post(ctx, chatBody(a.message(counts, alertItem{typ: newest.Type, id: newest.NewestID, err: newest.NewestError})))
 	if err == nil {
 		err = a.cfg.DB.Update(func(tx *store.Tx) error { return tx.AlertsDelivered(pending) })
 		if err != nil {
@@ -298,8 +296,9 @@ func (a *Alerter) retryLater(ctx context.Context) {
 	context.AfterFunc(ctx, func() { t.Stop() })
 }
 
-// message builds a body both Discord ("content") and Slack ("text") accept.
-func (a *Alerter) message(counts map[string]int, newest alertItem) []byte {
+// message says how many tasks of each type were dead-lettered, and quotes
+// the newest one's error.
+func (a *Alerter) message(counts map[string]int, newest alertItem) string {
 	types := make([]string, 0, len(counts))
 	total := 0
 	for t, n := range counts {
@@ -312,26 +311,19 @@ func (a *Alerter) message(counts map[string]int, newest alertItem) []byte {
 	for _, t := range types {
 		fmt.Fprintf(&b, "• %s: %d\n", t, counts[t])
 	}
-	fmt.Fprintf(&b, "Newest: %s %s: %s", newest.typ, newest.id, Truncate(newest.err, 500))
+	fmt.Fprintf(&b, "Newest: %s %s: %s", newest.typ, newest.id, Quote(newest.err))
 	if a.cfg.PublicURL != "" {
 		fmt.Fprintf(&b, "\n%s/admin/deadletters", strings.TrimRight(a.cfg.PublicURL, "/"))
 	}
-	text := Truncate(b.String(), 1900) // Discord's content limit is 2,000
-	raw, _ := json.Marshal(map[string]string{"content": text, "text": text})
-	return raw
+	return b.String()
 }
 
-// noticeMessage adds the grouped notices to a message body (or makes one).
-func (a *Alerter) noticeMessage(body []byte, notices map[string]int, newest alertItem) []byte {
-	var prev struct {
-		Content string `json:"content"`
-	}
-	if body != nil {
-		_ = json.Unmarshal(body, &prev)
-	}
+// noticeMessage adds the grouped notices to a message's text (or makes
+// one), quoting the newest notice.
+func (a *Alerter) noticeMessage(prev string, notices map[string]int, newest alertItem) string {
 	var b strings.Builder
-	if prev.Content != "" {
-		b.WriteString(prev.Content + "\n")
+	if prev != "" {
+		b.WriteString(prev + "\n")
 	}
 	subjects := make([]string, 0, len(notices))
 	for s := range notices {
@@ -341,13 +333,11 @@ func (a *Alerter) noticeMessage(body []byte, notices map[string]int, newest aler
 	for _, s := range subjects {
 		fmt.Fprintf(&b, "mailroom: %d %s(s) need attention\n", notices[s], s)
 	}
-	fmt.Fprintf(&b, "Newest: %s %s: %s", newest.typ, newest.id, Truncate(newest.err, 500))
+	fmt.Fprintf(&b, "Newest: %s %s: %s", newest.typ, newest.id, Quote(newest.err))
 	if a.cfg.PublicURL != "" && strings.HasPrefix(newest.typ, "sheets") {
 		fmt.Fprintf(&b, "\n%s/admin/forms", strings.TrimRight(a.cfg.PublicURL, "/"))
 	}
-	text := Truncate(b.String(), 1900)
-	raw, _ := json.Marshal(map[string]string{"content": text, "text": text})
-	return raw
+	return b.String()
 }
 
 // Test posts a test message now (the setup page's button).
@@ -355,9 +345,7 @@ func (a *Alerter) Test(ctx context.Context) error {
 	if a.cfg.WebhookURL == "" {
 		return fmt.Errorf("alerts: MAILROOM_ALERT_WEBHOOK_URL is not set")
 	}
-	text := "mailroom: test alert — dead-letter alerts will arrive here."
-	raw, _ := json.Marshal(map[string]string{"content": text, "text": text})
-	return a.post(ctx, raw)
+	return a.post(ctx, chatBody("mailroom: test alert — dead-letter alerts will arrive here."))
 }
 
 // post sends body to the webhook. Its error never holds the webhook's URL,

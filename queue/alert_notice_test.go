@@ -50,7 +50,7 @@ func TestAlertNoticesAreGrouped(t *testing.T) {
 	if err := json.Unmarshal([]byte(bodies[0]), &msg); err != nil || msg.Content != msg.Text {
 		t.Fatalf("body %q", bodies[0])
 	}
-	for _, want := range []string{"1 task(s) moved to the dead-letter archive", "3 sheets form(s) need attention", "f3: The spreadsheet is full", "https://mail.example/admin/forms"} {
+	for _, want := range []string{"1 task(s) moved to the dead-letter archive", "3 sheets form(s) need attention", "f3: `The spreadsheet is full`", "https://mail.example/admin/forms"} {
 		if !strings.Contains(msg.Content, want) {
 			t.Errorf("message %q lacks %q", msg.Content, want)
 		}

@@ -51,27 +51,54 @@ var errTokenInvalid = &httpError{Status: http.StatusUnauthorized, Code: "unautho
 // apiAuth requires "Authorization: Bearer <token>": MAILROOM_API_TOKEN
 // (constant-time compare, an admin token) or a token made in the admin page
 // or the API (looked up by its hash; an admin or a user token, refused once
-// expired or revoked). A client that keeps sending bad tokens is answered
-// 429 before its token is even looked at.
+// expired or revoked). The token is checked first and only failures are
+// counted per client address: a client that keeps sending missing or bad
+// tokens is answered 429, while a valid token from the same address (the
+// same NAT, or a proxy without MAILROOM_TRUSTED_PROXIES) always passes.
+// This keeps no token guessable: MAILROOM_API_TOKEN has at least 32
+// characters and a made token 32 random bytes, so the limit is there to
+// slow a noisy client, not to hide which secret is right.
 func (s *server) apiAuth(c *gin.Context) {
 	ip, now := c.ClientIP(), s.now()
-	if wait := s.tokenFails.wait(ip, now); wait > 0 {
-		s.fail(c, tooManyTokenFailures(wait))
+	who, authErr, err := s.tokenCaller(c.GetHeader("Authorization"), now)
+	if err != nil {
+		s.fail(c, err)
 		return
 	}
-	token, ok := bearerToken(c.GetHeader("Authorization"))
-	if !ok {
-		c.Header("WWW-Authenticate", `Bearer realm="mailroom"`)
+	if authErr != nil {
+		if wait := s.tokenFails.wait(ip, now); wait > 0 {
+			s.fail(c, tooManyTokenFailures(wait))
+			return
+		}
 		s.tokenFails.fail(ip, now)
-		s.fail(c, &httpError{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "Send an API token as \"Authorization: Bearer <token>\"."})
+		c.Header("WWW-Authenticate", authErr.challenge)
+		s.fail(c, authErr.err)
 		return
+	}
+	c.Set(callerKey, who)
+	c.Next()
+}
+
+// tokenRefusal is why a request's token was not taken: its answer and the
+// WWW-Authenticate challenge that goes with it.
+type tokenRefusal struct {
+	err       *httpError
+	challenge string
+}
+
+var errTokenMissing = &httpError{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "Send an API token as \"Authorization: Bearer <token>\"."}
+
+// tokenCaller finds the caller an Authorization header names. A missing,
+// unknown, expired or revoked token is a refusal; err is a store failure.
+func (s *server) tokenCaller(header string, now time.Time) (caller, *tokenRefusal, error) {
+	token, ok := bearerToken(header)
+	if !ok {
+		return caller{}, &tokenRefusal{errTokenMissing, `Bearer realm="mailroom"`}, nil
 	}
 	if s.deps.APIToken != "" {
 		want, got := sha256.Sum256([]byte(s.deps.APIToken)), sha256.Sum256([]byte(token))
 		if subtle.ConstantTimeCompare(want[:], got[:]) == 1 {
-			c.Set(callerKey, caller{admin: true})
-			c.Next()
-			return
+			return caller{admin: true}, nil, nil
 		}
 	}
 	var t store.APIToken
@@ -81,22 +108,17 @@ func (s *server) apiAuth(c *gin.Context) {
 		return err
 	})
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		s.fail(c, err)
-		return
+		return caller{}, nil, fmt.Errorf("web: look up an API token: %w", err)
 	}
 	if err != nil || t.Expired(now) || (!t.Admin && t.UserID == "") {
-		c.Header("WWW-Authenticate", `Bearer realm="mailroom", error="invalid_token"`)
-		s.tokenFails.fail(ip, now)
-		s.fail(c, errTokenInvalid)
-		return
+		return caller{}, &tokenRefusal{errTokenInvalid, `Bearer realm="mailroom", error="invalid_token"`}, nil
 	}
 	if now.Sub(t.LastUsed) >= touchEvery {
 		if err := s.deps.DB.Update(func(tx *store.Tx) error { return tx.APITokenTouch(token, now) }); err != nil && !errors.Is(err, store.ErrNotFound) {
 			s.log.Warn("record API token use", "token_prefix", t.Prefix, "err", err)
 		}
 	}
-	c.Set(callerKey, caller{admin: t.Admin, userID: t.UserID, tokenID: t.ID})
-	c.Next()
+	return caller{admin: t.Admin, userID: t.UserID, tokenID: t.ID}, nil, nil
 }
 
 func tooManyTokenFailures(wait time.Duration) *httpError {

@@ -332,3 +332,34 @@ func TestHostileLimits(t *testing.T) {
 		t.Errorf("a costly pattern: %d %+v, want 400 naming conditions[0].value", w.Code, e)
 	}
 }
+
+// TestHostileWebhookURLs: a user token registering a webhook to an
+// address that is not public (each form the issue found: IPv4-compatible,
+// NAT64 and 6to4 forms of loopback and of the cloud metadata address,
+// "this network", benchmarking, reserved, broadcast; a name that resolves
+// to loopback) gets 400 naming url with "not a public address", and never
+// learns what a name resolved to.
+func TestHostileWebhookURLs(t *testing.T) {
+	t.Parallel()
+	se := newWebhooksEnv(t)
+	for _, u := range []string{
+		"https://[::127.0.0.1]/hook", "https://[64:ff9b::7f00:1]/hook", "https://[64:ff9b::a9fe:a9fe]/latest",
+		"https://[2002:7f00:1::]/hook", "https://0.1.2.3/hook", "https://198.18.0.1/hook", "https://240.0.0.1/hook",
+		"https://255.255.255.255/hook", "https://[::ffff:169.254.169.254]/latest", "https://[fd00::1]/hook",
+		"https://localhost/hook", "https://localhost:8443/hook",
+	} {
+		w := request(t, se.h, "POST", "/api/v1/webhooks", map[string]any{"url": u}, bearer(se.alice.token))
+		e := apiError(t, w)
+		if w.Code != http.StatusBadRequest || e.Field != "url" || !strings.Contains(e.Message, "not a public address") {
+			t.Errorf("%s: %d %+v, want 400 naming url: not a public address", u, w.Code, e)
+		}
+		for _, leak := range []string{"127.0.0.1", "::1", "resolves to"} {
+			if strings.Contains(e.Message, leak) && !strings.Contains(u, leak) {
+				t.Errorf("%s: the refusal tells %q: %s", u, leak, e.Message)
+			}
+		}
+	}
+	if w := request(t, se.h, "POST", "/api/v1/webhooks", map[string]any{"url": "https://[2606:4700::1111]/hook"}, bearer(se.alice.token)); w.Code != http.StatusCreated {
+		t.Errorf("a public IPv6 receiver: %d %s", w.Code, w.Body)
+	}
+}

@@ -730,31 +730,57 @@ func TestFlashIsSigned(t *testing.T) {
 	}
 }
 
-// TestBearerFailuresRateLimited: after the limit of bad tokens, a client
-// is answered 429 with Retry-After (even with a good token), and other
-// clients are not.
+// TestBearerFailuresRateLimited: past the limit of missing or bad tokens
+// (20 a minute by default), an address is answered 429 with Retry-After
+// for each further one, while a valid token from that address (the
+// static admin token, a made admin token, a user token) still passes: a
+// stranger behind the same NAT or proxy locks no client out, and valid
+// requests do not count. Other addresses are not limited, and the limit
+// ends with its window.
 func TestBearerFailuresRateLimited(t *testing.T) {
 	t.Parallel()
+	var mu sync.Mutex
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	e := newEnv(t, envOptions{deps: func(d *Deps) { d.TokenFailLimit = 5; d.Now = func() time.Time { return now } }})
-	for i := range 5 {
-		if w := requestFrom(t, e.h, "198.51.100.9", "GET", "/api/v1/users", nil, bearer("guess")); w.Code != 401 {
+	se := newSecEnv(t, func(d *Deps) { d.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now } })
+	const ip = "198.51.100.9"
+	for i := range 20 {
+		hdr := bearer("guess")
+		if i%2 == 1 {
+			hdr = nil // no token at all counts the same
+		}
+		if w := requestFrom(t, se.h, ip, "GET", "/api/v1/users", nil, hdr); w.Code != 401 {
 			t.Fatalf("bad token %d: %d", i, w.Code)
 		}
 	}
-	w := requestFrom(t, e.h, "198.51.100.9", "GET", "/api/v1/users", nil, bearer("guess"))
+	w := requestFrom(t, se.h, ip, "GET", "/api/v1/users", nil, bearer("guess"))
 	if w.Code != 429 || w.Header().Get("Retry-After") != "60" || apiError(t, w).Code != "rate_limited" {
-		t.Errorf("6th bad token: %d Retry-After %q", w.Code, w.Header().Get("Retry-After"))
+		t.Errorf("21st bad token: %d Retry-After %q", w.Code, w.Header().Get("Retry-After"))
 	}
-	if w := requestFrom(t, e.h, "198.51.100.9", "GET", "/api/v1/users", nil, bearer(testAPIToken)); w.Code != 429 {
-		t.Errorf("good token from the limited client: %d", w.Code)
+	for _, c := range []struct{ name, token, path string }{
+		{"MAILROOM_API_TOKEN", testAPIToken, "/api/v1/users"},
+		{"a made admin token", se.adminToken, "/api/v1/tokens"},
+		{"a user token", se.alice.token, "/api/v1/users/" + se.alice.user + "/rules"},
+	} {
+		for range 3 {
+			if w := requestFrom(t, se.h, ip, "GET", c.path, nil, bearer(c.token)); w.Code != 200 {
+				t.Errorf("%s from the limited address: %d %s, want 200", c.name, w.Code, w.Body)
+			}
+		}
 	}
-	if w := requestFrom(t, e.h, "198.51.100.10", "GET", "/api/v1/users", nil, bearer(testAPIToken)); w.Code != 200 {
-		t.Errorf("another client: %d", w.Code)
+	if w := requestFrom(t, se.h, ip, "GET", "/api/v1/users", nil, nil); w.Code != 429 {
+		t.Errorf("no token from the limited address after the good ones: %d, want 429", w.Code)
 	}
+	if w := requestFrom(t, se.h, ip, "GET", "/api/v1/users", nil, bearer("guess")); w.Code != 429 {
+		t.Errorf("a bad token from the limited address after the good ones: %d, want 429", w.Code)
+	}
+	if w := requestFrom(t, se.h, "198.51.100.10", "GET", "/api/v1/users", nil, bearer("guess")); w.Code != 401 {
+		t.Errorf("a bad token from another address: %d, want 401", w.Code)
+	}
+	mu.Lock()
 	now = now.Add(61 * time.Second)
-	if w := requestFrom(t, e.h, "198.51.100.9", "GET", "/api/v1/users", nil, bearer(testAPIToken)); w.Code != 200 {
-		t.Errorf("after the window: %d", w.Code)
+	mu.Unlock()
+	if w := requestFrom(t, se.h, ip, "GET", "/api/v1/users", nil, bearer("guess")); w.Code != 401 {
+		t.Errorf("a bad token after the window: %d, want 401", w.Code)
 	}
 }
 
@@ -806,7 +832,7 @@ func TestFailureLimitersSeparate(t *testing.T) {
 	for range 3 {
 		requestFrom(t, se.h, ip, "GET", "/api/v1/users", nil, bearer("guess"))
 	}
-	if w := requestFrom(t, se.h, ip, "GET", "/api/v1/users", nil, bearer(testAPIToken)); w.Code != 429 {
+	if w := requestFrom(t, se.h, ip, "GET", "/api/v1/users", nil, bearer("guess")); w.Code != 429 {
 		t.Fatalf("API after 3 bad tokens: %d", w.Code)
 	}
 	if w := requestFrom(t, se.h, ip, "GET", "/metrics", nil, bearer(metricsToken)); w.Code != 200 {

@@ -76,8 +76,10 @@ func newWebhook(t *testing.T, status int) *webhook {
 	t.Helper()
 	h := &webhook{status: status}
 	h.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var body map[string]string
-		if json.NewDecoder(r.Body).Decode(&body) == nil && body["text"] != "" {
+		var body struct {
+			Text string `json:"text"`
+		}
+		if json.NewDecoder(r.Body).Decode(&body) == nil && body.Text != "" {
 			h.posts.Add(1)
 		}
 		w.WriteHeader(h.status)

@@ -273,13 +273,14 @@ func (p *Pipeline) noteFailure(id string, cause error, now time.Time) error {
 		if err != nil {
 			return err
 		}
-		w.LastError, w.LastErrorAt = queue.Truncate(cause.Error(), 500), now.UTC()
+		// What the receiver answered is in cause: kept short and plain.
+		w.LastError, w.LastErrorAt = queue.Snippet(cause.Error(), maxLastError), now.UTC()
 		if w.FailingSince.IsZero() {
 			w.FailingSince = now.UTC()
 		}
 		if w.AlertedAt.IsZero() && now.Sub(w.FailingSince) >= failingAlertAfter {
 			w.AlertedAt = now.UTC()
-			alert = fmt.Sprintf("mailroom: webhook %s (%s) has failed for an hour: %s", w.ID, w.URL, w.LastError)
+			alert = fmt.Sprintf("webhook %s %s has failed for an hour: %s", w.ID, queue.Quote(w.URL), queue.Quote(w.LastError))
 		}
 		return tx.WebhookPut(w)
 	})
@@ -346,6 +347,9 @@ func (p *Pipeline) post(ctx context.Context, url, secret, msgID string, events [
 	req.Header.Set("webhook-timestamp", strconv.FormatInt(sent.Unix(), 10))
 	req.Header.Set("webhook-signature", sig)
 	resp, err := p.client.Do(req)
+	if errors.Is(err, ErrPrivateAddress) {
+		err = ErrPrivateAddress // the dial error would name the address (see checkURL)
+	}
 	if err != nil {
 		return 0, 0, fmt.Errorf("webhooks: post to %s: %w", req.URL.Redacted(), err)
 	}
@@ -355,7 +359,8 @@ func (p *Pipeline) post(ctx context.Context, url, secret, msgID string, events [
 		return resp.StatusCode, 0, nil
 	}
 	retryAfter := parseRetryAfter(resp.Header.Get("Retry-After"), sent)
-	return resp.StatusCode, retryAfter, fmt.Errorf("webhooks: %s answered %s", req.URL.Redacted(), resp.Status)
+	// The status line's text is the receiver's to write: quoted, short.
+	return resp.StatusCode, retryAfter, fmt.Errorf("webhooks: %s answered %q", req.URL.Redacted(), queue.Snippet(resp.Status, maxStatusText))
 }
 
 // parseRetryAfter reads a Retry-After of seconds or an HTTP date; zero

@@ -8,26 +8,17 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
 )
 
-// ErrPrivateAddress: a webhook's host is, or resolves to, a loopback,
-// private or link-local address, and MAILROOM_WEBHOOK_ALLOW_PRIVATE is off.
-var ErrPrivateAddress = errors.New("webhooks: the URL reaches a loopback, private or link-local address")
-
-// cgnat is the shared address space of carrier-grade NAT (RFC 6598),
-// private in all but name.
-var cgnat = netip.MustParsePrefix("100.64.0.0/10")
-
-// blocked reports whether an address is one a webhook may not reach
-// without MAILROOM_WEBHOOK_ALLOW_PRIVATE.
-func blocked(a netip.Addr) bool {
-	a = a.Unmap()
-	return !a.IsValid() || a.IsLoopback() || a.IsPrivate() || a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast() ||
-		a.IsInterfaceLocalMulticast() || a.IsMulticast() || a.IsUnspecified() || cgnat.Contains(a)
-}
+// ErrPrivateAddress: a webhook's host is, or resolves to, an address that
+// is not public (loopback, private, link-local or another special-purpose
+// block of IANA's registries: see specialBlocks), and
+// MAILROOM_WEBHOOK_ALLOW_PRIVATE is off.
+var ErrPrivateAddress = errors.New("webhooks: the URL reaches an address that is not public")
 
 // checkURL validates a webhook URL as the contract says: https, or http to
 // a loopback address; no user info; and, unless allowPrivate, a host that
@@ -53,14 +44,12 @@ func checkURL(ctx context.Context, raw string, allowPrivate bool, resolver *net.
 	if allowPrivate {
 		return nil
 	}
+	// One answer whether the name does not resolve or resolves to an
+	// address that is not public, and never the address: what an internal
+	// name resolves to, or that it exists, is not for the user to learn.
 	addrs, err := resolve(ctx, resolver, host)
-	if err != nil {
-		return fmt.Errorf("url's host %s does not resolve: %w", host, err)
-	}
-	for _, a := range addrs {
-		if blocked(a) {
-			return fmt.Errorf("url's host %s resolves to %s, a loopback, private or link-local address; set MAILROOM_WEBHOOK_ALLOW_PRIVATE=true to allow a receiver on this host or network", host, a)
-		}
+	if err != nil || len(addrs) == 0 || slices.ContainsFunc(addrs, func(a netip.Addr) bool { return !public(a) }) {
+		return fmt.Errorf("url's host %s is not a public address (it does not resolve, or reaches a loopback, private, link-local or other special-purpose address); set MAILROOM_WEBHOOK_ALLOW_PRIVATE=true to allow a receiver on this host or network", host)
 	}
 	return nil
 }
@@ -92,11 +81,8 @@ func newClient(timeout time.Duration, allowPrivate bool) *http.Client {
 	if !allowPrivate {
 		dialer.Control = func(_, address string, _ syscall.RawConn) error {
 			ap, err := netip.ParseAddrPort(address)
-			if err != nil {
-				return fmt.Errorf("%w: %s", ErrPrivateAddress, address)
-			}
-			if blocked(ap.Addr()) {
-				return fmt.Errorf("%w: %s", ErrPrivateAddress, ap.Addr())
+			if err != nil || !public(ap.Addr()) {
+				return ErrPrivateAddress // the address is not told (see checkURL)
 			}
 			return nil
 		}

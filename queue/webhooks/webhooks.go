@@ -42,6 +42,11 @@ const (
 	MaxPerUser = 20
 	// failingAlertAfter is how long a webhook fails before an alert.
 	failingAlertAfter = time.Hour
+	// maxLastError bounds a webhook's stored lastError, in bytes.
+	maxLastError = 500
+	// maxStatusText bounds how much of a receiver's status line an error
+	// quotes (its reason phrase is the receiver's to write).
+	maxStatusText = 120
 )
 
 // ErrNotFound: there is no webhook of that id.
