@@ -129,7 +129,11 @@ func (tx *Tx) Webhooks() ([]Webhook, error) {
 
 // WebhookDelete removes a webhook; ErrNotFound when there is none.
 func (tx *Tx) WebhookDelete(id string) error {
-	if _, err := tx.WebhookGet(id); err != nil {
+	w, err := tx.WebhookGet(id)
+	if err != nil {
+		return err
+	}
+	if err := tx.ownerGone(ownerWebhook, id, w.UserID); err != nil {
 		return err
 	}
 	return tx.tx.Bucket(bucketWebhooks).Delete([]byte(id))
