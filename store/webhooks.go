@@ -23,7 +23,7 @@ type Webhook struct {
 	URL   string   `json:"url"`
 	Types []string `json:"types"` // empty: every type
 	// UserID limits the webhook to one user's events; empty: every user's
-	// (and the events of no user: dead letters).
+	// (and the events of no user: the dead letters of work of no user).
 	UserID    string    `json:"userId,omitempty"`
 	Secret    []byte    `json:"secret"` // sealed with the webhook's id
 	CreatedAt time.Time `json:"createdAt"`

@@ -350,6 +350,19 @@ func TestRedrivenBatchSendsNoSecondReclassifyDone(t *testing.T) {
 	if n := f.doneEvents(job.ID); n != 1 {
 		t.Errorf("%d reclassify.done events for job %s, want exactly 1", n, job.ID)
 	}
+	// The batch's dead-letter events are the user's, whose work failed.
+	f.update(func(tx *store.Tx) error {
+		evs, _, err := tx.Events(store.EventQuery{Types: map[string]bool{store.EventDeadLetterAdded: true, store.EventDeadLetterRedone: true}, Limit: 10})
+		if len(evs) != 2 {
+			t.Errorf("%d dead-letter events, want added and redriven", len(evs))
+		}
+		for _, e := range evs {
+			if e.UserID != f.user || e.AccountID != f.account {
+				t.Errorf("%s: user %q account %q, want %s and %s", e.Type, e.UserID, e.AccountID, f.user, f.account)
+			}
+		}
+		return err
+	})
 }
 
 // runBatches runs every batch task in the outbox once, as the queue would.
