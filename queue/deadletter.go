@@ -146,7 +146,7 @@ func (q *Queue) redriveOne(tx *store.Tx, d store.DeadLetter) (string, error) {
 // Discard deletes a dead letter for good; store.ErrNotFound when the
 // archive does not hold it.
 func (q *Queue) Discard(id string) error {
-	return q.db.Update(func(tx *store.Tx) error { return tx.DeadLetterDelete(id) })
+	return q.db.Update(func(tx *store.Tx) error { return tx.DeadLetterDiscard(id) })
 }
 
 // DeadLetter is a task that failed for good, kept in the archive until it

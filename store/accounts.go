@@ -221,6 +221,9 @@ func (tx *Tx) AccountDelete(id string) error {
 	if err := tx.accountStatusEvent(&a, gone); err != nil {
 		return err
 	}
+	if err := tx.ownerGone(ownerAccount, id, a.UserID); err != nil {
+		return err
+	}
 	if err := tx.tx.Bucket(bucketAccountEmails).Delete(emailKey(a.Email, a.ID)); err != nil {
 		return err
 	}

@@ -18,21 +18,38 @@ type DeadLetter struct {
 	Payload json.RawMessage `json:"payload"`
 	Key     string          `json:"key,omitempty"`
 	// Group and Weight are the task's (a redrive counts it again).
-	Group         string    `json:"group,omitempty"`
-	Weight        int       `json:"weight,omitempty"`
+	Group  string `json:"group,omitempty"`
+	Weight int    `json:"weight,omitempty"`
+	// UserID is the user whose work failed ("" for work of no user),
+	// found from the payload when the task is archived (DeadLetterPut), so
+	// that it is known after the account, form or webhook is gone.
+	UserID        string    `json:"userId,omitempty"`
 	Error         string    `json:"error"`
 	Attempts      int       `json:"attempts"`
 	FirstFailedAt time.Time `json:"firstFailedAt"`
 	LastFailedAt  time.Time `json:"lastFailedAt"`
 }
 
-// DeadLetterPut stores d (replacing a dead letter of the same id).
+// DeadLetterPut stores d (replacing a dead letter of the same id), with
+// the user whose work failed when d does not name one.
 func (tx *Tx) DeadLetterPut(d DeadLetter) error {
 	seq, err := Seq(d.ID)
 	if err != nil {
 		return err
 	}
-	if old, err := tx.DeadLetterGet(d.ID); err == nil {
+	old, getErr := tx.DeadLetterGet(d.ID)
+	replacing := getErr == nil
+	if replacing && d.UserID == "" {
+		d.UserID = old.UserID
+	}
+	if d.UserID == "" {
+		o, err := tx.TaskOwner(d.Payload)
+		if err != nil {
+			return fmt.Errorf("store: owner of dead letter %s: %w", d.ID, err)
+		}
+		d.UserID = o.UserID
+	}
+	if replacing {
 		if err := addCount(tx.tx.Bucket(bucketDeadCounts), old.Type, -1); err != nil {
 			return err
 		}
@@ -65,11 +82,25 @@ func (tx *Tx) DeadLetterRedriven(id string) error {
 	if err := tx.deadLetterEvent(EventDeadLetterRedone, d); err != nil {
 		return err
 	}
-	return tx.DeadLetterDelete(id)
+	return tx.deadLetterRemove(id)
 }
 
-// DeadLetterDelete removes one dead letter; ErrNotFound when missing.
-func (tx *Tx) DeadLetterDelete(id string) error {
+// DeadLetterDiscard removes one dead letter for good, with its
+// deadletter.discarded event; ErrNotFound when missing.
+func (tx *Tx) DeadLetterDiscard(id string) error {
+	d, err := tx.DeadLetterGet(id)
+	if err != nil {
+		return err
+	}
+	if err := tx.deadLetterEvent(EventDeadLetterDiscarded, d); err != nil {
+		return err
+	}
+	return tx.deadLetterRemove(id)
+}
+
+// deadLetterRemove removes one dead letter, with no event (DeadLetterRedriven
+// and DeadLetterDiscard give it one); ErrNotFound when missing.
+func (tx *Tx) deadLetterRemove(id string) error {
 	seq, err := Seq(id)
 	if err != nil {
 		return ErrNotFound

@@ -37,10 +37,10 @@ func TestDeadLetterCountsFollowPutsAndDeletes(t *testing.T) {
 		t.Fatalf("counts (-want +got):\n%s", diff)
 	}
 	err = db.Update(func(tx *store.Tx) error {
-		if err := tx.DeadLetterDelete(id(1)); err != nil {
+		if err := tx.DeadLetterDiscard(id(1)); err != nil {
 			return err
 		}
-		if err := tx.DeadLetterDelete(id(1)); !errors.Is(err, store.ErrNotFound) {
+		if err := tx.DeadLetterDiscard(id(1)); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("second delete: %v, want ErrNotFound", err)
 		}
 		return nil

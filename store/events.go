@@ -33,19 +33,22 @@ var (
 
 // Event types (CONTRACT.md, "Events": types and their data).
 const (
-	EventMessageAdded     = "message.added"
-	EventMessageRead      = "message.read"
-	EventMessageUnread    = "message.unread"
-	EventMessageTrashed   = "message.trashed"
-	EventMessageRestored  = "message.restored"
-	EventMessageDeleted   = "message.deleted"
-	EventMessageLabeled   = "message.labeled"
-	EventAccountStatus    = "account.status"
-	EventReclassifyDone   = "reclassify.done"
-	EventFormRowsWritten  = "form.rows_written"
-	EventFormState        = "form.state"
-	EventDeadLetterAdded  = "deadletter.added"
-	EventDeadLetterRedone = "deadletter.redriven"
+	EventMessageAdded        = "message.added"
+	EventMessageRead         = "message.read"
+	EventMessageUnread       = "message.unread"
+	EventMessageTrashed      = "message.trashed"
+	EventMessageRestored     = "message.restored"
+	EventMessageDeleted      = "message.deleted"
+	EventMessageLabeled      = "message.labeled"
+	EventAccountStatus       = "account.status"
+	EventReclassifyDone      = "reclassify.done"
+	EventFormRowsWritten     = "form.rows_written"
+	EventFormState           = "form.state"
+	EventFormCreated         = "form.created"
+	EventFormDeleted         = "form.deleted"
+	EventDeadLetterAdded     = "deadletter.added"
+	EventDeadLetterRedone    = "deadletter.redriven"
+	EventDeadLetterDiscarded = "deadletter.discarded"
 )
 
 // EventTypes are every event type, in the contract's order.
@@ -53,8 +56,8 @@ func EventTypes() []string {
 	return []string{
 		EventMessageAdded, EventMessageRead, EventMessageUnread, EventMessageTrashed,
 		EventMessageRestored, EventMessageDeleted, EventMessageLabeled, EventAccountStatus,
-		EventReclassifyDone, EventFormRowsWritten, EventFormState, EventDeadLetterAdded,
-		EventDeadLetterRedone,
+		EventReclassifyDone, EventFormRowsWritten, EventFormState, EventFormCreated,
+		EventFormDeleted, EventDeadLetterAdded, EventDeadLetterRedone, EventDeadLetterDiscarded,
 	}
 }
 
@@ -68,8 +71,9 @@ type Event struct {
 	Seq        uint64    `json:"-"`
 	Type       string    `json:"type"`
 	OccurredAt time.Time `json:"occurredAt"`
-	// UserID is the user the change belongs to; empty for the changes of
-	// no user's (dead letters), which only admin tokens read.
+	// UserID is the user the change belongs to (for a dead letter, the
+	// user whose work failed); empty only for the changes of no user's
+	// (a webhook of no user, a debug task), which only admin tokens read.
 	UserID    string          `json:"userId"`
 	AccountID string          `json:"accountId,omitempty"`
 	FormID    string          `json:"formId,omitempty"`

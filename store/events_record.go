@@ -251,12 +251,35 @@ func (tx *Tx) reclassifyDoneEvent(j ReclassifyJob) error {
 	return tx.eventAppendJSON(EventReclassifyDone, j.UserID, "", "", reclassifyDoneData{j.ID, j.RuleIDs, j.ThreadsLabeled})
 }
 
-// deadLetterData is the data of deadletter.added and deadletter.redriven.
+// formData is the data of form.created and form.deleted.
+type formData struct {
+	FormID string `json:"formId"`
+}
+
+func (tx *Tx) formEvent(typ string, f Form) error {
+	return tx.eventAppendJSON(typ, f.UserID, f.AccountID, f.ID, formData{f.ID})
+}
+
+// deadLetterData is the data of deadletter.added, deadletter.redriven and
+// deadletter.discarded.
 type deadLetterData struct {
 	ID   string `json:"id"`
 	Type string `json:"type"`
 }
 
+// deadLetterEvent appends a dead letter's event, with the user whose work
+// failed (d.UserID, or its payload's owner for a dead letter archived
+// before the user was kept) and the account or form its payload names.
 func (tx *Tx) deadLetterEvent(typ string, d DeadLetter) error {
-	return tx.eventAppendJSON(typ, "", "", "", deadLetterData{d.ID, d.Type})
+	o := payloadOwner(d.Payload)
+	var err error
+	switch {
+	case d.UserID != "":
+		o.UserID = d.UserID
+	case o.UserID == "":
+		if o.UserID, err = tx.ownerUser(o); err != nil {
+			return err
+		}
+	}
+	return tx.eventAppendJSON(typ, o.UserID, o.AccountID, o.FormID, deadLetterData{d.ID, d.Type})
 }

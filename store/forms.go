@@ -128,7 +128,8 @@ func formSheetKey(spreadsheetID, sheet string) []byte {
 	return []byte(strings.ToLower(spreadsheetID + "\x00" + sheet))
 }
 
-// FormCreate stores a new form with a fresh id and an empty buffer.
+// FormCreate stores a new form with a fresh id and an empty buffer
+// (form.created).
 // ErrConflict when another form already writes that sheet.
 func (tx *Tx) FormCreate(f Form) (Form, error) {
 	if f.StartRow < 1 {
@@ -155,7 +156,10 @@ func (tx *Tx) FormCreate(f Form) (Form, error) {
 	if _, err := tx.tx.Bucket(bucketFormBuffers).CreateBucket([]byte(f.ID)); err != nil {
 		return f, fmt.Errorf("store: form buffer: %w", err)
 	}
-	return f, tx.putSheetWrites(f.ID, SheetWrites{NextRow: f.StartRow})
+	if err := tx.putSheetWrites(f.ID, SheetWrites{NextRow: f.StartRow}); err != nil {
+		return f, err
+	}
+	return f, tx.formEvent(EventFormCreated, f)
 }
 
 // FormGet returns one form.

@@ -73,7 +73,7 @@ func (tx *Tx) SubmissionsPrune(from []byte, before time.Time, max int) (pruned i
 }
 
 // FormDelete deletes a form with its bookkeeping, its buffer and every
-// submission of it, and frees its sheet for another form. More than
+// submission of it, and frees its sheet for another form (form.deleted). More than
 // dropAtMost rows waiting to be written make it fail with ErrConflict;
 // waiting reports how many there were. (Submissions are keyed by
 // acceptance, not by form, so this reads them all: deleting a form is rare.)
@@ -122,5 +122,8 @@ func (tx *Tx) FormDelete(id string, dropAtMost int) (waiting int, err error) {
 			return 0, err
 		}
 	}
-	return w.Buffered, nil
+	if err := tx.ownerGone(ownerForm, id, f.UserID); err != nil {
+		return 0, err
+	}
+	return w.Buffered, tx.formEvent(EventFormDeleted, f)
 }

@@ -176,7 +176,7 @@ func TestOutboxGroupsMigration(t *testing.T) {
 			return fmt.Errorf("dead letter after the migration = %+v, want group acc2 and weight 2", d)
 		}
 		// What the queue's redrive does with it.
-		if err := tx.DeadLetterDelete(d.ID); err != nil {
+		if err := tx.DeadLetterDiscard(d.ID); err != nil {
 			return err
 		}
 		_, _, err = tx.OutboxAdd(OutboxRecord{Queue: d.Queue, Type: d.Type, Payload: d.Payload, Group: d.Group, Weight: d.Weight})

@@ -23,7 +23,7 @@ type Webhook struct {
 	URL   string   `json:"url"`
 	Types []string `json:"types"` // empty: every type
 	// UserID limits the webhook to one user's events; empty: every user's
-	// (and the events of no user: dead letters).
+	// (and the events of no user: the dead letters of work of no user).
 	UserID    string    `json:"userId,omitempty"`
 	Secret    []byte    `json:"secret"` // sealed with the webhook's id
 	CreatedAt time.Time `json:"createdAt"`
@@ -129,7 +129,11 @@ func (tx *Tx) Webhooks() ([]Webhook, error) {
 
 // WebhookDelete removes a webhook; ErrNotFound when there is none.
 func (tx *Tx) WebhookDelete(id string) error {
-	if _, err := tx.WebhookGet(id); err != nil {
+	w, err := tx.WebhookGet(id)
+	if err != nil {
+		return err
+	}
+	if err := tx.ownerGone(ownerWebhook, id, w.UserID); err != nil {
 		return err
 	}
 	return tx.tx.Bucket(bucketWebhooks).Delete([]byte(id))

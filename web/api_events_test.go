@@ -33,14 +33,14 @@ func TestEventsFeed(t *testing.T) {
 		return decode[eventsAnswer](t, w)
 	}
 
-	// Each tenant's account and message are events of theirs.
+	// Each tenant's account, message and form are events of theirs.
 	all := get("/api/v1/events", admin)
-	if len(all.Events) < 4 {
-		t.Fatalf("the admin sees %d events, want each tenant's account.status and message.added", len(all.Events))
+	if len(all.Events) < 6 {
+		t.Fatalf("the admin sees %d events, want each tenant's account.status, message.added and form.created", len(all.Events))
 	}
 	mine := get("/api/v1/events", alice)
-	if len(mine.Events) != 2 {
-		t.Fatalf("alice sees %d events, want 2: %+v", len(mine.Events), mine.Events)
+	if len(mine.Events) != 3 {
+		t.Fatalf("alice sees %d events, want 3: %+v", len(mine.Events), mine.Events)
 	}
 	for _, e := range mine.Events {
 		if e.UserID != se.alice.user {

@@ -19,6 +19,7 @@ import (
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 	"github.com/gin-gonic/gin"
+	"github.com/google/go-cmp/cmp"
 
 	"mailroom/assets"
 	"mailroom/queue/gmail"
@@ -26,6 +27,7 @@ import (
 	"mailroom/queue/rules"
 	"mailroom/queue/sheets"
 	"mailroom/queue/webhooks"
+	"mailroom/store"
 )
 
 // apiDoc is the embedded OpenAPI description, loaded and validated once,
@@ -227,5 +229,28 @@ func TestOpenAPIServed(t *testing.T) {
 	}
 	if !slices.ContainsFunc(doc.Security, func(r openapi3.SecurityRequirement) bool { _, ok := r["bearer"]; return ok }) {
 		t.Error("the document does not require the bearer token by default")
+	}
+}
+
+// TestOpenAPIEventTypes: the Event schema's type enum is every event type
+// the store emits (the webhook types and the feed's types filter accept
+// exactly those).
+func TestOpenAPIEventTypes(t *testing.T) {
+	t.Parallel()
+	spec, err := apiDoc()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := spec.doc.Components.Schemas["Event"]
+	if ref == nil || ref.Value.Properties["type"] == nil {
+		t.Fatal("no Event schema with a type")
+	}
+	var got []string
+	for _, v := range ref.Value.Properties["type"].Value.Enum {
+		s, _ := v.(string)
+		got = append(got, s)
+	}
+	if diff := cmp.Diff(store.EventTypes(), got); diff != "" {
+		t.Errorf("Event.type enum (-store.EventTypes +openapi.yaml):\n%s", diff)
 	}
 }

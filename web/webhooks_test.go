@@ -2,6 +2,7 @@ package web
 
 import (
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
@@ -105,5 +106,12 @@ func TestWebhooksAPI(t *testing.T) {
 	w = request(t, se.h, "GET", "/admin/webhooks", nil, s.headers())
 	if body := w.Body.String(); w.Code != http.StatusOK || !strings.Contains(body, url+"2") || !strings.Contains(body, "/replay") || !strings.Contains(body, "/test") {
 		t.Errorf("the Webhooks page: %d\n%s", w.Code, body)
+	}
+
+	// The forms' and dead letters' newer events are types a webhook takes.
+	newer := []string{"form.created", "form.deleted", "deadletter.discarded"}
+	w = request(t, se.h, "POST", "/api/v1/webhooks", map[string]any{"url": url + "3", "types": newer}, admin)
+	if got := decode[struct{ Types []string }](t, w); w.Code != http.StatusCreated || !slices.Equal(got.Types, newer) {
+		t.Errorf("a webhook of %v: %d %s", newer, w.Code, w.Body)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -273,9 +274,9 @@ func firstDiff(a, b []string) int {
 	return min(len(a), len(b))
 }
 
-// TestEventsFormsAndDeadLetters: a form's rows written, its sheet deleted
-// and replaced, and a dead letter redriven give exactly their events, in
-// order, over the feed and over a webhook of every type and user.
+// TestEventsFormsAndDeadLetters: a form made, its rows written, its sheet
+// deleted and replaced, a dead letter redriven and discarded, and the form
+// deleted give exactly their events, in order, over the feed and over a webhook of every type and user.
 func TestEventsFormsAndDeadLetters(t *testing.T) {
 	t.Parallel()
 	fake := googlefake.StartForTest(t, googlefake.Options{})
@@ -334,6 +335,8 @@ func TestEventsFormsAndDeadLetters(t *testing.T) {
 		ta.JSON(http.MethodGet, "/api/v1/deadletters", nil, http.StatusOK, &dead)
 		return len(dead.Deadletters) == 1 && dead.Deadletters[0].ID != was
 	})
+	ta.JSON(http.MethodDelete, "/api/v1/deadletters/"+dead.Deadletters[0].ID, nil, http.StatusNoContent, nil)
+	ta.JSON(http.MethodDelete, "/api/v1/forms/"+f.ID, nil, http.StatusNoContent, nil)
 
 	evs := feedAfter(ta, head.Next, "")
 	var got []string
@@ -351,14 +354,18 @@ func TestEventsFormsAndDeadLetters(t *testing.T) {
 			got = append(got, fmt.Sprintf("%s %v", e.Type, d.SubmissionIDs))
 		case "form.state":
 			got = append(got, e.Type+" "+d.State)
-		case "deadletter.added", "deadletter.redriven":
+		case "form.created", "form.deleted":
+			got = append(got, e.Type)
+		case "deadletter.added", "deadletter.redriven", "deadletter.discarded":
 			got = append(got, e.Type+" "+d.Type)
 		}
-		if e.Type != "deadletter.added" && e.Type != "deadletter.redriven" && (e.UserID != userID || e.FormID != f.ID) {
+		// The debug task's dead letters are work of no user's.
+		if !strings.HasPrefix(e.Type, "deadletter.") && (e.UserID != userID || e.FormID != f.ID) {
 			t.Errorf("event %s %s: user %q form %q", e.ID, e.Type, e.UserID, e.FormID)
 		}
 	}
 	want := []string{
+		"form.created",
 		fmt.Sprintf("form.rows_written %v", first),
 		"form.state error",
 		"form.state ok",
@@ -366,6 +373,8 @@ func TestEventsFormsAndDeadLetters(t *testing.T) {
 		"deadletter.added debug:record",
 		"deadletter.redriven debug:record",
 		"deadletter.added debug:record",
+		"deadletter.discarded debug:record",
+		"form.deleted",
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("events:\n got %q\nwant %q", got, want)

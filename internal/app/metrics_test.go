@@ -73,7 +73,7 @@ func TestMetricsFirstScrape(t *testing.T) {
 	// The contract's events section.
 	for _, typ := range []string{"message.added", "message.read", "message.unread", "message.trashed", "message.restored",
 		"message.deleted", "message.labeled", "account.status", "reclassify.done", "form.rows_written", "form.state",
-		"deadletter.added", "deadletter.redriven"} {
+		"form.created", "form.deleted", "deadletter.added", "deadletter.redriven", "deadletter.discarded"} {
 		want = append(want, fmt.Sprintf(`mailroom_events_total{type=%q}`, typ))
 	}
 	for _, o := range []string{"delivered", "retried", "deadlettered"} {

@@ -84,6 +84,15 @@ func TestRevokedTokenPutsTheAccountInErrorAndDeadLettersItsTasks(t *testing.T) {
 	if dead[0].Attempts != 1 {
 		t.Fatalf("dead letter after %d attempts, want 1 (permanent)", dead[0].Attempts)
 	}
+	// Its event is the account's user's: their feed and webhooks hear of it.
+	var evs []store.Event
+	_ = e.db.View(func(tx *store.Tx) (err error) {
+		evs, _, err = tx.Events(store.EventQuery{Types: map[string]bool{store.EventDeadLetterAdded: true}, Limit: 10})
+		return err
+	})
+	if len(evs) != 1 || evs[0].UserID != e.user.ID || evs[0].AccountID != acc.ID {
+		t.Fatalf("deadletter.added events %+v, want one of user %s and account %s", evs, e.user.ID, acc.ID)
+	}
 	a := e.account(acc.ID)
 	if a.StatusReason == "" || a.LastError == "" {
 		t.Fatalf("the account does not say what to do: %+v", a)

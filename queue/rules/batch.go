@@ -720,11 +720,9 @@ func (b *batch) queueWrites(changes []provChange, names map[string]string, start
 		if err != nil {
 			return err
 		}
-		// A failed batch was redriven from the dead letters, and its job
-		// finishes anew.
-		if bt.State == store.BatchFailed {
-			job.FinishedAt = time.Time{}
-		}
+		// A failed batch redriven from the dead letters counts again, but
+		// its job, finished once (reclassify.done sent), stays finished: it
+		// is never done twice.
 		*batchCounter(&job, bt.State)--
 		job.RulesSkipped += len(b.pl.RuleIDs) - len(b.live)
 		job.GmailCalls += b.calls

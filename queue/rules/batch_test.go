@@ -426,6 +426,9 @@ func TestDeadLetteredBatchFinishesJobAndRedriveCompletesIt(t *testing.T) {
 	if j.BatchesFailed != 0 || j.Waiting() != 0 || j.FinishedAt.IsZero() {
 		t.Errorf("job after the redrive: %d failed, %d waiting, finished %v", j.BatchesFailed, j.Waiting(), j.FinishedAt)
 	}
+	if n := f.doneEvents(j.ID); n != 1 {
+		t.Errorf("%d reclassify.done events for the job, want exactly 1", n)
+	}
 	f.checkLabels("Bots", f.want(s))
 }
 

@@ -300,6 +300,98 @@ func TestWriterRefusalLosesOnlyItsOwnChange(t *testing.T) {
 	}
 }
 
+// A batch whose change Gmail refused for good finishes its job (one
+// reclassify.done, counting it failed); redriven, it runs and writes, and
+// the job counts it done without a second reclassify.done (the redriven
+// batch used to zero the job's FinishedAt, so its end sent another).
+func TestRedrivenBatchSendsNoSecondReclassifyDone(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, testConfig(), false)
+	ctx := context.Background()
+	f.addThreads(100, fromEvenOdd)
+	f.mirror()
+	gh := spec("GitHub", cond("from", "contains", "@github.com"))
+	if _, err := f.p.Create(ctx, f.user, gh); err != nil {
+		t.Fatal(err)
+	}
+	job := f.publish()
+	f.runBatches()
+	var bad string
+	for id := range f.want(gh) {
+		bad = id
+		break
+	}
+	fault, err := f.fake.InjectFault(googlefake.Fault{Method: googlefake.MethodMessagesBatchModify, MessageID: bad, Code: 403, Reason: "forbidden", Message: "refused for the test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.drainWriter()
+	if j := f.job(job.ID); j.FinishedAt.IsZero() || j.BatchesFailed != 1 {
+		t.Fatalf("job %+v: want it finished with one batch failed", j)
+	}
+	fault.Remove()
+	var dead []store.DeadLetter
+	f.update(func(tx *store.Tx) (err error) {
+		dead, _, err = tx.DeadLetters(queue.TypeRulesReclassifyBatch, "", 10)
+		return err
+	})
+	if len(dead) != 1 {
+		t.Fatalf("%d dead letters, want the failed batch's", len(dead))
+	}
+	if _, missing, err := f.q.Redrive([]string{dead[0].ID}); err != nil || len(missing) > 0 {
+		t.Fatalf("redrive: missing %v, %v", missing, err)
+	}
+	f.runBatches()
+	f.drainWriter()
+	if j := f.job(job.ID); j.BatchesFailed != 0 || j.Waiting() != 0 || j.BatchesDone != j.Batches || j.FinishedAt.IsZero() {
+		t.Errorf("job after the redrive %+v: want every batch done and the job finished", j)
+	}
+	f.checkLabels("GitHub", f.want(gh))
+	if n := f.doneEvents(job.ID); n != 1 {
+		t.Errorf("%d reclassify.done events for job %s, want exactly 1", n, job.ID)
+	}
+	// The batch's dead-letter events are the user's, whose work failed.
+	f.update(func(tx *store.Tx) error {
+		evs, _, err := tx.Events(store.EventQuery{Types: map[string]bool{store.EventDeadLetterAdded: true, store.EventDeadLetterRedone: true}, Limit: 10})
+		if len(evs) != 2 {
+			t.Errorf("%d dead-letter events, want added and redriven", len(evs))
+		}
+		for _, e := range evs {
+			if e.UserID != f.user || e.AccountID != f.account {
+				t.Errorf("%s: user %q account %q, want %s and %s", e.Type, e.UserID, e.AccountID, f.user, f.account)
+			}
+		}
+		return err
+	})
+}
+
+// runBatches runs every batch task in the outbox once, as the queue would.
+func (f *fixture) runBatches() {
+	f.t.Helper()
+	for _, task := range f.batchTasks() {
+		if err := f.p.HandleBatch(context.Background(), task); err != nil {
+			f.t.Fatal(err)
+		}
+	}
+}
+
+// doneEvents counts the reclassify.done events of a job.
+func (f *fixture) doneEvents(jobID string) int {
+	f.t.Helper()
+	n := 0
+	f.update(func(tx *store.Tx) error {
+		evs, _, err := tx.Events(store.EventQuery{Types: map[string]bool{store.EventReclassifyDone: true}, Limit: 1000})
+		for _, e := range evs {
+			var d struct{ JobID string }
+			if json.Unmarshal(e.Data, &d) == nil && d.JobID == jobID {
+				n++
+			}
+		}
+		return err
+	})
+	return n
+}
+
 // One writer run per account at a time in this process: a second delivery
 // of the account's writer task waits for the first (it could otherwise
 // land an older change after a newer one), another account's does not,
