@@ -62,6 +62,7 @@ var migrations = []migration{
 	{"the event log and webhooks", createEventBuckets},
 	{"connect links", createConnectBuckets},
 	{"label writes", createLabelWriteBuckets},
+	{"webhook delivery log", createDeliveryBuckets},
 }
 
 // markTokensAdmin makes every token without a user an admin token: before
