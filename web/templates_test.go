@@ -55,7 +55,7 @@ func templateSamples() map[string]any {
 				UserEmail: "ann@example.com", Backlog: 10000, BacklogMore: true, Oldest: at},
 			{Webhook: store.Webhook{ID: "w2", URL: "https://app.example.com/all", LastError: "webhooks: answered 503 <Service Unavailable>", FailingSince: at}},
 		}, Users: []store.User{{ID: "u1", Email: "ann@example.com"}}, Types: store.EventTypes(),
-			New: &createdWebhook{ID: "w3", URL: "https://app.example.com/new", Secret: "whsec_c2VjcmV0"},
+			New:   &createdWebhook{ID: "w3", URL: "https://app.example.com/new", Secret: "whsec_c2VjcmV0"},
 			Error: "url: not https", Field: "url", Form: webhookForm{URL: "http://x", UserID: "u1", Types: map[string]bool{"message.added": true}}},
 		"webhook": webhookView{Hook: webhookRow{Webhook: store.Webhook{ID: "w1", URL: "https://app.example.com/hook", Types: []string{"message.added"}, CreatedAt: at, LastError: "answered 503", FailingSince: at},
 			UserEmail: "ann@example.com", Backlog: 3}, Retention: "7 days", Replays: replayChoices(7 * 24 * time.Hour), Next: "dlc_x", Paged: true,

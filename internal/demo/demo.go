@@ -120,9 +120,9 @@ type demo struct {
 	// receiver is the built-in endpoint of the events webhook the seed
 	// registers.
 	receiver *demoReceiver
-	dataDir string
-	scale   float64
-	now     func() time.Time
+	dataDir  string
+	scale    float64
+	now      func() time.Time
 
 	refresh  []string // refresh tokens, by demoAccounts index
 	seeded   [][]string
