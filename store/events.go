@@ -49,6 +49,9 @@ const (
 	EventDeadLetterAdded     = "deadletter.added"
 	EventDeadLetterRedone    = "deadletter.redriven"
 	EventDeadLetterDiscarded = "deadletter.discarded"
+	// EventWebhookTest is sent to one webhook only (ForWebhook), when
+	// asked: no feed and no other webhook sees it.
+	EventWebhookTest = "webhook.test"
 )
 
 // EventTypes are every event type, in the contract's order.
@@ -58,6 +61,7 @@ func EventTypes() []string {
 		EventMessageRestored, EventMessageDeleted, EventMessageLabeled, EventAccountStatus,
 		EventReclassifyDone, EventFormRowsWritten, EventFormState, EventFormCreated,
 		EventFormDeleted, EventDeadLetterAdded, EventDeadLetterRedone, EventDeadLetterDiscarded,
+		EventWebhookTest,
 	}
 }
 
@@ -78,6 +82,10 @@ type Event struct {
 	AccountID string          `json:"accountId,omitempty"`
 	FormID    string          `json:"formId,omitempty"`
 	Data      json.RawMessage `json:"data"`
+	// ForWebhook, when set, is the one webhook that receives the event (a
+	// webhook.test): no feed and no other webhook reads it. It is stored,
+	// never shown.
+	ForWebhook string `json:"forWebhook,omitempty"`
 }
 
 // ID is the event's public id: evt_ and its number, fixed width.
@@ -85,6 +93,13 @@ func (e Event) ID() string { return fmt.Sprintf("evt_%016x", e.Seq) }
 
 // MarshalJSON gives the contract's shape, with the id.
 func (e Event) MarshalJSON() ([]byte, error) {
+	e.ForWebhook = ""
+	return e.record()
+}
+
+// record is the event as stored: the contract's shape, and the webhook it
+// is for when it is for one.
+func (e Event) record() ([]byte, error) {
 	type plain Event
 	return json.Marshal(struct {
 		ID string `json:"id"`
@@ -180,7 +195,11 @@ func (tx *Tx) EventAppend(e Event) (Event, error) {
 		return e, err
 	}
 	e.Seq = seq
-	if err := putJSON(b, u64(seq), e); err != nil {
+	raw, err := e.record()
+	if err != nil {
+		return e, fmt.Errorf("store: encode event: %w", err)
+	}
+	if err := b.Put(u64(seq), raw); err != nil {
 		return e, fmt.Errorf("store: put event: %w", err)
 	}
 	if e.UserID != "" {
@@ -225,6 +244,9 @@ type EventQuery struct {
 	// Scan bounds how many events are looked at when filtering by type
 	// (0: no bound); the answer's next says where the scan stopped.
 	Scan int
+	// Webhook is the webhook reading, if one is: it alone sees the events
+	// for it (ForWebhook), whatever its types. Empty (a feed): none of them.
+	Webhook string
 }
 
 // Events returns the events after q.After that q selects, oldest first,
@@ -250,7 +272,12 @@ func (tx *Tx) Events(q EventQuery) (events []Event, next uint64, err error) {
 			return false, fmt.Errorf("store: decode event %d: %w", seq, err)
 		}
 		e.Seq = seq
-		if len(q.Types) == 0 || q.Types[e.Type] {
+		switch {
+		case e.ForWebhook != "":
+			if e.ForWebhook == q.Webhook {
+				events = append(events, e)
+			}
+		case len(q.Types) == 0 || q.Types[e.Type]:
 			events = append(events, e)
 		}
 		return len(events) >= q.Limit || (q.Scan > 0 && scanned >= q.Scan), nil
@@ -355,7 +382,8 @@ func createEventBuckets(tx *bolt.Tx) error {
 	return createBuckets(tx, bucketEvents, bucketUserEvents, bucketEventsMeta, bucketWebhooks)
 }
 
-// EventsLatest returns up to n of the newest events, newest first.
+// EventsLatest returns up to n of the newest events, newest first (not
+// those sent to one webhook only).
 func (tx *Tx) EventsLatest(n int) ([]Event, error) {
 	out := []Event{}
 	c := tx.tx.Bucket(bucketEvents).Cursor()
@@ -364,8 +392,41 @@ func (tx *Tx) EventsLatest(n int) ([]Event, error) {
 		if err := json.Unmarshal(v, &e); err != nil {
 			return nil, fmt.Errorf("store: decode event: %w", err)
 		}
+		if e.ForWebhook != "" {
+			continue
+		}
 		e.Seq = binary.BigEndian.Uint64(k)
 		out = append(out, e)
 	}
 	return out, nil
+}
+
+// EventsBefore returns the position just before the first kept event that
+// occurred at or after t: a cursor from which a reader gets the events
+// since t (from the oldest kept when t is older). Events are numbered in
+// the order they commit, and their times follow that order, so it
+// searches by halves.
+func (tx *Tx) EventsBefore(t time.Time) (uint64, error) {
+	c := tx.tx.Bucket(bucketEvents).Cursor()
+	lo, hi := tx.EventsPruned()+1, tx.EventsHead()+1 // the answer+1 is in [lo, hi]
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		k, v := c.Seek(u64(mid))
+		if k == nil {
+			hi = mid
+			continue
+		}
+		var e struct {
+			OccurredAt time.Time `json:"occurredAt"`
+		}
+		if err := json.Unmarshal(v, &e); err != nil {
+			return 0, fmt.Errorf("store: decode event: %w", err)
+		}
+		if e.OccurredAt.Before(t) {
+			lo = binary.BigEndian.Uint64(k) + 1
+		} else {
+			hi = mid
+		}
+	}
+	return lo - 1, nil
 }

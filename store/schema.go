@@ -63,6 +63,7 @@ var migrations = []migration{
 	{"connect links", createConnectBuckets},
 	{"label writes", createLabelWriteBuckets},
 	{"owners of deleted accounts, forms and webhooks", createOwnerBuckets},
+	{"webhook delivery log", createDeliveryBuckets},
 }
 
 // markTokensAdmin makes every token without a user an admin token: before

@@ -56,6 +56,9 @@ type WebhookBatch struct {
 
 // Takes reports whether the webhook receives e.
 func (w *Webhook) Takes(e Event) bool {
+	if e.ForWebhook != "" {
+		return e.ForWebhook == w.ID
+	}
 	if w.UserID != "" && e.UserID != w.UserID {
 		return false
 	}
@@ -64,7 +67,7 @@ func (w *Webhook) Takes(e Event) bool {
 
 // Query is the event query of the webhook's events after after.
 func (w *Webhook) Query(after uint64, limit int) EventQuery {
-	q := EventQuery{After: after, UserID: w.UserID, Limit: limit}
+	q := EventQuery{After: after, UserID: w.UserID, Limit: limit, Webhook: w.ID}
 	if len(w.Types) > 0 {
 		q.Types = map[string]bool{}
 		for _, t := range w.Types {
@@ -127,13 +130,17 @@ func (tx *Tx) Webhooks() ([]Webhook, error) {
 	return out, err
 }
 
-// WebhookDelete removes a webhook; ErrNotFound when there is none.
+// WebhookDelete removes a webhook and its delivery log; ErrNotFound when
+// there is none.
 func (tx *Tx) WebhookDelete(id string) error {
 	w, err := tx.WebhookGet(id)
 	if err != nil {
 		return err
 	}
 	if err := tx.ownerGone(ownerWebhook, id, w.UserID); err != nil {
+		return err
+	}
+	if err := tx.deliveriesDelete(id); err != nil {
 		return err
 	}
 	return tx.tx.Bucket(bucketWebhooks).Delete([]byte(id))

@@ -20,7 +20,9 @@ type Webhooks interface {
 	Webhook(id string) (store.Webhook, error)
 	Delete(id string) error
 	Replay(id string, after uint64) error
-	TestDelivery(ctx context.Context, id string) error
+	ReplaySince(id string, since time.Time) error
+	SendTest(id string) (store.Event, error)
+	Deliveries(id string, before uint64, limit int) ([]store.Delivery, uint64, error)
 	Backlog(w store.Webhook) (webhooks.Backlog, error)
 }
 
@@ -145,18 +147,27 @@ func (h webhookHandlers) apiDelete(c *gin.Context) {
 	c.Status(http.StatusNoContent)
 }
 
-// apiReplay is POST /api/v1/webhooks/{id}/replay {"after": cursor}: the
-// webhook receives again every event it takes after the cursor ("" or
-// absent: the oldest kept).
+// apiReplay is POST /api/v1/webhooks/{id}/replay {"after": cursor} or
+// {"since": RFC 3339 time}: the webhook receives again every event it
+// takes after the cursor, or since the time (apiReplaySince).
 func (h webhookHandlers) apiReplay(c *gin.Context) {
 	var req struct {
 		After string `json:"after"`
+		Since string `json:"since"`
 	}
 	if c.Request.ContentLength != 0 {
 		if err := bindJSON(c, &req); err != nil {
 			h.fail(c, err)
 			return
 		}
+	}
+	if err := replayOneOf(req.After, req.Since); err != nil {
+		h.fail(c, err)
+		return
+	}
+	if req.Since != "" {
+		h.apiReplaySince(c, req.Since)
+		return
 	}
 	var after uint64
 	if req.After != "" {

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http/httptest"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"mailroom/internal/testkit"
 	"mailroom/queue"
+	"mailroom/queue/webhooks"
 	"mailroom/store"
 	"mailroom/web/webtest"
 )
@@ -22,7 +24,15 @@ func TestBrowserAdminFlow(t *testing.T) {
 	if testing.Short() {
 		t.Skip("browser test skipped in -short mode")
 	}
-	e := newEnv(t, envOptions{startQueue: true, deps: func(d *Deps) { d.Demo = true }})
+	e := newEnv(t, envOptions{startQueue: true, deps: func(d *Deps) {
+		d.Demo = true
+		d.EventsRetention = 168 * time.Hour
+		p, err := webhooks.New(webhooks.Config{}, webhooks.Deps{DB: d.DB, Queue: d.Queue})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.Webhooks = p
+	}})
 
 	// Some work for the charts, and one task that fails for good.
 	if err := e.db.Update(func(tx *store.Tx) error {
@@ -137,6 +147,8 @@ func TestBrowserAdminFlow(t *testing.T) {
 		t.Errorf("new token = %q", token)
 	}
 
+	webhookFlow(t, br, e, srv.URL)
+
 	br.CheckProblems()
 	t.Logf("screenshots in %s", br.Dir)
 }
@@ -179,4 +191,137 @@ func TestBrowserConnectLinkPage(t *testing.T) {
 	testkit.Eventually(t, 15*time.Second, "the consent at Google", func() bool {
 		return se.fake.LastConsent().Get("login_hint") == "erin@example.com"
 	})
+}
+
+// webhookLayout reports what a person on this screen cannot reach or
+// read: the page wider than the viewport, buttons, links and fields of
+// main off-screen (and not in a scroll box of their own), and Go's
+// duration format in the text.
+const webhookLayout = `(() => {
+  const vw = window.innerWidth;
+  const inView = r => r.left >= -1 && r.right <= vw + 1;
+  const scrolls = el => { for (let p = el.parentElement; p && p !== document.body; p = p.parentElement) { const ox = getComputedStyle(p).overflowX; if ((ox === "auto" || ox === "scroll") && inView(p.getBoundingClientRect())) return true; } return false; };
+  const off = [];
+  document.querySelectorAll("main a, main button, main input, main select, main summary").forEach(el => {
+    const r = el.getBoundingClientRect();
+    if (r.width === 0 && r.height === 0) return;
+    if (!inView(r) && !scrolls(el)) off.push((el.textContent || el.id || el.name || "").trim().slice(0, 30) + " at " + Math.round(r.left) + ".." + Math.round(r.right));
+  });
+  const goDur = (document.body.innerText.match(/\b\d+h\d+m\d+s\b|\b\d+m\d+s\b|\b\d+(\.\d+)?(ms|s)\b/g) || []);
+  return JSON.stringify({overflow: document.documentElement.scrollWidth - vw, off, goDur});
+})()`
+
+// webhookFlow adds a webhook in the Webhooks page (its secret shown
+// once), sends it a test event and replays the last hour from its page,
+// and checks both pages, with a delivery log, at 390 and 1,360 px.
+func webhookFlow(t *testing.T, br *webtest.Browser, e *env, base string) {
+	t.Helper()
+	const hookURL = "https://93.184.216.34/a/rather/long/path/for/the/service/that/receives/mailroom-events"
+	br.Do("add a webhook",
+		chromedp.Navigate(base+"/admin/webhooks"),
+		chromedp.WaitVisible(chromedp.CSS(`#webhook-url`)),
+		chromedp.SendKeys(chromedp.CSS(`#webhook-url`), hookURL),
+		chromedp.Click(chromedp.CSS(`.webhook-types summary`)),
+		chromedp.Click(chromedp.CSS(`input[name=types][value="message.added"]`)),
+		chromedp.Click(chromedp.CSS(`#webhook-add`)),
+		chromedp.WaitVisible(chromedp.CSS(`#new-secret`)),
+		br.Shot("07-webhook-added.png", true),
+	)
+	secret, err := chromedp.Run(br.Ctx, chromedp.Value(chromedp.CSS(`#new-secret`)))
+	if err != nil || !strings.HasPrefix(secret, "whsec_") {
+		t.Errorf("the new webhook's secret box: %q, %v", secret, err)
+	}
+	var hook store.Webhook
+	if err := e.db.Update(func(tx *store.Tx) error {
+		all, err := tx.Webhooks()
+		if err != nil || len(all) != 1 {
+			return fmt.Errorf("webhooks %v: %w", all, err)
+		}
+		hook = all[0]
+		// A delivery log: a refusal two minutes ago, then a success.
+		now := time.Now()
+		for _, d := range []store.Delivery{
+			{Attempt: 1, At: now.Add(-2 * time.Minute), Status: 503, Latency: 1500 * time.Millisecond, Events: 2, Error: "webhooks: answered 503 Service Unavailable", Response: strings.Repeat("<p>Our service is down for maintenance; back soon.</p>", 18)},
+			{Attempt: 2, At: now.Add(-time.Minute), Status: 204, Latency: 90 * time.Millisecond, Events: 2},
+		} {
+			d.WebhookID, d.BatchID = hook.ID, "msg_1"
+			if _, err := tx.DeliveryAppend(d); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(hook.Types) != 1 || hook.Types[0] != "message.added" || hook.URL != hookURL {
+		t.Errorf("the webhook made: %+v", hook)
+	}
+	page := base + "/admin/webhooks/" + hook.ID
+	br.Do("send a test event",
+		chromedp.Navigate(page),
+		chromedp.WaitVisible(chromedp.CSS(`#send-test`)),
+		chromedp.Click(chromedp.CSS(`#send-test`)),
+		chromedp.WaitVisible(chromedp.CSS(`.flash-ok`)),
+	)
+	if flash := br.Text(`.flash-ok`); !strings.Contains(flash, "webhook.test") {
+		t.Errorf("after the test: %q", flash)
+	}
+	var tests int
+	_ = e.db.View(func(tx *store.Tx) error {
+		evs, _, err := tx.Events(hook.Query(hook.Cursor, 100))
+		for _, ev := range evs {
+			if ev.Type == store.EventWebhookTest {
+				tests++
+			}
+		}
+		return err
+	})
+	if tests != 1 {
+		t.Errorf("%d webhook.test events for the webhook, want 1", tests)
+	}
+	br.Do("replay the last hour",
+		chromedp.SetValue(chromedp.CSS(`#replay-since`), "1h0m0s"),
+		chromedp.Click(chromedp.CSS(`#replay`)),
+	)
+	// The test's flash is on screen until the replay's page replaces it.
+	testkit.Eventually(t, 10*time.Second, "the replay's flash", func() bool {
+		v, err := chromedp.Run(br.Ctx, chromedp.Evaluate[string](`(document.querySelector('.flash-ok') || {}).textContent || ''`))
+		if err == nil && strings.Contains(v, "Replaying") {
+			return true
+		}
+		time.Sleep(100 * time.Millisecond)
+		return false
+	})
+	br.Do("see the delivery log", chromedp.WaitVisible(chromedp.CSS(`table.deliveries`)))
+	log := br.Text(`table.deliveries`)
+	for _, want := range []string{"2 minutes ago", "1 minute ago", "1.5 seconds", "90 ms", "503", "204"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("the delivery log lacks %q:\n%s", want, log)
+		}
+	}
+
+	for _, width := range []int64{390, 1360} {
+		br.Do(fmt.Sprintf("set the viewport to %d px", width), chromedp.EmulateViewport(width, 900))
+		for name, path := range map[string]string{"webhooks": "/admin/webhooks", "webhook": "/admin/webhooks/" + hook.ID} {
+			step := fmt.Sprintf("%s at %d px", name, width)
+			br.Do("open "+step, chromedp.Navigate(base+path), chromedp.WaitVisible(chromedp.CSS(`main h1`)),
+				br.Shot(fmt.Sprintf("08-%s-%d.png", name, width), true))
+			raw, err := chromedp.Run(br.Ctx, chromedp.Evaluate[string](webhookLayout))
+			if err != nil {
+				t.Fatalf("check %s: %v", step, err)
+			}
+			var r struct {
+				Overflow int      `json:"overflow"`
+				Off      []string `json:"off"`
+				GoDur    []string `json:"goDur"`
+			}
+			if err := json.Unmarshal([]byte(raw), &r); err != nil {
+				t.Fatal(err)
+			}
+			if r.Overflow > 0 || len(r.Off) > 0 || len(r.GoDur) > 0 {
+				t.Errorf("%s: %d px wider than the screen; off-screen: %v; Go durations: %v", step, r.Overflow, r.Off, r.GoDur)
+			}
+		}
+	}
+	br.Do("back to a laptop's width", chromedp.EmulateViewport(1360, 1000))
 }

@@ -24,6 +24,20 @@ type DemoSource interface {
 	DemoSheets(rows int) []DemoSheet
 	// DemoAlerts lists what the demo's alert webhook received, newest first.
 	DemoAlerts() []DemoAlert
+	// DemoReceiver is what the demo's built-in events webhook receiver
+	// took and verified.
+	DemoReceiver() DemoReceiver
+}
+
+// DemoReceiver is the demo's built-in webhook receiver: deliveries taken,
+// the events in those whose signature verified, and those refused.
+type DemoReceiver struct {
+	URL        string
+	WebhookID  string // empty until the seed registers it
+	Deliveries int
+	Verified   int // events
+	Refused    int // deliveries
+	Last       time.Time
 }
 
 // DemoMailbox is one emulated Gmail account.
@@ -155,9 +169,10 @@ func (d demoPages) sheets(c *gin.Context) {
 }
 
 type demoAlertsView struct {
-	Alerts []DemoAlert
+	Alerts   []DemoAlert
+	Receiver DemoReceiver
 }
 
 func (d demoPages) alerts(c *gin.Context) {
-	d.render(c, http.StatusOK, "demo_alerts", demoAlertsView{Alerts: d.src.DemoAlerts()})
+	d.render(c, http.StatusOK, "demo_alerts", demoAlertsView{Alerts: d.src.DemoAlerts(), Receiver: d.src.DemoReceiver()})
 }

@@ -31,7 +31,8 @@ func demoSheetsSample(at time.Time) demoSheetsView {
 }
 
 func demoAlertsSample(at time.Time) demoAlertsView {
-	return demoAlertsView{Alerts: []DemoAlert{{At: at, Text: "mailroom: 1 task(s) moved to the dead-letter archive\n• gmail:message-added: 1"}}}
+	return demoAlertsView{Alerts: []DemoAlert{{At: at, Text: "mailroom: 1 task(s) moved to the dead-letter archive\n• gmail:message-added: 1"}},
+		Receiver: DemoReceiver{URL: "http://127.0.0.1:9/mailroom-demo-receiver", WebhookID: "w1", Deliveries: 3, Verified: 41, Refused: 1, Last: at}}
 }
 
 // fakeDemo is a DemoSource with one mailbox of n messages.
@@ -55,6 +56,8 @@ func (f fakeDemo) DemoMessages(email string, offset, limit int) ([]DemoMessage, 
 func (f fakeDemo) DemoSheets(rows int) []DemoSheet {
 	return []DemoSheet{{Title: "Event sign-ups", Sheet: "Responses", Rows: 1, Newest: []DemoRow{{Number: 1, Cells: []string{"t", "Ada <ada@example.org>", "s1"}}}}}
 }
+
+func (f fakeDemo) DemoReceiver() DemoReceiver { return DemoReceiver{} }
 
 func (f fakeDemo) DemoAlerts() []DemoAlert {
 	return []DemoAlert{{At: time.Now(), Text: "dead <letter>"}}

@@ -82,8 +82,11 @@ func (s *server) adminRoutes(e *gin.Engine, h handlers) {
 	if p := s.deps.Webhooks; p != nil {
 		wh := webhookHandlers{server: s, p: p}
 		admin.GET("/webhooks", wh.adminPage)
+		admin.POST("/webhooks", wh.adminCreate)
+		admin.GET("/webhooks/:id", wh.adminWebhookPage)
 		admin.POST("/webhooks/:id/test", wh.adminTest)
 		admin.POST("/webhooks/:id/replay", wh.adminReplay)
+		admin.POST("/webhooks/:id/delete", wh.adminDelete)
 	}
 	admin.POST("/tokens", s.createToken)
 	admin.POST("/tokens/:id/revoke", s.revokeToken)
@@ -156,6 +159,8 @@ func (s *server) userAPIRoutes(api *gin.RouterGroup, h handlers) {
 		api.GET("/webhooks/:id", s.scope(webhookIn("id")), wh.apiGet)
 		api.DELETE("/webhooks/:id", s.scope(webhookIn("id")), wh.apiDelete)
 		api.POST("/webhooks/:id/replay", s.scope(webhookIn("id")), wh.apiReplay)
+		api.POST("/webhooks/:id/test", s.scope(webhookIn("id")), wh.apiTest)
+		api.GET("/webhooks/:id/deliveries", s.scope(webhookIn("id")), wh.apiDeliveries)
 	}
 	if s.deps.Gmail != nil {
 		api.POST("/accounts", s.scope(inBody), gm.apiConnect)

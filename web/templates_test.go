@@ -55,7 +55,16 @@ func templateSamples() map[string]any {
 			{Webhook: store.Webhook{ID: "w1", URL: "https://app.example.com/hook", Types: []string{"message.added"}, UserID: "u1", LastDeliveryAt: at, Delivered: 1200},
 				UserEmail: "ann@example.com", Backlog: 10000, BacklogMore: true, Oldest: at},
 			{Webhook: store.Webhook{ID: "w2", URL: "https://app.example.com/all", LastError: "webhooks: answered 503 <Service Unavailable>", FailingSince: at}},
-		}},
+		}, Users: []store.User{{ID: "u1", Email: "ann@example.com"}}, Types: store.EventTypes(),
+			New:   &createdWebhook{ID: "w3", URL: "https://app.example.com/new", Secret: "whsec_c2VjcmV0"},
+			Error: "url: not https", Field: "url", Form: webhookForm{URL: "http://x", UserID: "u1", Types: map[string]bool{"message.added": true}}},
+		"webhook": webhookView{Hook: webhookRow{Webhook: store.Webhook{ID: "w1", URL: "https://app.example.com/hook", Types: []string{"message.added"}, CreatedAt: at, LastError: "answered 503", FailingSince: at},
+			UserEmail: "ann@example.com", Backlog: 3}, Retention: "7 days", Replays: replayChoices(7 * 24 * time.Hour), Next: "dlc_x", Paged: true,
+			Deliveries: []store.Delivery{
+				{Seq: 2, Attempt: 2, At: at, Status: 503, Latency: 120 * time.Millisecond, Events: 3, Response: "<h1>busy</h1>", Error: "answered 503"},
+				{Seq: 1, Attempt: 1, At: at, Latency: 10 * time.Second, Events: 3, Error: "context deadline exceeded"},
+				{Seq: 3, Attempt: 1, At: at, Status: 204, Latency: 80 * time.Millisecond, Events: 1},
+			}},
 	}
 }
 

@@ -88,7 +88,7 @@ func TestWebhooksAPI(t *testing.T) {
 	if w := request(t, se.h, "POST", "/api/v1/webhooks/"+made.ID+"/replay", map[string]any{"after": "evt_1"}, alice); w.Code != http.StatusBadRequest || apiError(t, w).Field != "after" {
 		t.Errorf("replay from a bad cursor: %d %s", w.Code, w.Body)
 	}
-	if w := request(t, se.h, "POST", "/api/v1/webhooks/"+made.ID+"/replay", map[string]any{}, alice); w.Code != http.StatusAccepted {
+	if w := request(t, se.h, "POST", "/api/v1/webhooks/"+made.ID+"/replay", map[string]any{"since": "2020-01-01T00:00:00Z"}, alice); w.Code != http.StatusAccepted {
 		t.Errorf("replay: %d %s", w.Code, w.Body)
 	}
 	if w := request(t, se.h, "DELETE", "/api/v1/webhooks/"+made.ID, nil, bob); w.Code != http.StatusNotFound {
@@ -101,10 +101,11 @@ func TestWebhooksAPI(t *testing.T) {
 		t.Errorf("a deleted webhook: %d", w.Code)
 	}
 
-	// The admin page lists the one left, with its replay and test buttons.
+	// The admin page lists the one left, with its test button and a link
+	// to its own page, which has the replay and the delivery log.
 	s := login(t, se.h)
 	w = request(t, se.h, "GET", "/admin/webhooks", nil, s.headers())
-	if body := w.Body.String(); w.Code != http.StatusOK || !strings.Contains(body, url+"2") || !strings.Contains(body, "/replay") || !strings.Contains(body, "/test") {
+	if body := w.Body.String(); w.Code != http.StatusOK || !strings.Contains(body, url+"2") || !strings.Contains(body, "/test") || !strings.Contains(body, `href="/admin/webhooks/`) {
 		t.Errorf("the Webhooks page: %d\n%s", w.Code, body)
 	}
 

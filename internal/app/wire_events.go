@@ -17,7 +17,7 @@ import (
 const eventsPruneBatch = 1000
 
 // wireEvents builds the webhooks pipeline, with the event log's pruner
-// (events older than MAILROOM_EVENTS_RETENTION, a minute at a time in
+// (events and webhook delivery attempts older than MAILROOM_EVENTS_RETENTION, a minute at a time in
 // short transactions) among its services, and the log's metric. The
 // pipelines record events through the store, in the transactions of their
 // changes.
@@ -51,12 +51,18 @@ func (e eventsPipeline) Services() []lifecycle.Service {
 	return append(e.Pipeline.Services(), e.pruner)
 }
 
-// pruneEvents deletes the events before cutoff, a batch at a time.
+// pruneEvents deletes the events and the webhook delivery attempts before
+// cutoff, a batch at a time.
 func pruneEvents(ctx context.Context, db *store.DB, cutoff time.Time) error {
-	for ctx.Err() == nil {
-		n, err := db.EventsPrune(cutoff, eventsPruneBatch)
-		if err != nil || n < eventsPruneBatch {
-			return err
+	for _, prune := range []func(time.Time, int) (int, error){db.EventsPrune, db.DeliveriesPrune} {
+		for ctx.Err() == nil {
+			n, err := prune(cutoff, eventsPruneBatch)
+			if err != nil {
+				return err
+			}
+			if n < eventsPruneBatch {
+				break
+			}
 		}
 	}
 	return nil

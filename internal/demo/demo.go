@@ -117,9 +117,12 @@ type demo struct {
 	fake    *googlefake.Server
 	api     *demoAPI
 	webhook *demoWebhook // nil when a real webhook is configured
-	dataDir string
-	scale   float64
-	now     func() time.Time
+	// receiver is the built-in endpoint of the events webhook the seed
+	// registers.
+	receiver *demoReceiver
+	dataDir  string
+	scale    float64
+	now      func() time.Time
 
 	refresh  []string // refresh tokens, by demoAccounts index
 	seeded   [][]string
@@ -253,6 +256,7 @@ func (d *demo) seed(ctx context.Context) (demoIDs, error) {
 	}{
 		{"wait for mailroom to be ready", d.waitReady},
 		{"create the demo user", d.seedUser},
+		{"register the demo webhook receiver", d.seedWebhook},
 		{"connect the demo Gmail accounts", d.seedAccounts},
 		{"create the demo label rules", d.seedRules},
 		{"create the demo forms", d.seedForms},

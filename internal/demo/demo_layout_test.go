@@ -135,6 +135,8 @@ func TestDemoLayout(t *testing.T) {
 		return false
 	})
 	accID := snap.accounts[demoAccounts[0].Email].ID
+	testkit.Eventually(t, 30*time.Second, "a delivery to the demo's webhook receiver", func() bool { return d.receiver.Stats().Verified > 0 })
+	hookID := d.receiver.Stats().WebhookID
 
 	pages := []struct{ name, path string }{
 		{"overview", "/admin"},
@@ -150,6 +152,7 @@ func TestDemoLayout(t *testing.T) {
 		{"forms", "/admin/forms"},
 		{"setup", "/admin/setup"},
 		{"webhooks", "/admin/webhooks"},
+		{"webhook", "/admin/webhooks/" + hookID},
 		{"tokens", "/admin/tokens"},
 		{"logout", "/admin/logout"},
 	}

@@ -123,3 +123,10 @@ func (s demoSource) DemoAlerts() []web.DemoAlert {
 	}
 	return out
 }
+
+func (s demoSource) DemoReceiver() web.DemoReceiver {
+	if s.d.receiver == nil {
+		return web.DemoReceiver{}
+	}
+	return s.d.receiver.Stats()
+}

@@ -178,13 +178,21 @@ func TestDemo(t *testing.T) {
 	})
 	t.Logf("labels in the emulated mailbox after %s", time.Since(start).Round(time.Millisecond))
 
+	// The built-in receiver verifies the events webhook's deliveries.
+	testkit.Eventually(t, deadline, "events verified by the demo's webhook receiver", func() bool {
+		return d.receiver.Stats().Verified > 0
+	})
+	if st := d.receiver.Stats(); st.Refused != 0 || st.WebhookID == "" {
+		t.Errorf("the demo receiver: %+v, want no delivery refused", st)
+	}
+
 	c := adminClient(t, ta)
 	for path, want := range map[string]string{
 		"/admin/demo/mailbox": demoAccounts[0].Email,
 		"/admin/demo/mailbox?account=" + demoAccounts[1].Email:             "Scanned document 0042.pdf",
 		"/admin/demo/mailbox?account=" + demoAccounts[0].Email + "&page=2": "Newer", // 60+ messages: page 2 of 2
 		"/admin/demo/sheets": "Event sign-ups",
-		"/admin/demo/alerts": queue.TypeGmailMessageAdded,
+		"/admin/demo/alerts": "events verified",
 		"/admin":             "simulated Google",
 	} {
 		status, body := get(t, c, ta.URL+path)
@@ -256,6 +264,16 @@ func TestDemoRestartReusesSeed(t *testing.T) {
 			t.Errorf("rule %s: id %s after the restart, was %s", label, after.rules[label], id)
 		}
 	}
+	// One webhook to the receiver: the first run's, to its old port, is
+	// replaced, and the new one's deliveries verify.
+	var hooks struct {
+		Webhooks []demoAPIWebhook `json:"webhooks"`
+	}
+	second.JSON(http.MethodGet, "/api/v1/webhooks", nil, http.StatusOK, &hooks)
+	if len(hooks.Webhooks) != 1 || hooks.Webhooks[0].URL != d.receiver.url {
+		t.Errorf("webhooks after the restart: %+v, want one to %s", hooks.Webhooks, d.receiver.url)
+	}
+	testkit.Eventually(t, 60*time.Second, "the second receiver verifying events", func() bool { return d.receiver.Stats().Verified > 0 })
 	if got := d.loadState().Forms; len(got) != 2 || got[d.sheetIDs[0]+"/"+demoSheets[0].Sheet] != formsBefore[d.sheetIDs[0]+"/"+demoSheets[0].Sheet] {
 		t.Errorf("forms after the restart %v, were %v", got, formsBefore)
 	}

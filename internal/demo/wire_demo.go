@@ -136,9 +136,20 @@ func prepare(_ context.Context, cfg *app.Config, logger *slog.Logger) (*demo, ap
 		d.webhook = &demoWebhook{now: time.Now, log: log}
 		deps.AlertURL, deps.AlertClient = demoWebhookURL, &http.Client{Transport: d.webhook, Timeout: 10 * time.Second}
 	}
+	// The built-in webhook receiver, on a loopback port: the demo's
+	// webhooks may reach loopback addresses.
+	recv, ln, err := newDemoReceiver(log)
+	if err != nil {
+		return nil, app.Deps{}, err
+	}
+	go func() { _ = recv.srv.Serve(ln) }()
+	deps.Closers = append(deps.Closers, recv.close)
+	d.receiver = recv
+	cfg.WebhookAllowPrivate = true
 	deps.Services = append(deps.Services, d)
 	deps.DemoSource = demoSource{d}
 	log.Info("demo: simulated Google running", "url", base, "accounts", len(demoAccounts), "spreadsheets", len(demoSheets),
-		"scale", d.scale, "shortened_timings", strings.Join(shortened, ","), "alerts_in_process", d.webhook != nil)
+		"scale", d.scale, "shortened_timings", strings.Join(shortened, ","), "alerts_in_process", d.webhook != nil,
+		"webhook_receiver", recv.url, "webhook_allow_private", true)
 	return d, deps, nil
 }

@@ -167,20 +167,25 @@ func (p *Pipeline) handleDeliver(ctx context.Context, t *queue.Task) error {
 		return err
 	}
 	now := p.cfg.Now()
-	status, retryAfter, err := p.post(ctx, w.URL, secret, pl.Batch.ID, events)
-	if err == nil {
-		return p.delivered(t, pl, events)
+	ans, err := p.post(ctx, w.URL, secret, pl.Batch.ID, events)
+	attempt := store.Delivery{
+		WebhookID: pl.WebhookID, BatchID: pl.Batch.ID, Attempt: t.Attempt, At: now.UTC(),
+		Status: ans.status, Latency: ans.latency, Events: len(events), Response: ans.body,
 	}
-	if nerr := p.noteFailure(pl.WebhookID, err, now); nerr != nil {
+	if err == nil {
+		return p.delivered(t, pl, events, attempt)
+	}
+	attempt.Error = queue.Truncate(err.Error(), 500)
+	if nerr := p.noteFailure(pl.WebhookID, attempt, now); nerr != nil {
 		p.log.Warn("note a webhook failure", "webhook_id", pl.WebhookID, "err", nerr)
 	}
 	if now.Sub(pl.Batch.CreatedAt) >= p.cfg.MaxAge {
 		return queue.Permanent(fmt.Errorf("webhooks: %s: batch %s undelivered for %s (MAILROOM_WEBHOOK_MAX_AGE): %w", w.URL, pl.Batch.ID, spoken(p.cfg.MaxAge), err))
 	}
 	p.metrics.deliveries.WithLabelValues("retried").Inc()
-	if retryAfter > 0 && (status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable) {
+	if ans.retryAfter > 0 && (ans.status == http.StatusTooManyRequests || ans.status == http.StatusServiceUnavailable) {
 		// Not past the max age: the last try is at most at its end.
-		wait := min(retryAfter, pl.Batch.CreatedAt.Add(p.cfg.MaxAge).Sub(now)+time.Second)
+		wait := min(ans.retryAfter, pl.Batch.CreatedAt.Add(p.cfg.MaxAge).Sub(now)+time.Second)
 		return queue.RateLimitedNotBefore(err, wait)
 	}
 	return err
@@ -230,8 +235,9 @@ func batchEvents(tx *store.Tx, w store.Webhook, b store.WebhookBatch) ([]store.E
 	return out, nil
 }
 
-// delivered records a batch's 2xx and acks its task.
-func (p *Pipeline) delivered(t *queue.Task, pl deliverPayload, events []store.Event) error {
+// delivered records a batch's 2xx, in the delivery log too, and acks its
+// task.
+func (p *Pipeline) delivered(t *queue.Task, pl deliverPayload, events []store.Event, attempt store.Delivery) error {
 	now := p.cfg.Now()
 	err := p.db.Update(func(tx *store.Tx) error {
 		w, err := tx.WebhookGet(pl.WebhookID)
@@ -239,6 +245,9 @@ func (p *Pipeline) delivered(t *queue.Task, pl deliverPayload, events []store.Ev
 			return t.Ack(tx)
 		}
 		if err != nil {
+			return err
+		}
+		if _, err := tx.DeliveryAppend(attempt); err != nil {
 			return err
 		}
 		if w.Batch != nil && w.Batch.ID == pl.Batch.ID {
@@ -263,9 +272,9 @@ func (p *Pipeline) delivered(t *queue.Task, pl deliverPayload, events []store.Ev
 	return nil
 }
 
-// noteFailure records a delivery's failure on its webhook, and raises the
-// alert once it has failed for an hour.
-func (p *Pipeline) noteFailure(id string, cause error, now time.Time) error {
+// noteFailure records a failed attempt on its webhook and in the delivery
+// log, and raises the alert once the webhook has failed for an hour.
+func (p *Pipeline) noteFailure(id string, attempt store.Delivery, now time.Time) error {
 	var alert string
 	err := p.db.Update(func(tx *store.Tx) error {
 		alert = ""
@@ -273,8 +282,13 @@ func (p *Pipeline) noteFailure(id string, cause error, now time.Time) error {
 		if err != nil {
 			return err
 		}
-		// What the receiver answered is in cause: kept short and plain.
-		w.LastError, w.LastErrorAt = queue.Snippet(cause.Error(), maxLastError), now.UTC()
+		// What the receiver answered is in the attempt's error: kept
+		// short and plain.
+		attempt.Error = queue.Snippet(attempt.Error, maxLastError)
+		if _, err := tx.DeliveryAppend(attempt); err != nil {
+			return err
+		}
+		w.LastError, w.LastErrorAt = attempt.Error, now.UTC()
 		if w.FailingSince.IsZero() {
 			w.FailingSince = now.UTC()
 		}
@@ -317,29 +331,39 @@ func (p *Pipeline) deliverDead(tx *store.Tx, t *queue.Task) error {
 	return nil
 }
 
-// post sends one signed batch. It returns the answer's status, its
-// Retry-After, and an error unless the answer was a 2xx.
-func (p *Pipeline) post(ctx context.Context, url, secret, msgID string, events []store.Event) (int, time.Duration, error) {
+// answer is what a receiver answered a delivery: its status (0: none),
+// Retry-After, the start of its body, and how long it took.
+type answer struct {
+	status     int
+	retryAfter time.Duration
+	body       string
+	latency    time.Duration
+}
+
+// post sends one signed batch. It returns the answer, and an error unless
+// the answer was a 2xx.
+func (p *Pipeline) post(ctx context.Context, url, secret, msgID string, events []store.Event) (answer, error) {
+	var ans answer
 	body, err := json.Marshal(map[string]any{"events": events})
 	if err != nil {
-		return 0, 0, err
+		return ans, err
 	}
 	signer, err := standardwebhooks.NewWebhook(secret)
 	if err != nil {
-		return 0, 0, queue.Permanent(fmt.Errorf("webhooks: the stored secret is unusable: %w", err))
+		return ans, queue.Permanent(fmt.Errorf("webhooks: the stored secret is unusable: %w", err))
 	}
 	// The signature's timestamp is the wall clock's, whatever clock the
 	// pipeline runs on: receivers check it against theirs.
 	sent := time.Now()
 	sig, err := signer.Sign(msgID, sent, body)
 	if err != nil {
-		return 0, 0, err
+		return ans, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
-		return 0, 0, err
+		return ans, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "mailroom-webhooks")
@@ -351,16 +375,19 @@ func (p *Pipeline) post(ctx context.Context, url, secret, msgID string, events [
 		err = ErrPrivateAddress // the dial error would name the address (see checkURL)
 	}
 	if err != nil {
-		return 0, 0, fmt.Errorf("webhooks: post to %s: %w", req.URL.Redacted(), err)
+		ans.latency = time.Since(sent)
+		return ans, fmt.Errorf("webhooks: post to %s: %w", req.URL.Redacted(), err)
 	}
 	defer resp.Body.Close()
+	head, _ := io.ReadAll(io.LimitReader(resp.Body, store.DeliveryResponseMax))
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	ans.status, ans.body, ans.latency = resp.StatusCode, string(head), time.Since(sent)
 	if resp.StatusCode/100 == 2 {
-		return resp.StatusCode, 0, nil
+		return ans, nil
 	}
-	retryAfter := parseRetryAfter(resp.Header.Get("Retry-After"), sent)
+	ans.retryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), sent)
 	// The status line's text is the receiver's to write: quoted, short.
-	return resp.StatusCode, retryAfter, fmt.Errorf("webhooks: %s answered %q", req.URL.Redacted(), queue.Snippet(resp.Status, maxStatusText))
+	return ans, fmt.Errorf("webhooks: %s answered %q", req.URL.Redacted(), queue.Snippet(resp.Status, maxStatusText))
 }
 
 // parseRetryAfter reads a Retry-After of seconds or an HTTP date; zero
@@ -378,18 +405,24 @@ func parseRetryAfter(v string, now time.Time) time.Duration {
 	return 0
 }
 
-// TestDelivery posts a batch of no events to the webhook now (the admin
-// page's button), signed as a delivery is, and returns the outcome.
-func (p *Pipeline) TestDelivery(ctx context.Context, id string) error {
-	w, err := p.Webhook(id)
-	if err != nil {
+// SendTest records one webhook.test event for the webhook alone, which
+// its next batch delivers as any other (signed, retried, logged); no feed
+// and no other webhook sees it. It returns the event.
+func (p *Pipeline) SendTest(id string) (store.Event, error) {
+	var e store.Event
+	err := p.db.Update(func(tx *store.Tx) error {
+		w, err := tx.WebhookGet(id)
+		if err != nil {
+			return err
+		}
+		e, err = tx.EventAppend(store.Event{Type: store.EventWebhookTest, UserID: w.UserID, ForWebhook: w.ID})
 		return err
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return e, fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
-	var secret string
-	if err := p.db.View(func(tx *store.Tx) (err error) { secret, err = tx.WebhookSecret(w); return err }); err != nil {
-		return err
+	if err == nil {
+		p.Kick()
 	}
-	now := p.cfg.Now()
-	_, _, err = p.post(ctx, w.URL, secret, fmt.Sprintf("msg_%s_test_%d", w.ID, now.UnixNano()), []store.Event{})
-	return err
+	return e, err
 }

@@ -319,6 +319,51 @@ func (p *Pipeline) Replay(id string, after uint64) error {
 	return err
 }
 
+// ReplaySince delivers again every event the webhook takes that occurred
+// at or after since (from the oldest kept when since is older), in order,
+// after the batch in flight.
+func (p *Pipeline) ReplaySince(id string, since time.Time) error {
+	err := p.db.Update(func(tx *store.Tx) error {
+		w, err := tx.WebhookGet(id)
+		if err != nil {
+			return err
+		}
+		if w.Cursor, err = tx.EventsBefore(since); err != nil {
+			return err
+		}
+		w.Batch = nil // as in Replay: the batch in flight no longer moves the cursor
+		w.Generation++
+		return tx.WebhookPut(w)
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	if err == nil {
+		p.Kick()
+	}
+	return err
+}
+
+// Deliveries returns up to limit of the webhook's delivery attempts before
+// the position before (0: from the newest), newest first, and the position
+// of the next page (0: no older one).
+func (p *Pipeline) Deliveries(id string, before uint64, limit int) ([]store.Delivery, uint64, error) {
+	var out []store.Delivery
+	var next uint64
+	err := p.db.View(func(tx *store.Tx) error {
+		if _, err := tx.WebhookGet(id); err != nil {
+			return err
+		}
+		var err error
+		out, next, err = tx.Deliveries(id, before, limit)
+		return err
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, 0, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	return out, next, err
+}
+
 // Services are the pipeline's loops: the scheduler, which plans batches
 // while it runs (Run).
 func (p *Pipeline) Services() []lifecycle.Service { return []lifecycle.Service{&scheduler{p: p}} }

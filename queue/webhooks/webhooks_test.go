@@ -41,6 +41,8 @@ type receiver struct {
 	at     []time.Time // when each POST came
 	sizes  []int
 	fail   func(n int) (status int, retryAfter string, sleep time.Duration)
+	// failBody is the body of the answers fail decides.
+	failBody string
 }
 
 func newReceiver(t *testing.T) *receiver {
@@ -64,6 +66,7 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 				w.Header().Set("Retry-After", after)
 			}
 			w.WriteHeader(status)
+			_, _ = io.WriteString(w, r.failBody)
 			return
 		}
 	}
@@ -359,7 +362,7 @@ func TestPrivateTargetsRefused(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	err := e.p.TestDelivery(context.Background(), w.ID)
+	_, err := e.p.post(context.Background(), w.URL, "whsec_dGVzdHRlc3R0ZXN0dGVzdHRlc3R0ZXN0dGVzdA==", "msg_test", []store.Event{})
 	if !errors.Is(err, ErrPrivateAddress) {
 		t.Errorf("delivery to %s: %v, want ErrPrivateAddress", r.srv.URL, err)
 	}
