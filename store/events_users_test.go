@@ -81,6 +81,16 @@ func userChanges(f1 string) []userChange {
 			_, _, err = tx.SheetCommit(f1, *w.Pending, time.Now())
 			return err
 		}},
+		{store.EventWebhookTest, func(tx *store.Tx) error {
+			// What the webhooks pipeline's SendTest does: the test event
+			// carries its webhook's user.
+			w, err := tx.WebhookCreate(store.Webhook{URL: "https://hooks.example/u1", UserID: "u1"}, "whsec_test")
+			if err != nil {
+				return err
+			}
+			_, err = tx.EventAppend(store.Event{Type: store.EventWebhookTest, UserID: w.UserID, ForWebhook: w.ID})
+			return err
+		}},
 		{store.EventDeadLetterAdded, func(tx *store.Tx) error { return tx.DeadLetterPut(dead) }},
 		{store.EventDeadLetterRedone, func(tx *store.Tx) error { return tx.DeadLetterRedriven(dead.ID) }},
 		{store.EventDeadLetterDiscarded, func(tx *store.Tx) error {
@@ -133,6 +143,9 @@ func TestEveryEventCarriesItsUser(t *testing.T) {
 			t.Fatalf("%s: %v", c.typ, err)
 		}
 		evs := allEvents(t, db, store.EventQuery{After: head})
+		if c.typ == store.EventWebhookTest {
+			evs = webhookTestEvents(t, db, head)
+		}
 		if !slices.Contains(eventTypes(evs), c.typ) {
 			t.Errorf("%s: the change gave %v, not its event", c.typ, eventTypes(evs))
 		}
@@ -227,4 +240,19 @@ func TestDeadLetterEventsCarryTheUserWhoseWorkFailed(t *testing.T) {
 			t.Errorf("%s: events (-want +got):\n%s", c.name, diff)
 		}
 	}
+}
+
+// webhookTestEvents are the webhook.test events after head, each read as
+// the one webhook it is for reads it.
+func webhookTestEvents(t *testing.T, db *store.DB, head uint64) []store.Event {
+	t.Helper()
+	var hooks []store.Webhook
+	if err := db.View(func(tx *store.Tx) (err error) { hooks, err = tx.Webhooks(); return err }); err != nil {
+		t.Fatal(err)
+	}
+	var out []store.Event
+	for _, w := range hooks {
+		out = append(out, allEvents(t, db, store.EventQuery{After: head, Webhook: w.ID, Types: map[string]bool{store.EventWebhookTest: true}})...)
+	}
+	return out
 }
