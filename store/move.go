@@ -132,27 +132,27 @@ var moveBuckets = map[string]moveRule{
 		}
 		return json.Unmarshal(v, &r) == nil && s.forms[r.FormID]
 	}},
-	string(bucketFormBuffers):  {pick: keyIn(formsOf)},
-	string(bucketSheetWrites):  {pick: keyIn(formsOf)},
-	string(bucketRules):        {pick: keyIn(rulesOf)},
-	string(bucketRuleVersion):  {pick: prefixIn(rulesOf)},
-	string(bucketUserRules):    {pick: prefixIn(theUser)},
-	string(bucketRuleLabels):   {pick: prefixIn(theUser)},
-	string(bucketRuleLatest):   {pick: keyIn(rulesOf)},
-	string(bucketPending):      {pick: keyIn(theUser)},
-	string(bucketDue):          {pick: func(s *moveSet, k, _ []byte) bool { return len(k) > 8 && string(k[8:]) == s.user }},
-	string(bucketJobs):         {pick: keyIn(jobsOf)},
-	string(bucketUserJobs):     {pick: prefixIn(theUser)},
-	string(bucketBatches):      {pick: prefixIn(jobsOf)},
-	string(bucketWebhooks):     {pick: keyIn(webhooksOf)},
-	string(bucketMeta):         {why: "this mailroom's own settings (schema version, admin password, broker state)"},
-	string(bucketOutbox):       {why: "the tasks in flight: the export waits for the user's to finish (or --force drops them); import records the follow-up tasks anew"},
-	string(bucketOutboxKeys):   {why: "index of the outbox"},
-	string(bucketOutboxGroups): {why: "counts of the outbox"},
-	string(bucketDeadLetters):  {why: "this mailroom's archive of failed tasks (redrive them before the move)"},
-	string(bucketDeadCounts):   {why: "counts of the dead letters"},
-	string(bucketSessions):     {why: "admin logins of this mailroom"},
-	string(bucketConnectLinks): {why: "short-lived OAuth round trips of this mailroom (connect again on the target)"},
+	string(bucketFormBuffers):   {pick: keyIn(formsOf)},
+	string(bucketSheetWrites):   {pick: keyIn(formsOf)},
+	string(bucketRules):         {pick: keyIn(rulesOf)},
+	string(bucketRuleVersion):   {pick: prefixIn(rulesOf)},
+	string(bucketUserRules):     {pick: prefixIn(theUser)},
+	string(bucketRuleLabels):    {pick: prefixIn(theUser)},
+	string(bucketRuleLatest):    {pick: keyIn(rulesOf)},
+	string(bucketPending):       {pick: keyIn(theUser)},
+	string(bucketDue):           {pick: func(s *moveSet, k, _ []byte) bool { return len(k) > 8 && string(k[8:]) == s.user }},
+	string(bucketJobs):          {pick: keyIn(jobsOf)},
+	string(bucketUserJobs):      {pick: prefixIn(theUser)},
+	string(bucketBatches):       {pick: prefixIn(jobsOf)},
+	string(bucketWebhooks):      {pick: keyIn(webhooksOf)},
+	string(bucketMeta):          {why: "this mailroom's own settings (schema version, admin password, broker state)"},
+	string(bucketOutbox):        {why: "the tasks in flight: the export waits for the user's to finish (or --force drops them); import records the follow-up tasks anew"},
+	string(bucketOutboxKeys):    {why: "index of the outbox"},
+	string(bucketOutboxGroups):  {why: "counts of the outbox"},
+	string(bucketDeadLetters):   {why: "this mailroom's archive of failed tasks (redrive them before the move)"},
+	string(bucketDeadCounts):    {why: "counts of the dead letters"},
+	string(bucketSessions):      {why: "admin logins of this mailroom"},
+	string(bucketConnectLinks):  {why: "short-lived OAuth round trips of this mailroom (connect again on the target)"},
 	string(bucketConnectStates): {why: "index of the connect links"},
 	string(bucketEvents):        {why: "the event log is per mailroom: webhooks go on from the target's log"},
 	string(bucketUserEvents):    {why: "index of the event log"},
@@ -426,7 +426,9 @@ func (tx *Tx) MoveImport(m *Move) (MoveImported, error) {
 	// Submissions first: the buffers name them by their new ids.
 	subs := map[string][]byte{}
 	order := slices.Clone(m.Buckets)
-	sort.SliceStable(order, func(i, j int) bool { return order[i].Name == string(bucketSubmissions) && order[j].Name != order[i].Name })
+	sort.SliceStable(order, func(i, j int) bool {
+		return order[i].Name == string(bucketSubmissions) && order[j].Name != order[i].Name
+	})
 	for _, mb := range order {
 		var err error
 		switch mb.Name {
