@@ -145,4 +145,3 @@ func TestMoveUser(t *testing.T) {
 }
 
 func contains(b []byte, s string) bool { return strings.Contains(string(b), s) }
-
