@@ -246,24 +246,11 @@ func BringForward() Option {
 // broker after the transaction commits. With Key, an existing live record
 // of that key is returned instead (added=false).
 func (q *Queue) Enqueue(tx *store.Tx, typ string, payload any, opts ...Option) (rec store.OutboxRecord, added bool, err error) {
-	tt, ok := q.table.Lookup(typ)
-	if !ok {
-		return rec, false, fmt.Errorf("queue: enqueue: unknown task type %q", typ)
-	}
-	raw, err := json.Marshal(payload)
+	r, f, rec, added, err := record(q.table, tx, typ, payload, opts)
 	if err != nil {
-		return rec, false, fmt.Errorf("queue: enqueue %s: encode payload: %w", typ, err)
+		return rec, false, err
 	}
-	r := store.OutboxRecord{Queue: tt.Queue, Type: typ, Payload: raw}
-	var f enqueueFlags
-	for _, o := range opts {
-		o(&r, &f)
-	}
-	rec, added, err = tx.OutboxAdd(r)
-	if err != nil {
-		return rec, false, fmt.Errorf("queue: enqueue %s: %w", typ, err)
-	}
-	rl := q.relays[tt.Queue]
+	rl := q.relays[r.Queue]
 	if !added && f.bringForward && r.RunAt.Before(rec.RunAt) {
 		rec.RunAt = r.RunAt
 		if err := tx.OutboxUpdate(rec); err != nil {
@@ -274,6 +261,41 @@ func (q *Queue) Enqueue(tx *store.Tx, typ string, payload any, opts ...Option) (
 	}
 	tx.OnCommit(rl.wake)
 	return rec, added, nil
+}
+
+// record adds the task's outbox record in tx; r is the record asked for.
+func record(table *Table, tx *store.Tx, typ string, payload any, opts []Option) (r store.OutboxRecord, f enqueueFlags, rec store.OutboxRecord, added bool, err error) {
+	tt, ok := table.Lookup(typ)
+	if !ok {
+		return r, f, rec, false, fmt.Errorf("queue: enqueue: unknown task type %q", typ)
+	}
+	raw, err := json.Marshal(payload)
+	if err != nil {
+		return r, f, rec, false, fmt.Errorf("queue: enqueue %s: encode payload: %w", typ, err)
+	}
+	r = store.OutboxRecord{Queue: tt.Queue, Type: typ, Payload: raw}
+	for _, o := range opts {
+		o(&r, &f)
+	}
+	rec, added, err = tx.OutboxAdd(r)
+	if err != nil {
+		return r, f, rec, false, fmt.Errorf("queue: enqueue %s: %w", typ, err)
+	}
+	return r, f, rec, added, nil
+}
+
+// Offline records tasks in the outbox of a store no mailroom serves
+// (mailroom import-user): the relays hand them to the broker when the
+// mailroom starts. It brings no record forward.
+type Offline struct{ table *Table }
+
+// NewOffline returns the enqueue side of table without a broker.
+func NewOffline(table *Table) *Offline { return &Offline{table: table} }
+
+// Enqueue records a task in the caller's transaction (see Queue.Enqueue).
+func (o *Offline) Enqueue(tx *store.Tx, typ string, payload any, opts ...Option) (store.OutboxRecord, bool, error) {
+	_, _, rec, added, err := record(o.table, tx, typ, payload, opts)
+	return rec, added, err
 }
 
 // Ack removes the task's outbox record inside tx, so a local effect and the

@@ -41,6 +41,9 @@ type Form struct {
 	// the last one that held data in its columns when it was created.
 	StartRow  int       `json:"startRow"`
 	CreatedAt time.Time `json:"createdAt"`
+	// MovedAt is when the form's user was exported to another mailroom:
+	// the form refuses submissions here (ErrMoved). Zero: it takes them.
+	MovedAt time.Time `json:"movedAt,omitzero"`
 }
 
 // Submission is one accepted set of answers. Values hold the answers in

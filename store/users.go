@@ -15,6 +15,9 @@ type User struct {
 	Email     string    `json:"email"`
 	Name      string    `json:"name"`
 	CreatedAt time.Time `json:"createdAt"`
+	// MovedAt is when the user was exported to another mailroom
+	// (mailroom export-user); zero: the user lives here.
+	MovedAt time.Time `json:"movedAt,omitzero"`
 }
 
 // UserCreate stores a new user; ErrConflict when the email is taken

@@ -142,6 +142,8 @@ func (s *server) mapError(err error) *httpError {
 		return &httpError{Status: http.StatusTooManyRequests, Code: "rate_limited", Message: "Too many requests; retry after the time in Retry-After.", RetryAfter: limited.After, Err: err}
 	case errors.Is(err, store.ErrNotFound):
 		return &httpError{Status: http.StatusNotFound, Code: "not_found", Message: "No such item.", Err: err}
+	case errors.Is(err, store.ErrMoved):
+		return &httpError{Status: http.StatusConflict, Code: "user_moved", Message: "This user was moved to another mailroom of the fleet; send its requests there.", Err: err}
 	case errors.Is(err, store.ErrConflict):
 		return &httpError{Status: http.StatusConflict, Code: "conflict", Message: "It already exists.", Err: err}
 	case errors.Is(err, store.ErrUnavailable):

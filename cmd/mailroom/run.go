@@ -39,6 +39,9 @@ Usage:
   mailroom bench [SCENARIO...]    run benchmark scenarios and print a table
   mailroom backup --out FILE      write a consistent copy of the database
   mailroom compact                give the data file's free space back (service stopped)
+  mailroom export-user --user ID --out FILE
+                                  move a user out (service stopped); --force drops its undelivered webhook events
+  mailroom import-user FILE       move that user in (service stopped; same MAILROOM_SECRET_KEY as the source)
   mailroom reset-password         print a new admin password, ending every session (service stopped)
   mailroom version                print version, commit and Go version
 
@@ -68,6 +71,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return backupCommand(ctx, rest, getenv, stdout, stderr)
 	case "compact":
 		return compactCommand(ctx, rest, getenv, stdout, stderr)
+	case "export-user":
+		return exportUserCommand(ctx, rest, getenv, stdout, stderr)
+	case "import-user":
+		return importUserCommand(ctx, rest, getenv, stdout, stderr)
 	case "reset-password":
 		return resetPasswordCommand(ctx, rest, getenv, stdout, stderr)
 	case "version", "--version", "-v":

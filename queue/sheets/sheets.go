@@ -625,6 +625,10 @@ func (p *Pipeline) Submit(ctx context.Context, formID string, answers map[string
 	if err != nil {
 		return store.Submission{}, err
 	}
+	if !f.MovedAt.IsZero() {
+		// Its user lives on another mailroom now (mailroom export-user).
+		return store.Submission{}, fmt.Errorf("sheets: form %s: %w", formID, store.ErrMoved)
+	}
 	values, err := Answers(f.Columns, answers)
 	if err != nil {
 		p.metrics.submissions.WithLabelValues("invalid").Inc()

@@ -1,0 +1,147 @@
+package app_test
+
+import (
+	"encoding/base64"
+	"errors"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"mailroom/internal/app"
+	"mailroom/internal/app/apptest"
+	"mailroom/internal/googlefake"
+	"mailroom/internal/testkit"
+	"mailroom/store"
+)
+
+// TestMoveUser moves a user with two synced accounts, a rule, a form with
+// rows waiting and a webhook to a fresh mailroom: the target resumes from
+// the watermarks (no messages.list of a full sync), takes new mail, writes
+// every waiting row once; the source, started again, writes none of them
+// and refuses the form's submissions.
+func TestMoveUser(t *testing.T) {
+	t.Parallel()
+	fake := googlefake.StartForTest(t, googlefake.Options{PushAudience: pushAudience})
+	key := base64.StdEncoding.EncodeToString([]byte("0123456789abcdef0123456789abcdef"))
+	srcDir, dstDir := t.TempDir(), t.TempDir()
+	cfgFor := func(dir string, flushDelay time.Duration) func(*app.Config) {
+		return withGoogle(fake, func(c *app.Config) {
+			c.DataDir, c.SecretKey, c.SheetsFlushDelay, c.WebhookAllowPrivate = dir, key, flushDelay, true
+		})
+	}
+	src := apptest.Start(t, cfgFor(srcDir, time.Hour)) // rows wait
+	boxes := []string{"one@example.com", "two@example.com"}
+	userID := createUser(src, "mover@example.com")
+	var accIDs []string
+	for i, box := range boxes {
+		fake.AddAccount(box)
+		if _, err := fake.Gmail.Generate(box, 40, uint64(7+i)); err != nil {
+			t.Fatal(err)
+		}
+		accIDs = append(accIDs, connectAccount(src, fake, userID, box).ID)
+	}
+	for i, box := range boxes {
+		waitMirror(src, fake, accIDs[i], box, 20*time.Second)
+	}
+	src.JSON(http.MethodPost, "/api/v1/users/"+userID+"/rules", map[string]any{
+		"label": "Moved", "match": "all", "conditions": []map[string]any{{"field": "subject", "op": "contains", "value": "zzz-none"}},
+	}, http.StatusCreated, nil)
+	book, err := fake.Sheets.CreateSpreadsheet(boxes[0], "Survey", "Responses")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var form sheetsForm
+	src.JSON(http.MethodPost, "/api/v1/forms", map[string]any{
+		"userId": userID, "accountId": accIDs[0], "spreadsheetId": book, "sheet": "Responses", "columns": []string{"name"},
+	}, http.StatusCreated, &form)
+	for _, n := range []string{"a", "b", "c"} {
+		src.JSON(http.MethodPost, "/api/v1/forms/"+form.ID+"/submissions", map[string]any{"answers": map[string]any{"name": n}}, http.StatusAccepted, nil)
+	}
+	hooks := newHookReceiver(t)
+	var hook struct{ ID, Secret string }
+	src.JSON(http.MethodPost, "/api/v1/webhooks", map[string]any{"url": hooks.srv.URL + "/hook", "userId": userID}, http.StatusCreated, &hook)
+	hooks.secret = hook.Secret
+	if err := src.Stop(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+
+	// Export from the stopped source, import into a fresh data dir.
+	file := filepath.Join(t.TempDir(), "mover.json.gz")
+	db, err := app.MoveStore(srcDir, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := app.ExportUser(db, userID, file, false); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	db, err = app.MoveStore(dstDir, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := app.ReadMoveFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := app.ImportUser(db, m); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+
+	lists, watches := fake.Calls(googlefake.MethodMessagesList), fake.Calls(googlefake.MethodWatch)
+	dst := apptest.Start(t, cfgFor(dstDir, 200*time.Millisecond))
+	testkit.Eventually(t, 15*time.Second, "the 3 waiting rows written on the target", func() bool {
+		return getForm(dst, form.ID).RowsWritten == 3
+	})
+	for i, box := range boxes {
+		waitMirror(dst, fake, accIDs[i], box, 15*time.Second)
+	}
+	// New mail after the move reaches the target.
+	if _, err := googlefake.NewGenerator(99, time.Time{}).Add(fake.Gmail, boxes[1], 3); err != nil {
+		t.Fatal(err)
+	}
+	if st := push(dst, fake, boxes[1], fake.Gmail.HistoryID(boxes[1])); st != http.StatusNoContent {
+		t.Fatalf("push to the target: %d", st)
+	}
+	waitMirror(dst, fake, accIDs[1], boxes[1], 15*time.Second)
+	if got := fake.Calls(googlefake.MethodMessagesList); got != lists {
+		t.Errorf("messages.list calls went from %d to %d: the target ran a full sync", lists, got)
+	}
+	if got := fake.Calls(googlefake.MethodWatch); got < watches+2 {
+		t.Errorf("users.watch calls went from %d to %d: the target did not renew both watches", watches, got)
+	}
+
+	// The source, started again, writes none of the rows and refuses the form.
+	again := apptest.Start(t, cfgFor(srcDir, 50*time.Millisecond))
+	status, raw := again.Do(http.MethodPost, "/api/v1/forms/"+form.ID+"/submissions", map[string]any{"answers": map[string]any{"name": "late"}})
+	if status != http.StatusConflict || !contains(raw, "user_moved") {
+		t.Errorf("submission to the source after the move: %d %s", status, raw)
+	}
+	if a := account(again, accIDs[0]); a.Status != "disconnected" || a.StatusReason != store.MovedReason {
+		t.Errorf("source account after the move: %+v", a)
+	}
+	time.Sleep(300 * time.Millisecond) // a flush of the source would be due by now
+	cells, err := fake.Sheets.Cells(book, "Responses")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cells) != 3 || cells[0][1].Value != "a" || cells[2][1].Value != "c" {
+		t.Errorf("sheet after the move: %+v, want rows a, b, c once", cells)
+	}
+	if err := dst.Stop(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	// A second import of the same file is refused.
+	db, err = app.MoveStore(dstDir, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := app.ImportUser(db, m); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("second import: %v, want a conflict", err)
+	}
+}
+
+func contains(b []byte, s string) bool { return strings.Contains(string(b), s) }
