@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -69,6 +70,10 @@ func EventTypes() []string {
 // retention), so a reader following it would miss some.
 var ErrCursorExpired = errors.New("store: the events after this cursor are no longer kept")
 
+// ErrCursorAhead: a cursor past the newest event, which this file never
+// gave out (made up, or from a newer copy of the data).
+var ErrCursorAhead = errors.New("store: the cursor is past the newest event")
+
 // Event is one recorded change. Seq orders every event of the file; ID is
 // its stable public name.
 type Event struct {
@@ -130,40 +135,78 @@ func ParseEventCursor(s string) (uint64, bool) {
 }
 
 // eventSignal wakes the readers waiting for new events (long polls, the
-// webhook deliverer) once a transaction that appended some commits.
+// webhook deliverer) once a transaction that appended some commits: the
+// readers of every event on any commit, a user's readers only on a commit
+// with an event of that user (a user's long poll is not woken by others').
 type eventSignal struct {
 	mu     sync.Mutex
-	ch     chan struct{}
-	counts map[string]uint64 // events committed since the process started, by type
+	all    chan struct{}            // closed on any commit of events
+	users  map[string]chan struct{} // user id -> closed on a commit with an event of theirs
+	counts map[string]uint64        // events committed since the process started, by type
 }
 
-func (s *eventSignal) wait() <-chan struct{} {
+// appendedEvent is what the signal needs of an event a transaction
+// appended.
+type appendedEvent struct{ typ, userID string }
+
+// maxUserSignals bounds the users with a channel at once. Past it every
+// user channel is closed and forgotten: their readers wake, find nothing
+// new and take a fresh one, so the map cannot grow without end.
+const maxUserSignals = 4096
+
+func (s *eventSignal) wait(userID string) <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.ch == nil {
-		s.ch = make(chan struct{})
+	if userID == "" {
+		if s.all == nil {
+			s.all = make(chan struct{})
+		}
+		return s.all
 	}
-	return s.ch
+	if len(s.users) >= maxUserSignals {
+		for id, ch := range s.users {
+			close(ch)
+			delete(s.users, id)
+		}
+	}
+	if s.users == nil {
+		s.users = map[string]chan struct{}{}
+	}
+	ch := s.users[userID]
+	if ch == nil {
+		ch = make(chan struct{})
+		s.users[userID] = ch
+	}
+	return ch
 }
 
-func (s *eventSignal) committed(types []string) {
+func (s *eventSignal) committed(appended []appendedEvent) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.counts == nil {
 		s.counts = map[string]uint64{}
 	}
-	for _, t := range types {
-		s.counts[t]++
+	for _, e := range appended {
+		s.counts[e.typ]++
+		if ch, ok := s.users[e.userID]; ok {
+			close(ch)
+			delete(s.users, e.userID)
+		}
 	}
-	if s.ch != nil {
-		close(s.ch)
-		s.ch = nil
+	if s.all != nil {
+		close(s.all)
+		s.all = nil
 	}
 }
 
 // EventsChanged returns a channel closed when a transaction that appended
 // events commits; take a new one after each wake.
-func (db *DB) EventsChanged() <-chan struct{} { return db.events.wait() }
+func (db *DB) EventsChanged() <-chan struct{} { return db.events.wait("") }
+
+// EventsChangedFor is EventsChanged for the readers of one user's events:
+// its channel is closed only by a commit with an event of that user (""
+// is every user's: EventsChanged).
+func (db *DB) EventsChangedFor(userID string) <-chan struct{} { return db.events.wait(userID) }
 
 // EventCounts returns how many events of each type were committed since
 // the process started (for the metrics).
@@ -210,7 +253,7 @@ func (tx *Tx) EventAppend(e Event) (Event, error) {
 	if tx.appended == nil {
 		tx.OnCommit(func() { tx.db.events.committed(tx.appended) })
 	}
-	tx.appended = append(tx.appended, e.Type)
+	tx.appended = append(tx.appended, appendedEvent{e.Type, e.UserID})
 	return e, nil
 }
 
@@ -252,14 +295,18 @@ type EventQuery struct {
 // Events returns the events after q.After that q selects, oldest first,
 // and the position to continue from: the last event looked at, which may
 // be past the last one returned when a filter skipped some. It returns
-// ErrCursorExpired when events after q.After were pruned.
+// ErrCursorExpired when events after q.After were pruned, and
+// ErrCursorAhead when q.After is past the newest event.
 func (tx *Tx) Events(q EventQuery) (events []Event, next uint64, err error) {
 	if q.Limit < 1 {
 		q.Limit = 1
 	}
 	next = q.After
-	if q.After > 0 && q.After < tx.EventsPruned() {
-		return nil, next, ErrCursorExpired
+	if err := tx.EventCursorCheck(q.After); err != nil {
+		return nil, next, err
+	}
+	if q.After == math.MaxUint64 {
+		return []Event{}, next, nil // nothing after; After+1 would wrap to the first
 	}
 	events = []Event{}
 	b := tx.tx.Bucket(bucketEvents)
@@ -308,6 +355,20 @@ func (tx *Tx) Events(q EventQuery) (events []Event, next uint64, err error) {
 		next = head
 	}
 	return events, next, nil
+}
+
+// EventCursorCheck says whether position after names a kept place in the
+// log: nil for 0 (before the oldest kept) and from the newest pruned event
+// to the newest event; ErrCursorExpired before, ErrCursorAhead past it. A
+// position that passes can be read after without its number wrapping.
+func (tx *Tx) EventCursorCheck(after uint64) error {
+	switch {
+	case after > tx.EventsHead():
+		return ErrCursorAhead
+	case after > 0 && after < tx.EventsPruned():
+		return ErrCursorExpired
+	}
+	return nil
 }
 
 // EventsHead is the number of the newest event (0 when none was ever

@@ -3,6 +3,8 @@ package store_test
 import (
 	"encoding/json"
 	"errors"
+	"math"
+	"strconv"
 	"testing"
 	"time"
 
@@ -274,11 +276,111 @@ func TestEventsWakeOnCommit(t *testing.T) {
 	}
 }
 
+// TestEventsCursorAhead: a position past the newest event is refused,
+// never read as one before the oldest (its number plus one wraps to 0 at
+// the top), whether the query is every user's or one user's.
+func TestEventsCursorAhead(t *testing.T) {
+	t.Parallel()
+	db := storetest.Open(t)
+	appendEvents(t, db, "u1", 3)
+	for _, after := range []uint64{4, 1 << 40, math.MaxUint64} {
+		for _, user := range []string{"", "u1"} {
+			err := db.View(func(tx *store.Tx) error {
+				evs, _, err := tx.Events(store.EventQuery{After: after, UserID: user, Limit: 10})
+				if len(evs) != 0 {
+					t.Errorf("after %d (user %q): %d events", after, user, len(evs))
+				}
+				return err
+			})
+			if !errors.Is(err, store.ErrCursorAhead) {
+				t.Errorf("after %d (user %q): %v, want ErrCursorAhead", after, user, err)
+			}
+		}
+	}
+	_ = db.View(func(tx *store.Tx) error {
+		for after, want := range map[uint64]error{0: nil, 3: nil, 4: store.ErrCursorAhead} {
+			if err := tx.EventCursorCheck(after); !errors.Is(err, want) {
+				t.Errorf("check %d: %v, want %v", after, err, want)
+			}
+		}
+		return nil
+	})
+	if got := len(allEvents(t, db, store.EventQuery{After: 3})); got != 0 {
+		t.Errorf("after the newest: %d events", got)
+	}
+}
+
+func appendEvents(t testing.TB, db *store.DB, user string, n int) {
+	t.Helper()
+	if err := db.Update(func(tx *store.Tx) error {
+		for range n {
+			if _, err := tx.EventAppend(store.Event{Type: store.EventFormState, UserID: user}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestEventsWakeOnlyTheirUser: a reader of one user's events is woken by
+// a commit with an event of that user, not by another user's; a reader of
+// every event is woken by both.
+func TestEventsWakeOnlyTheirUser(t *testing.T) {
+	t.Parallel()
+	db := storetest.Open(t)
+	alice, all := db.EventsChangedFor("alice"), db.EventsChanged()
+	appendEvents(t, db, "bob", 1)
+	select {
+	case <-alice:
+		t.Fatal("alice's reader was woken by bob's event")
+	default:
+	}
+	select {
+	case <-all:
+	default:
+		t.Fatal("the reader of every event was not woken by bob's")
+	}
+	appendEvents(t, db, "alice", 1)
+	select {
+	case <-alice:
+	default:
+		t.Fatal("alice's reader was not woken by her event")
+	}
+	if again := db.EventsChangedFor("alice"); again == alice {
+		t.Error("after a wake, alice's reader got the closed channel again")
+	}
+}
+
 // FuzzParseEventCursor: any text a client sends as a cursor is either
-// refused or read as a position whose cursor reads back the same.
+// refused or read as a position whose cursor reads back the same; read
+// after, as the feed does, it answers only later events, or refuses a
+// position past the newest (never wrapping to the oldest) or before the
+// kept ones.
 func FuzzParseEventCursor(f *testing.F) {
-	for _, s := range []string{"", "cur_", store.EventCursor(0), store.EventCursor(1 << 40), "cur_AAAAAAAAAAA", "now", "cur_//////////8"} {
+	for _, s := range []string{"", "cur_", store.EventCursor(0), store.EventCursor(1 << 40), "cur_AAAAAAAAAAA", "now", "cur_//////////8",
+		"cur___________8", store.EventCursor(1), store.EventCursor(5), store.EventCursor(6)} {
 		f.Add(s)
+	}
+	db := storetest.Open(f)
+	old := time.Now().Add(-time.Hour)
+	if err := db.Update(func(tx *store.Tx) error {
+		for i := range 6 {
+			at := time.Time{}
+			if i < 2 {
+				at = old
+			}
+			if _, err := tx.EventAppend(store.Event{Type: store.EventFormState, UserID: "u" + strconv.Itoa(i%2), OccurredAt: at}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		f.Fatal(err)
+	}
+	if _, err := db.EventsPrune(time.Now().Add(-time.Minute), 10); err != nil { // 1 and 2
+		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		seq, ok := store.ParseEventCursor(s)
@@ -287,6 +389,30 @@ func FuzzParseEventCursor(f *testing.F) {
 		}
 		if back, ok := store.ParseEventCursor(store.EventCursor(seq)); !ok || back != seq {
 			t.Fatalf("cursor %q read as %d, which writes back as %d (%v)", s, seq, back, ok)
+		}
+		for _, user := range []string{"", "u1"} {
+			var evs []store.Event
+			var next uint64
+			err := db.View(func(tx *store.Tx) (err error) {
+				evs, next, err = tx.Events(store.EventQuery{After: seq, UserID: user, Limit: 10})
+				return err
+			})
+			switch {
+			case seq > 6 && !errors.Is(err, store.ErrCursorAhead):
+				t.Fatalf("cursor %d past the newest (6), user %q: %v, want ErrCursorAhead", seq, user, err)
+			case seq == 1 && !errors.Is(err, store.ErrCursorExpired):
+				t.Fatalf("cursor 1, before the kept ones, user %q: %v, want ErrCursorExpired", user, err)
+			case seq > 6 || seq == 1:
+			case err != nil:
+				t.Fatalf("cursor %d, user %q: %v", seq, user, err)
+			case next < seq || next > 6:
+				t.Fatalf("cursor %d, user %q: next %d", seq, user, next)
+			}
+			for _, e := range evs {
+				if e.Seq <= seq {
+					t.Fatalf("cursor %d, user %q: answered event %d, not after it", seq, user, e.Seq)
+				}
+			}
 		}
 	})
 }

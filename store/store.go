@@ -57,7 +57,7 @@ type Tx struct {
 	tx *bolt.Tx
 	db *DB
 
-	appended []string // types of the events this transaction appended (events.go)
+	appended []appendedEvent // the events this transaction appended (events.go)
 }
 
 // SecureDir creates dir with mode 0700, or tightens an existing dir to

@@ -79,17 +79,28 @@ func parseEventsQuery(c *gin.Context) (eventsQuery, error) {
 // apiEvents is GET /api/v1/events: the events after a cursor, oldest
 // first; with wait, it answers as soon as one arrives, or empty once the
 // wait is over. A user token's query is its own user's (scope inQuery).
+// The waits held at once are bounded per token, per client address and in
+// all (s.waits): past one, 429.
 func (s *server) apiEvents(c *gin.Context) {
 	e, err := parseEventsQuery(c)
 	if err != nil {
 		s.fail(c, err)
 		return
 	}
+	if e.wait > 0 {
+		release, refused := s.waits.acquire("token "+callerOf(c).tokenID, c.ClientIP())
+		if refused != nil {
+			s.fail(c, refused)
+			return
+		}
+		defer release()
+	}
 	deadline := time.Now().Add(e.wait)
 	for {
 		// The wake-up is taken before the read, so an event committed
-		// between the read and the wait is not missed.
-		changed := s.deps.DB.EventsChanged()
+		// between the read and the wait is not missed; a user's read is
+		// woken only by that user's events.
+		changed := s.deps.DB.EventsChangedFor(e.q.UserID)
 		var events []store.Event
 		var next, head uint64
 		err := s.deps.DB.View(func(tx *store.Tx) (err error) {
@@ -121,9 +132,11 @@ func (s *server) apiEvents(c *gin.Context) {
 			s.writeJSON(c, http.StatusOK, gin.H{"events": events, "next": store.EventCursor(next)})
 			return
 		}
+		s.log.Debug("events read waits", "user_id", e.q.UserID, "left", left)
 		t := time.NewTimer(left)
 		select {
 		case <-changed:
+			s.log.Debug("events read woken", "user_id", e.q.UserID)
 		case <-t.C:
 		case <-c.Request.Context().Done():
 			t.Stop()

@@ -140,6 +140,9 @@ func (s *server) mapError(err error) *httpError {
 		return tooLarge(tooBig.Limit)
 	case errors.As(err, &limited):
 		return &httpError{Status: http.StatusTooManyRequests, Code: "rate_limited", Message: "Too many requests; retry after the time in Retry-After.", RetryAfter: limited.After, Err: err}
+	case errors.Is(err, store.ErrCursorAhead):
+		return &httpError{Status: http.StatusBadRequest, Code: "invalid_cursor", Field: "after", Err: err,
+			Message: `after is past the newest event, so it is no cursor this server gave out (an events answer's "next").`}
 	case errors.Is(err, store.ErrNotFound):
 		return &httpError{Status: http.StatusNotFound, Code: "not_found", Message: "No such item.", Err: err}
 	case errors.Is(err, store.ErrMoved):

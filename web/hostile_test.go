@@ -191,6 +191,10 @@ func TestHostileInputs(t *testing.T) {
 		{name: "forms: submission over 1 MiB", method: "POST", path: "/api/v1/forms/" + a.form + "/submissions", body: `{"answers":{"name":"` + strings.Repeat("x", 2<<20) + `"}}`, headers: admin, status: 413, code: "too_large"},
 		{name: "forms: discardWaiting maybe", method: "DELETE", path: "/api/v1/forms/" + a.form + "?discardWaiting=maybe", headers: admin, status: 400, code: "invalid"},
 		{name: "forms: dot-dot id", method: "GET", path: "/api/v1/forms/%2e%2e", headers: admin, status: 404, code: "not_found"},
+		{name: "events: cursor of 2^64-1", method: "GET", path: "/api/v1/events?after=cur___________8", headers: user, status: 400, code: "invalid_cursor"},
+		{name: "events: cursor of 2^64-1, waiting", method: "GET", path: "/api/v1/events?after=cur___________8&wait=30s", headers: admin, status: 400, code: "invalid_cursor"},
+		{name: "events: cursor past the newest", method: "GET", path: "/api/v1/events?after=cur_AAABAAAAAAA", headers: user, status: 400, code: "invalid_cursor"},
+		{name: "events: cursor of 7 bytes", method: "GET", path: "/api/v1/events?after=cur_AAAAAAAAAA", headers: user, status: 400, code: "invalid"},
 
 		// Admin forms.
 		{name: "admin: token form without CSRF", method: "POST", path: "/admin/tokens", body: url.Values{"name": {"x"}}, headers: s.headers(), status: 403, code: "csrf_failed"},

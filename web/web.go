@@ -80,6 +80,13 @@ type Deps struct {
 	// client IP and Pub/Sub subscription (a Google-signed push token is
 	// verified even then: a shared egress address cannot block real pushes).
 	TokenFailLimit int
+	// EventsWaitsPerToken, EventsWaitsPerAddress and EventsWaits bound the
+	// long polls of GET /api/v1/events held at once: per API token, per
+	// client address and in all (past one: 429). Zero: 4, 8 and 256
+	// (DefaultEventsWaits...).
+	EventsWaitsPerToken   int
+	EventsWaitsPerAddress int
+	EventsWaits           int
 	// MetricsToken is MAILROOM_METRICS_TOKEN: when set, /metrics wants
 	// "Authorization: Bearer <it>". Empty: /metrics is open.
 	MetricsToken string
@@ -126,6 +133,7 @@ type server struct {
 	tokenFails   *failLimiter // API bearer tokens, per client IP
 	metricsFails *failLimiter // /metrics, per client IP
 	pushFails    *failLimiter // pushes, per client IP and subscription
+	waits        *waitLimiter // long polls of GET /api/v1/events held
 	keys         cookieKeys
 	// deviceEpoch moves on at "End all sessions": known-browser marks
 	// signed before stop counting.
@@ -200,6 +208,7 @@ func newServer(deps Deps) (*server, error) {
 	s.tokenFails = newFailLimiter(tokenLimit, window)
 	s.metricsFails = newFailLimiter(tokenLimit, window)
 	s.pushFails = newFailLimiter(tokenLimit, window)
+	s.waits = newWaitLimiter(deps.EventsWaitsPerToken, deps.EventsWaitsPerAddress, deps.EventsWaits)
 	s.bcryptSem = make(chan struct{}, 1)
 	s.keys = newCookieKeys()
 	if deps.Setup != nil {

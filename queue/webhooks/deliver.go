@@ -81,13 +81,16 @@ func (p *Pipeline) pass(ctx context.Context) error {
 // writes only when there is something to record.
 func (p *Pipeline) plan(w store.Webhook, now time.Time) (time.Duration, error) {
 	var events []store.Event
-	var after, next uint64
+	var after, next, head uint64
 	err := p.db.View(func(tx *store.Tx) (err error) {
 		after = w.Cursor
 		if w.Batch != nil {
 			after = w.Batch.After
 		}
 		after = max(after, tx.EventsPruned()) // older than the retention: gone for every reader
+		if head = tx.EventsHead(); after > head {
+			return nil // a cursor from nowhere: clamped below
+		}
 		q := w.Query(after, MaxBatch)
 		q.Scan = 10 * MaxBatch
 		events, next, err = tx.Events(q)
@@ -95,6 +98,9 @@ func (p *Pipeline) plan(w store.Webhook, now time.Time) (time.Duration, error) {
 	})
 	if err != nil {
 		return 0, err
+	}
+	if after > head {
+		return 0, p.clampCursor(w)
 	}
 	var age time.Duration
 	if len(events) > 0 {
@@ -133,6 +139,33 @@ func (p *Pipeline) plan(w store.Webhook, now time.Time) (time.Duration, error) {
 	})
 }
 
+// clampCursor moves a webhook's cursor that is past the newest event (a
+// replay from a made-up cursor by an older version, or a data file
+// restored from before its events) back to the newest event: the webhook
+// takes what happens next, and is never left reading after nowhere. With a
+// batch in flight it waits: that batch's task finds nothing to post.
+func (p *Pipeline) clampCursor(w store.Webhook) error {
+	if w.Batch != nil {
+		return nil
+	}
+	return p.db.Update(func(tx *store.Tx) error {
+		cur, err := tx.WebhookGet(w.ID)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil // deleted meanwhile
+		}
+		if err != nil {
+			return err
+		}
+		head := tx.EventsHead()
+		if cur.Batch != nil || cur.Generation != w.Generation || cur.Cursor <= head {
+			return nil // changed meanwhile: the next pass sees it
+		}
+		p.log.Warn("webhook cursor is past the newest event; moved to the newest", "webhook_id", cur.ID, "cursor", cur.Cursor, "newest", head)
+		cur.Cursor = head
+		return tx.WebhookPut(cur)
+	})
+}
+
 // skipAhead is how far past a webhook's cursor the events it does not
 // take must reach before the cursor is moved past them (a write), so that
 // a webhook of rare types costs a bounded scan, not a write per pass.
@@ -165,6 +198,9 @@ func (p *Pipeline) handleDeliver(ctx context.Context, t *queue.Task) error {
 	}
 	if err != nil {
 		return err
+	}
+	if len(events) == 0 {
+		return p.nothingToPost(t, pl)
 	}
 	now := p.cfg.Now()
 	ans, err := p.post(ctx, w.URL, secret, pl.Batch.ID, events)
@@ -211,9 +247,9 @@ func spoken(d time.Duration) string {
 
 // batchEvents returns the events of batch b that w takes.
 func batchEvents(tx *store.Tx, w store.Webhook, b store.WebhookBatch) ([]store.Event, error) {
-	after := max(b.After, tx.EventsPruned())
+	after, through := max(b.After, tx.EventsPruned()), min(b.Through, tx.EventsHead())
 	var out []store.Event
-	for after < b.Through && len(out) < MaxBatch {
+	for after < through && len(out) < MaxBatch {
 		q := w.Query(after, MaxBatch-len(out))
 		events, next, err := tx.Events(q)
 		if err != nil {
@@ -233,6 +269,34 @@ func batchEvents(tx *store.Tx, w store.Webhook, b store.WebhookBatch) ([]store.E
 		out = []store.Event{}
 	}
 	return out, nil
+}
+
+// nothingToPost acks a batch none of whose events is left (pruned since
+// it was planned, or planned by an older version after a cursor past the
+// newest event): nothing is sent, for a receiver takes 1-100 events, and
+// the webhook moves past the batch.
+func (p *Pipeline) nothingToPost(t *queue.Task, pl deliverPayload) error {
+	p.log.Warn("webhook batch has no event left; nothing posted", "webhook_id", pl.WebhookID, "batch", pl.Batch.ID)
+	err := p.db.Update(func(tx *store.Tx) error {
+		w, err := tx.WebhookGet(pl.WebhookID)
+		if errors.Is(err, store.ErrNotFound) {
+			return t.Ack(tx)
+		}
+		if err != nil {
+			return err
+		}
+		if w.Batch != nil && w.Batch.ID == pl.Batch.ID {
+			w.Cursor, w.Batch = max(w.Cursor, pl.Batch.Through), nil
+			if err := tx.WebhookPut(w); err != nil {
+				return err
+			}
+		}
+		return t.Ack(tx)
+	})
+	if err == nil {
+		p.Kick()
+	}
+	return err
 }
 
 // delivered records a batch's 2xx, in the delivery log too, and acks its

@@ -293,15 +293,15 @@ func (p *Pipeline) Delete(id string) error {
 // Replay delivers again every event the webhook takes after the cursor
 // (a feed cursor, or 0 for the oldest kept), in order, after the batch in
 // flight. It returns store.ErrCursorExpired when events after it were
-// pruned.
+// pruned, and store.ErrCursorAhead for a cursor past the newest event.
 func (p *Pipeline) Replay(id string, after uint64) error {
 	err := p.db.Update(func(tx *store.Tx) error {
 		w, err := tx.WebhookGet(id)
 		if err != nil {
 			return err
 		}
-		if after > 0 && after < tx.EventsPruned() {
-			return store.ErrCursorExpired
+		if err := tx.EventCursorCheck(after); err != nil {
+			return err
 		}
 		w.Cursor = max(after, tx.EventsPruned())
 		// The batch in flight is forgotten: its task still delivers it,
@@ -403,7 +403,7 @@ func (p *Pipeline) Backlog(w store.Webhook) (Backlog, error) {
 		if w.Batch != nil {
 			after = w.Batch.After
 		}
-		q := w.Query(max(after, tx.EventsPruned()), backlogScan)
+		q := w.Query(min(max(after, tx.EventsPruned()), tx.EventsHead()), backlogScan)
 		q.Scan = backlogScan
 		events, next, err := tx.Events(q)
 		if err != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -329,6 +330,75 @@ func TestReplay(t *testing.T) {
 	waitFor(t, r, append(slices.Clone(want), want...))
 	if err := e.p.Replay("nope", 0); !errors.Is(err, ErrNotFound) {
 		t.Errorf("replay of an unknown webhook: %v", err)
+	}
+}
+
+// TestReplayCursorChecked: a replay from a cursor past the newest event
+// is refused (2^64-1 read as "after" once wrapped to the oldest and looped
+// on empty batches), and leaves the webhook as it was.
+func TestReplayCursorChecked(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{AllowPrivate: true})
+	r := newReceiver(t)
+	w := e.hook(r, CreateRequest{})
+	want := e.emit(3, "u1", store.EventFormState)
+	waitFor(t, r, want)
+	for _, after := range []uint64{w.Cursor + 4, math.MaxUint64} {
+		if err := e.p.Replay(w.ID, after); !errors.Is(err, store.ErrCursorAhead) {
+			t.Errorf("replay after %d (the newest is %d): %v, want ErrCursorAhead", after, w.Cursor+3, err)
+		}
+	}
+	if got, err := e.p.Webhook(w.ID); err != nil || got.Cursor != w.Cursor+3 || got.Generation != w.Generation {
+		t.Errorf("after the refused replays: cursor %d generation %d (%v), want %d and %d", got.Cursor, got.Generation, err, w.Cursor+3, w.Generation)
+	}
+	if err := e.p.Replay(w.ID, w.Cursor+3); err != nil {
+		t.Errorf("replay after the newest event: %v", err)
+	}
+}
+
+// TestStoredCursorFromNowhereCannotLoop: a webhook whose stored cursor
+// is past the newest event (an older version's replay of a made-up
+// cursor), alone or with the batch that version planned from it in
+// flight, posts no empty batch: its cursor is moved to the newest event
+// and it takes what happens next.
+func TestStoredCursorFromNowhereCannotLoop(t *testing.T) {
+	t.Parallel()
+	for _, inFlight := range []bool{false, true} {
+		t.Run(fmt.Sprintf("batch in flight %v", inFlight), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, Config{AllowPrivate: true})
+			e.emit(5, "u1", store.EventFormState) // before the webhook: not its
+			r := newReceiver(t)
+			w := e.hook(r, CreateRequest{})
+			if err := e.db.Update(func(tx *store.Tx) error {
+				cur, err := tx.WebhookGet(w.ID)
+				if err != nil {
+					return err
+				}
+				cur.Cursor = math.MaxUint64
+				if inFlight {
+					cur.Batch = &store.WebhookBatch{ID: "msg_" + w.ID + "_0_5", After: math.MaxUint64, Through: 5, Count: 5, CreatedAt: time.Now().UTC()}
+					if _, _, err := e.q.Enqueue(tx, queue.TypeWebhooksDeliver, deliverPayload{WebhookID: w.ID, Batch: *cur.Batch}); err != nil {
+						return err
+					}
+				}
+				return tx.WebhookPut(cur)
+			}); err != nil {
+				t.Fatal(err)
+			}
+			e.p.Kick()
+			testkit.Eventually(t, 10*time.Second, "the cursor moved to the newest event", func() bool {
+				got, err := e.p.Webhook(w.ID)
+				return err == nil && got.Batch == nil && got.Cursor == 5
+			})
+			want := e.emit(3, "u1", store.EventFormState)
+			waitFor(t, r, want)
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			if r.posts != 1 || !slices.Equal(r.sizes, []int{3}) {
+				t.Errorf("the receiver got %d POSTs of %v events, want one of 3 (never an empty one)", r.posts, r.sizes)
+			}
+		})
 	}
 }
 
