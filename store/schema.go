@@ -62,6 +62,7 @@ var migrations = []migration{
 	{"the event log and webhooks", createEventBuckets},
 	{"connect links", createConnectBuckets},
 	{"label writes", createLabelWriteBuckets},
+	{"submission bytes per user", countUserFormBytes},
 }
 
 // markTokensAdmin makes every token without a user an admin token: before
