@@ -213,8 +213,9 @@ func (tx *Tx) formBuffer(formID string) (*bolt.Bucket, error) {
 }
 
 // SubmissionAdd stores a submission of the form and appends its id to the
-// form's buffer, in one transaction. It assigns the submission's ID (ids
-// grow in commit order) and returns the bookkeeping after the append.
+// form's buffer, in one transaction, and counts its bytes to the form's
+// user (UserSubmissionBytes). It assigns the submission's ID (ids grow in
+// commit order) and returns the bookkeeping after the append.
 func (tx *Tx) SubmissionAdd(s Submission) (Submission, SheetWrites, error) {
 	w, err := tx.SheetWrites(s.FormID)
 	if err != nil {
@@ -234,8 +235,19 @@ func (tx *Tx) SubmissionAdd(s Submission) (Submission, SheetWrites, error) {
 	if s.SubmittedAt.IsZero() {
 		s.SubmittedAt = time.Now().UTC()
 	}
-	if err := putJSON(subs, u64(id), s); err != nil {
+	raw, err := json.Marshal(s)
+	if err != nil {
+		return s, w, fmt.Errorf("store: encode submission: %w", err)
+	}
+	if err := subs.Put(u64(id), raw); err != nil {
 		return s, w, fmt.Errorf("store: put submission: %w", err)
+	}
+	f, err := tx.FormGet(s.FormID)
+	if err != nil {
+		return s, w, err
+	}
+	if err := tx.addUserBytes(f.UserID, submissionBytes(raw)); err != nil {
+		return s, w, err
 	}
 	seq, err := buf.NextSequence()
 	if err != nil {

@@ -35,6 +35,8 @@ func (tx *Tx) SubmissionsPrune(from []byte, before time.Time, max int) (pruned i
 		return k
 	}
 	var doomed [][]byte
+	owners := formUsers{tx: tx, users: map[string]string{}}
+	freed := map[string]int64{} // user id -> bytes
 	c := subs.Cursor()
 	k, v := c.First()
 	if from != nil {
@@ -62,11 +64,21 @@ func (tx *Tx) SubmissionsPrune(from []byte, before time.Time, max int) (pruned i
 		if w := waitingFrom(s.FormID); w != nil && bytes.Compare(k, w) >= 0 {
 			continue // not written yet
 		}
+		user, err := owners.user(s.FormID)
+		if err != nil {
+			return 0, nil, err
+		}
+		freed[user] += submissionBytes(v)
 		doomed = append(doomed, bytes.Clone(k))
 	}
 	for _, k := range doomed {
 		if err := subs.Delete(k); err != nil {
 			return 0, nil, fmt.Errorf("store: delete submission %x: %w", k, err)
+		}
+	}
+	for user, n := range freed {
+		if err := tx.addUserBytes(user, -n); err != nil {
+			return 0, nil, err
 		}
 	}
 	return len(doomed), next, nil
@@ -90,7 +102,10 @@ func (tx *Tx) FormDelete(id string, dropAtMost int) (waiting int, err error) {
 		return w.Buffered, fmt.Errorf("store: form %s has %d rows waiting: %w", id, w.Buffered, ErrConflict)
 	}
 	subs := tx.tx.Bucket(bucketSubmissions)
-	var doomed [][]byte
+	var (
+		doomed [][]byte
+		freed  int64
+	)
 	err = subs.ForEach(func(k, v []byte) error {
 		var s struct {
 			FormID string `json:"formId"`
@@ -100,6 +115,7 @@ func (tx *Tx) FormDelete(id string, dropAtMost int) (waiting int, err error) {
 		}
 		if s.FormID == id {
 			doomed = append(doomed, bytes.Clone(k))
+			freed += submissionBytes(v)
 		}
 		return nil
 	})
@@ -110,6 +126,9 @@ func (tx *Tx) FormDelete(id string, dropAtMost int) (waiting int, err error) {
 		if err := subs.Delete(k); err != nil {
 			return 0, err
 		}
+	}
+	if err := tx.addUserBytes(f.UserID, -freed); err != nil {
+		return 0, err
 	}
 	if err := tx.tx.Bucket(bucketFormBuffers).DeleteBucket([]byte(id)); err != nil {
 		return 0, fmt.Errorf("store: delete buffer of form %s: %w", id, err)

@@ -64,6 +64,7 @@ var migrations = []migration{
 	{"label writes", createLabelWriteBuckets},
 	{"owners of deleted accounts, forms and webhooks", createOwnerBuckets},
 	{"webhook delivery log", createDeliveryBuckets},
+	{"submission bytes per user", countUserFormBytes},
 }
 
 // markTokensAdmin makes every token without a user an admin token: before

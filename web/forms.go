@@ -28,21 +28,27 @@ func mapFormsError(err error) *httpError {
 		waiting *sheets.WaitingError
 		limited *sheets.SubmitLimitError
 		full    *sheets.BacklogFullError
+		kept    *sheets.UserBytesError
 	)
 	switch {
 	case errors.As(err, &limited):
-		whose := "this form"
+		// The field names whose allowance is spent: the form (the path's
+		// id) or its user.
+		whose, field, setting := "this form", "id", "MAILROOM_SUBMISSIONS_PER_FORM"
 		if limited.Scope == "user" {
-			whose = "the forms of this form's user together"
+			whose, field, setting = "the forms of this form's user together", "userId", "MAILROOM_SUBMISSIONS_PER_USER"
 		}
-		return &httpError{Status: http.StatusTooManyRequests, Code: "rate_limited", RetryAfter: limited.RetryAfter, Err: err,
-			Message: fmt.Sprintf("Too many submissions: %s took %d in the last %s; retry after the time in Retry-After.", whose, limited.Limit, timeSpan(limited.Window))}
+		return &httpError{Status: http.StatusTooManyRequests, Code: "rate_limited", Field: field, RetryAfter: limited.RetryAfter, Err: err,
+			Message: fmt.Sprintf("Too many submissions: %s took its allowance of %d at once, which refills at %d per %s (%s); retry after the time in Retry-After.", whose, limited.Limit, limited.Limit, timeSpan(limited.Window), setting)}
+	case errors.As(err, &kept):
+		return &httpError{Status: http.StatusTooManyRequests, Code: "rate_limited", Field: "userId", RetryAfter: kept.RetryAfter, Err: err,
+			Message: fmt.Sprintf("The forms of this form's user keep %d bytes of submissions, the most one user may (MAILROOM_SUBMISSIONS_USER_BYTES); written rows are deleted after MAILROOM_SHEETS_RETENTION, or delete a form whose rows are written. Nothing accepted is lost.", kept.Stored)}
 	case errors.As(err, &full):
 		msg := fmt.Sprintf("%d rows of this form wait to be written to its sheet, the most one form may have waiting; new submissions are refused until rows are written (nothing accepted is lost).", full.Waiting)
 		if full.LastError != "" {
 			msg += " The form is in error: " + full.LastError + " Fix the sheet, then POST /api/v1/forms/{id}/retry."
 		}
-		return &httpError{Status: http.StatusConflict, Code: "form_backlog_full", Message: msg, Err: err}
+		return &httpError{Status: http.StatusConflict, Code: "form_backlog_full", Field: "id", Message: msg, Err: err}
 	case errors.As(err, &invalid):
 		return &httpError{Status: http.StatusBadRequest, Code: invalid.Code, Message: invalid.Message, Field: invalid.Field}
 	case errors.Is(err, sheets.ErrFormNotFound):

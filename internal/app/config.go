@@ -17,6 +17,7 @@ import (
 	"mailroom/internal/redact"
 	"mailroom/queue"
 	"mailroom/queue/gmail"
+	"mailroom/queue/sheets"
 	"mailroom/store"
 )
 
@@ -90,6 +91,9 @@ type Config struct {
 	SubmissionsPerForm int
 	SubmissionsPerUser int
 	SubmissionsWindow  time.Duration
+	// SubmissionsUserBytes bounds the bytes one user's submissions take;
+	// 0: sheets.DefaultUserBytes of the data dir's free space at start.
+	SubmissionsUserBytes byteSize
 
 	RetryInitial    time.Duration
 	RetryMultiplier float64
@@ -215,9 +219,10 @@ func (c *Config) settings() []setting {
 		{"events-retention", "MAILROOM_EVENTS_RETENTION", "how long events are kept for GET /api/v1/events (older ones are pruned in the background)", d(&c.EventsRetention, 168*time.Hour), false, false},
 		{"sheets-retention", "MAILROOM_SHEETS_RETENTION", "a submission whose row is in its sheet is deleted this long after it came; 0 keeps them", d(&c.SheetsRetention, 30*24*time.Hour), false, false},
 		{"sheets-max-waiting", "MAILROOM_SHEETS_MAX_WAITING", "rows that may wait to be written for one form (a form in error keeps them); past it the form refuses submissions with 409 form_backlog_full", n(&c.SheetsMaxWaiting, 10000), false, false},
-		{"submissions-per-form", "MAILROOM_SUBMISSIONS_PER_FORM", "submissions one form accepts per --submissions-window; more are answered 429", n(&c.SubmissionsPerForm, 600), false, false},
-		{"submissions-per-user", "MAILROOM_SUBMISSIONS_PER_USER", "submissions all the forms of one user accept together per --submissions-window; more are answered 429", n(&c.SubmissionsPerUser, 1200), false, false},
-		{"submissions-window", "MAILROOM_SUBMISSIONS_WINDOW", "the sliding window of the submission limits", d(&c.SubmissionsWindow, time.Minute), false, false},
+		{"submissions-per-form", "MAILROOM_SUBMISSIONS_PER_FORM", "submissions one form accepts at once (a burst); the allowance refills at this many per --submissions-window, and past it submissions are answered 429", n(&c.SubmissionsPerForm, sheets.DefaultSubmitsPerForm), false, false},
+		{"submissions-per-user", "MAILROOM_SUBMISSIONS_PER_USER", "the same for all the forms of one user together", n(&c.SubmissionsPerUser, sheets.DefaultSubmitsPerUser), false, false},
+		{"submissions-window", "MAILROOM_SUBMISSIONS_WINDOW", "the time in which a submission allowance refills from empty", d(&c.SubmissionsWindow, sheets.DefaultSubmitWindow), false, false},
+		{"submissions-user-bytes", "MAILROOM_SUBMISSIONS_USER_BYTES", "bytes the submissions of one user's forms may take in the data file, waiting or written and kept (e.g. 2GiB); past it they are answered 429; 0: a tenth of the data dir's free space at start, between 64MiB and 4GiB", sz(&c.SubmissionsUserBytes, 0), false, false},
 		{"sheets-quota-window", "MAILROOM_SHEETS_QUOTA_WINDOW", "the window of --sheets-writes-per-minute (tests compress the minute)", d(&c.SheetsQuotaWindow, time.Minute), false, true},
 		{"retry-initial", "MAILROOM_RETRY_INITIAL", "first retry delay of a failed task", d(&c.RetryInitial, 30*time.Second), false, false},
 		{"retry-multiplier", "MAILROOM_RETRY_MULTIPLIER", "growth of the retry delay per failure", f(&c.RetryMultiplier, 2), false, false},

@@ -66,7 +66,7 @@ func parseByteSize(s string) (int64, error) {
 	}
 	n, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || n < 0 || n > math.MaxInt64/mult {
-		return 0, errors.New("want a size such as 64MiB, 1GiB or 0 for none")
+		return 0, errors.New("want a size such as 64MiB or 1GiB, or 0")
 	}
 	return n * mult, nil
 }

@@ -44,6 +44,7 @@ func TestConfigErrorsNameTheFlag(t *testing.T) {
 		{"MAILROOM_SUBMISSIONS_PER_FORM", "0", "--submissions-per-form"},
 		{"MAILROOM_SUBMISSIONS_PER_USER", "-5", "--submissions-per-user"},
 		{"MAILROOM_SUBMISSIONS_WINDOW", "0s", "--submissions-window"},
+		{"MAILROOM_SUBMISSIONS_USER_BYTES", "lots", "MAILROOM_SUBMISSIONS_USER_BYTES"},
 		{"MAILROOM_SHEETS_MAX_WAITING", "0", "--sheets-max-waiting"},
 		{"MAILROOM_API_TOKEN", strings.Repeat(" ", 40), "--api-token"},
 		{"MAILROOM_API_TOKEN", "0123456789abcdef 0123456789abcdef", "--api-token"},

@@ -8,6 +8,16 @@ import (
 
 // wireSheets builds the sheets pipeline (web reaches it through buildWeb).
 func (a *App) wireSheets(context.Context) (pipeline, error) {
+	userBytes := int64(a.cfg.SubmissionsUserBytes)
+	if userBytes == 0 {
+		free, err := freeBytes(a.cfg.DataDir)
+		if err != nil {
+			// Not known: the bound is the largest default.
+			a.log.Warn("the submission bytes per user take the largest default", "bytes", sheets.MaxDefaultUserBytes, "err", err)
+			free = sheets.MaxDefaultUserBytes * 10
+		}
+		userBytes = sheets.DefaultUserBytes(free)
+	}
 	p, err := sheets.New(sheets.Config{
 		FlushDelay:      a.cfg.SheetsFlushDelay,
 		Threshold:       a.cfg.SheetsFlushThreshold,
@@ -26,6 +36,7 @@ func (a *App) wireSheets(context.Context) (pipeline, error) {
 		SubmitsPerForm:         a.cfg.SubmissionsPerForm,
 		SubmitsPerUser:         a.cfg.SubmissionsPerUser,
 		SubmitWindow:           a.cfg.SubmissionsWindow,
+		MaxUserBytes:           userBytes,
 		// Windows the broker lost resume as if fully spent.
 		SpentUntil: a.watch.SpentUntil,
 	}, sheets.Deps{DB: a.db, Queue: a.queue, Broker: a.broker.Client(), Clients: accountSheets{a.accounts}, Alerts: a.alerts})

@@ -335,6 +335,7 @@ func startSheetsBenchApp(ctx context.Context, googleURL string, mutate func(*app
 		// The scenarios send bursts far over a real form's submission
 		// limits and backlog: they measure the pipeline, not the limits.
 		cfg.SubmissionsPerForm, cfg.SubmissionsPerUser, cfg.SheetsMaxWaiting = 1<<30, 1<<30, 1<<30
+		cfg.SubmissionsUserBytes = 1 << 40
 		if mutate != nil {
 			mutate(cfg)
 		}

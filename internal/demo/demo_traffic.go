@@ -332,8 +332,8 @@ func (d *demo) formLoop(ctx context.Context, ids demoIDs) {
 		if time.Now().After(nextBurst) {
 			i := mrand.IntN(len(ids.forms))
 			// 300 to 500: a burst may fill a buffer (the flush at once at
-			// 500) and stays within MAILROOM_SUBMISSIONS_PER_FORM's 600 a
-			// minute with the steady pace beside it.
+			// 500) and stays well within MAILROOM_SUBMISSIONS_PER_FORM's
+			// burst of 5,000 with the steady pace beside it.
 			n := d.scaled(300+mrand.IntN(201), 20)
 			d.log.Info("demo: a burst of form submissions", "form_id", ids.forms[i], "submissions", n)
 			for range n {

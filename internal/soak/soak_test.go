@@ -194,9 +194,6 @@ func newWorld(t *testing.T, cfg soakConfig) *world {
 		"MAILROOM_RETRY_MAX=2s",
 		"MAILROOM_MAX_RETRIES=10",
 		"MAILROOM_DELAYED_CHECK_INTERVAL=100ms",
-		// The load submits far faster than a real form is filled in.
-		"MAILROOM_SUBMISSIONS_PER_FORM=1000000",
-		"MAILROOM_SUBMISSIONS_PER_USER=1000000",
 	}
 	if cfg.redis != nil {
 		w.env = append(w.env, "MAILROOM_REDIS_URL="+cfg.redis.URL())

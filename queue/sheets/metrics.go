@@ -59,6 +59,7 @@ func newMetrics(reg prometheus.Registerer, buffered func() float64) (*metrics, e
 	m.submissions.WithLabelValues("invalid")
 	m.submissions.WithLabelValues("rate_limited")
 	m.submissions.WithLabelValues("backlog_full")
+	m.submissions.WithLabelValues("user_bytes_full")
 	gauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "mailroom_sheets_rows_buffered", Help: "Submissions waiting to be written, over all forms (read from bbolt).",
 	}, buffered)

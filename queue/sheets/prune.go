@@ -18,11 +18,19 @@ func (p *Pipeline) Pruner() *queue.Every {
 	if p.cfg.Retention <= 0 {
 		return nil
 	}
-	every := min(max(p.cfg.Retention/24, time.Second), time.Hour)
-	return queue.NewEvery("sheets: prune written submissions", every, p.log, func(ctx context.Context) error {
+	return queue.NewEvery("sheets: prune written submissions", p.pruneEvery(), p.log, func(ctx context.Context) error {
 		_, err := p.Prune(ctx)
 		return err
 	})
+}
+
+// pruneEvery is how often the pruner runs: every Retention/24, at least
+// every hour (an hour too when nothing is pruned).
+func (p *Pipeline) pruneEvery() time.Duration {
+	if p.cfg.Retention <= 0 {
+		return time.Hour
+	}
+	return min(max(p.cfg.Retention/24, time.Second), time.Hour)
 }
 
 // Prune deletes the submissions whose rows are in their sheets and that

@@ -88,6 +88,23 @@ type enqueuer interface {
 	Pending(tx *store.Tx, typ, key string) bool
 }
 
+// Defaults of the submission limits (see Config).
+const (
+	DefaultSubmitsPerForm = 5000
+	DefaultSubmitsPerUser = 20000
+	DefaultSubmitWindow   = time.Minute
+	// MinDefaultUserBytes and MaxDefaultUserBytes bound DefaultUserBytes.
+	MinDefaultUserBytes = 64 << 20
+	MaxDefaultUserBytes = 4 << 30
+)
+
+// DefaultUserBytes is MaxUserBytes sized from the free bytes of the data
+// dir's disk at start: a tenth of them, at least MinDefaultUserBytes and at
+// most MaxDefaultUserBytes, so that no one user can fill the disk.
+func DefaultUserBytes(free uint64) int64 {
+	return int64(min(max(free/10, MinDefaultUserBytes), MaxDefaultUserBytes))
+}
+
 // Config tunes the pipeline. Zero values take the defaults named.
 type Config struct {
 	// FlushDelay: a sheet's buffer is flushed at most this long after its
@@ -126,14 +143,22 @@ type Config struct {
 	// when the write needs it to (one grow serves many writes). Default
 	// max(1000, 4 x Threshold).
 	GrowStep int
-	// SubmitsPerForm and SubmitsPerUser: accepted submissions per
-	// SubmitWindow to one form, and to all the forms of one user
-	// together; more are refused (429). Defaults 600 and 1200
-	// (MAILROOM_SUBMISSIONS_PER_FORM, MAILROOM_SUBMISSIONS_PER_USER).
+	// SubmitsPerForm and SubmitsPerUser: the submissions one form, and
+	// all the forms of one user together, accept at once (a burst); the
+	// allowance refills at that many per SubmitWindow, and past it
+	// submissions are refused (429). Defaults DefaultSubmitsPerForm and
+	// DefaultSubmitsPerUser (MAILROOM_SUBMISSIONS_PER_FORM,
+	// MAILROOM_SUBMISSIONS_PER_USER).
 	SubmitsPerForm, SubmitsPerUser int
-	// SubmitWindow is the sliding window of those limits. Default one
-	// minute (MAILROOM_SUBMISSIONS_WINDOW).
+	// SubmitWindow is the time in which an allowance refills from empty.
+	// Default DefaultSubmitWindow (MAILROOM_SUBMISSIONS_WINDOW).
 	SubmitWindow time.Duration
+	// MaxUserBytes bounds the bytes the submissions of one user's forms
+	// take in the store, waiting or written and kept; past it the user's
+	// forms refuse submissions (429) until pruning or a deleted form frees
+	// room. Default MaxDefaultUserBytes; serve sizes it from the disk
+	// (DefaultUserBytes, MAILROOM_SUBMISSIONS_USER_BYTES).
+	MaxUserBytes int64
 	// MaxWaiting is how many rows may wait to be written for one form; a
 	// form with that many (one in error, whose rows wait for its sheet to
 	// be fixed) refuses new submissions (409) until rows are written.
@@ -194,13 +219,16 @@ func (c *Config) defaults() {
 		c.RecheckMax = 10 * time.Minute
 	}
 	if c.SubmitsPerForm <= 0 {
-		c.SubmitsPerForm = 600
+		c.SubmitsPerForm = DefaultSubmitsPerForm
 	}
 	if c.SubmitsPerUser <= 0 {
-		c.SubmitsPerUser = 1200
+		c.SubmitsPerUser = DefaultSubmitsPerUser
 	}
 	if c.SubmitWindow <= 0 {
-		c.SubmitWindow = time.Minute
+		c.SubmitWindow = DefaultSubmitWindow
+	}
+	if c.MaxUserBytes <= 0 {
+		c.MaxUserBytes = MaxDefaultUserBytes
 	}
 	if c.MaxWaiting <= 0 {
 		c.MaxWaiting = 10000
@@ -661,6 +689,9 @@ func (p *Pipeline) Submit(ctx context.Context, formID string, answers map[string
 			}
 			return full
 		}
+		if n := tx.UserSubmissionBytes(f.UserID); n >= p.cfg.MaxUserBytes {
+			return &UserBytesError{Stored: n, Limit: p.cfg.MaxUserBytes, RetryAfter: p.pruneEvery()}
+		}
 		s, w, err := tx.SubmissionAdd(store.Submission{FormID: f.ID, SubmittedAt: now, Values: values})
 		if err != nil {
 			return err
@@ -669,10 +700,14 @@ func (p *Pipeline) Submit(ctx context.Context, formID string, answers map[string
 		return p.scheduleFlush(tx, q, f.ID, w, now)
 	})
 	if err != nil {
-		p.submits.giveBack(f.ID, f.UserID, now)
+		p.submits.giveBack(f.ID, f.UserID)
 	}
 	if errors.Is(err, ErrBacklogFull) {
 		p.metrics.submissions.WithLabelValues("backlog_full").Inc()
+		return store.Submission{}, fmt.Errorf("sheets: form %s: %w", formID, err)
+	}
+	if errors.Is(err, ErrUserBytesFull) {
+		p.metrics.submissions.WithLabelValues("user_bytes_full").Inc()
 		return store.Submission{}, fmt.Errorf("sheets: form %s: %w", formID, err)
 	}
 	if errors.Is(err, store.ErrNotFound) {

@@ -3,15 +3,19 @@ package sheets
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 )
 
 // Errors of the submission limits.
 var (
-	// ErrSubmitLimited: a form or its user took its submissions of the
-	// window (429 with Retry-After); see SubmitLimitError.
+	// ErrSubmitLimited: a form or its user spent its allowance of
+	// submissions (429 with Retry-After); see SubmitLimitError.
 	ErrSubmitLimited = errors.New("too many submissions")
+	// ErrUserBytesFull: the forms of a user keep MaxUserBytes of
+	// submissions (429 with Retry-After); see UserBytesError.
+	ErrUserBytesFull = errors.New("too many bytes of submissions kept")
 	// ErrBacklogFull: a form has MaxWaiting rows waiting to be written
 	// (409 form_backlog_full); see BacklogFullError.
 	ErrBacklogFull = errors.New("too many rows wait to be written")
@@ -21,15 +25,16 @@ var (
 type SubmitLimitError struct {
 	// Scope is "form" (the form's limit) or "user" (all the forms of the
 	// form's user together).
-	Scope  string
+	Scope string
+	// Limit submissions at once, refilled at Limit per Window.
 	Limit  int
 	Window time.Duration
-	// RetryAfter is when the oldest submission counted leaves the window.
+	// RetryAfter is when the allowance has room for one more.
 	RetryAfter time.Duration
 }
 
 func (e *SubmitLimitError) Error() string {
-	return fmt.Sprintf("sheets: %d submissions per %s per %s taken; retry in %s", e.Limit, e.Scope, e.Window, e.RetryAfter)
+	return fmt.Sprintf("sheets: the %s's allowance of %d submissions (refilled at %d per %s) is spent; retry in %s", e.Scope, e.Limit, e.Limit, e.Window, e.RetryAfter)
 }
 
 func (e *SubmitLimitError) Unwrap() error { return ErrSubmitLimited }
@@ -48,25 +53,48 @@ func (e *BacklogFullError) Error() string {
 
 func (e *BacklogFullError) Unwrap() error { return ErrBacklogFull }
 
-// submitLimiter counts accepted submissions per form and per user in a
-// sliding window (a log of their times, at most the limit per key): a
-// submission is taken only when both its form and its user have room, so
-// no window of that length, at any offset, holds more than either limit.
-// It lives in the process: the limits protect this process's disk and
-// CPU, and a restart forgets at most one window.
+// UserBytesError is a submission refused because the forms of its user
+// keep as many bytes of submissions (waiting or written and kept) as one
+// user may.
+type UserBytesError struct {
+	Stored, Limit int64
+	// RetryAfter is when pruning may next free some (written rows older
+	// than the retention go); an hour when nothing is pruned.
+	RetryAfter time.Duration
+}
+
+func (e *UserBytesError) Error() string {
+	return fmt.Sprintf("sheets: the user's forms keep %d bytes of submissions (limit %d)", e.Stored, e.Limit)
+}
+
+func (e *UserBytesError) Unwrap() error { return ErrUserBytesFull }
+
+// submitLimiter is a token bucket per form and per user: each holds up to
+// its limit (a burst is taken at once) and refills at the limit per
+// window. A submission is taken only when both its form and its user have
+// a token. It lives in the process: the limits protect this process's CPU
+// and the flushes' turn (the disk is bounded by MaxUserBytes, in the
+// store), and a restart refills them.
 type submitLimiter struct {
 	perForm, perUser int
 	window           time.Duration
 
-	mu   sync.Mutex
-	logs map[string][]time.Time
+	mu      sync.Mutex
+	buckets map[string]*bucket
 }
 
-// maxSubmitKeys bounds the limiter's memory; past it, idle keys go.
+// bucket is a token bucket's state: tokens left at at.
+type bucket struct {
+	tokens float64
+	at     time.Time
+}
+
+// maxSubmitKeys bounds the limiter's memory; past it, full buckets (which
+// say nothing a missing one would not) go.
 const maxSubmitKeys = 100_000
 
 func newSubmitLimiter(perForm, perUser int, window time.Duration) *submitLimiter {
-	return &submitLimiter{perForm: perForm, perUser: perUser, window: window, logs: map[string][]time.Time{}}
+	return &submitLimiter{perForm: perForm, perUser: perUser, window: window, buckets: map[string]*bucket{}}
 }
 
 // take counts one submission of formID by userID at now, or refuses with
@@ -75,61 +103,66 @@ func (l *submitLimiter) take(formID, userID string, now time.Time) error {
 	fk, uk := "form:"+formID, "user:"+userID
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if wait := l.wait(fk, l.perForm, now); wait > 0 {
-		return &SubmitLimitError{Scope: "form", Limit: l.perForm, Window: l.window, RetryAfter: wait}
-	}
-	if wait := l.wait(uk, l.perUser, now); wait > 0 {
-		return &SubmitLimitError{Scope: "user", Limit: l.perUser, Window: l.window, RetryAfter: wait}
-	}
-	if len(l.logs) >= maxSubmitKeys {
+	if len(l.buckets) >= maxSubmitKeys {
 		l.sweep(now)
 	}
-	l.logs[fk] = append(l.logs[fk], now)
-	l.logs[uk] = append(l.logs[uk], now)
+	fb, ub := l.fill(fk, l.perForm, now), l.fill(uk, l.perUser, now)
+	if fb.tokens < 1 {
+		return &SubmitLimitError{Scope: "form", Limit: l.perForm, Window: l.window, RetryAfter: l.wait(fb, l.perForm)}
+	}
+	if ub.tokens < 1 {
+		return &SubmitLimitError{Scope: "user", Limit: l.perUser, Window: l.window, RetryAfter: l.wait(ub, l.perUser)}
+	}
+	fb.tokens--
+	ub.tokens--
 	return nil
 }
 
-// giveBack forgets a submission taken at now that was not stored after
-// all (only accepted submissions count).
-func (l *submitLimiter) giveBack(formID, userID string, at time.Time) {
+// giveBack returns the tokens of a submission taken that was not stored
+// after all (only accepted submissions count).
+func (l *submitLimiter) giveBack(formID, userID string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, k := range []string{"form:" + formID, "user:" + userID} {
-		log := l.logs[k]
-		for i := len(log) - 1; i >= 0; i-- {
-			if log[i].Equal(at) {
-				l.logs[k] = append(log[:i:i], log[i+1:]...)
-				break
-			}
+	for _, k := range []struct {
+		key   string
+		limit int
+	}{{"form:" + formID, l.perForm}, {"user:" + userID, l.perUser}} {
+		if b := l.buckets[k.key]; b != nil {
+			b.tokens = min(b.tokens+1, float64(k.limit))
 		}
 	}
 }
 
-// wait drops key's times older than the window and says how long until
-// it has room under limit (zero: now).
-func (l *submitLimiter) wait(key string, limit int, now time.Time) time.Duration {
-	log := l.logs[key]
-	i := 0
-	for i < len(log) && !now.Before(log[i].Add(l.window)) {
-		i++
+// fill returns key's bucket refilled up to now (a new one is full).
+func (l *submitLimiter) fill(key string, limit int, now time.Time) *bucket {
+	b := l.buckets[key]
+	if b == nil {
+		b = &bucket{tokens: float64(limit), at: now}
+		l.buckets[key] = b
+		return b
 	}
-	log = log[i:]
-	if len(log) == 0 {
-		delete(l.logs, key)
-		return 0
+	if now.After(b.at) {
+		b.tokens = min(b.tokens+float64(limit)*now.Sub(b.at).Seconds()/l.window.Seconds(), float64(limit))
+		b.at = now
 	}
-	l.logs[key] = log
-	if len(log) < limit {
-		return 0
-	}
-	return max(log[len(log)-limit].Add(l.window).Sub(now), time.Millisecond)
+	return b
 }
 
-// sweep forgets every key with nothing in the window.
+// wait is how long until b holds a whole token.
+func (l *submitLimiter) wait(b *bucket, limit int) time.Duration {
+	perToken := float64(l.window) / float64(limit)
+	return max(time.Duration((1-b.tokens)*perToken), time.Millisecond)
+}
+
+// sweep forgets every bucket that would be full by now.
 func (l *submitLimiter) sweep(now time.Time) {
-	for k, log := range l.logs {
-		if len(log) == 0 || !now.Before(log[len(log)-1].Add(l.window)) {
-			delete(l.logs, k)
+	for k, b := range l.buckets {
+		limit := l.perUser
+		if strings.HasPrefix(k, "form:") {
+			limit = l.perForm
+		}
+		if b.tokens+float64(limit)*now.Sub(b.at).Seconds()/l.window.Seconds() >= float64(limit) {
+			delete(l.buckets, k)
 		}
 	}
 }
