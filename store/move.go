@@ -145,6 +145,7 @@ var moveBuckets = map[string]moveRule{
 	string(bucketUserJobs):       {pick: prefixIn(theUser)},
 	string(bucketBatches):        {pick: prefixIn(jobsOf)},
 	string(bucketWebhooks):       {pick: keyIn(webhooksOf)},
+	string(bucketUserFormBytes):  {pick: keyIn(theUser)},
 	string(bucketMeta):           {why: "this mailroom's own settings (schema version, admin password, broker state)"},
 	string(bucketOutbox):         {why: "the tasks in flight: the export waits for the user's to finish (or --force drops them); import records the follow-up tasks anew"},
 	string(bucketOutboxKeys):     {why: "index of the outbox"},
