@@ -91,10 +91,13 @@ type Account struct {
 	WatchExpiration time.Time `json:"watchExpiration,omitzero"`
 	WatchRenewedAt  time.Time `json:"watchRenewedAt,omitzero"`
 	LastSyncAt      time.Time `json:"lastSyncAt,omitzero"`
-	LastError       string    `json:"lastError,omitempty"`
-	LastErrorAt     time.Time `json:"lastErrorAt,omitzero"`
-	CreatedAt       time.Time `json:"createdAt"`
-	UpdatedAt       time.Time `json:"updatedAt"`
+	// LastPushAt is when a push for the account was last accepted (kept
+	// to the second: a burst of pushes writes it once).
+	LastPushAt  time.Time `json:"lastPushAt,omitzero"`
+	LastError   string    `json:"lastError,omitempty"`
+	LastErrorAt time.Time `json:"lastErrorAt,omitzero"`
+	CreatedAt   time.Time `json:"createdAt"`
+	UpdatedAt   time.Time `json:"updatedAt"`
 }
 
 func emailKey(email, id string) []byte {
@@ -373,6 +376,9 @@ type FullSyncStart struct {
 	// difference is the work left (the account's quota status).
 	Messages int `json:"messages,omitempty"`
 	Fetched  int `json:"fetched,omitempty"`
+	// Listed counts the ids messages.list has answered so far (a page
+	// listed again counts again).
+	Listed int `json:"listed,omitempty"`
 	// PageToken is messages.list's token of the page after the one
 	// listed last (FullSyncListed; the next to list once its ids are
 	// done): the full sync runs in slices, each from here. Empty: from the

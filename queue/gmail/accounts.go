@@ -208,6 +208,11 @@ type AccountView struct {
 	LastSyncAt    string              `json:"lastSyncAt,omitempty"`
 	LastError     string              `json:"lastError,omitempty"`
 	CreatedAt     string              `json:"createdAt"`
+	// LastPushAt is when a push for the account was last accepted,
+	// RFC 3339, or "".
+	LastPushAt string `json:"lastPushAt"`
+	// FullSync is the full sync in progress, nil when none runs.
+	FullSync *FullSyncView `json:"fullSync"`
 	// GmailQuota is the account's use of its Gmail budget (filled by
 	// WithQuota; nil without a budget).
 	GmailQuota *QuotaView `json:"gmailQuota,omitempty"`
@@ -234,12 +239,13 @@ func hidString(h uint64) string {
 	return strconv.FormatUint(h, 10)
 }
 
-func viewAccount(tx *store.Tx, a store.Account) (AccountView, error) {
+func (p *Pipeline) viewAccount(tx *store.Tx, a store.Account) (AccountView, error) {
 	counts, err := tx.MessageCounts(a.ID)
 	if err != nil {
 		return AccountView{}, err
 	}
 	return AccountView{
+		LastPushAt: rfc3339(a.LastPushAt), FullSync: p.fullSyncView(a.FullSyncStart),
 		ID: a.ID, UserID: a.UserID, Email: a.Email, Status: a.Status, HistoryID: hidString(a.HistoryID),
 		WatchExpiration: rfc3339(a.WatchExpiration), Messages: counts.Total, MessageCounts: counts, StatusReason: a.StatusReason,
 		LastSyncAt: rfc3339(a.LastSyncAt), LastError: a.LastError, CreatedAt: rfc3339(a.CreatedAt),
@@ -255,7 +261,7 @@ func (p *Pipeline) Account(id string) (AccountView, error) {
 		if err != nil {
 			return err
 		}
-		v, err = viewAccount(tx, a)
+		v, err = p.viewAccount(tx, a)
 		return err
 	})
 	return v, err
@@ -270,7 +276,7 @@ func (p *Pipeline) Accounts() ([]AccountView, error) {
 			return err
 		}
 		for _, a := range accs {
-			v, err := viewAccount(tx, a)
+			v, err := p.viewAccount(tx, a)
 			if err != nil {
 				return err
 			}
@@ -302,7 +308,7 @@ func (p *Pipeline) Detail(id string, runs int) (AccountDetail, error) {
 		if err != nil {
 			return err
 		}
-		if d.AccountView, err = viewAccount(tx, a); err != nil {
+		if d.AccountView, err = p.viewAccount(tx, a); err != nil {
 			return err
 		}
 		d.WatchRenewedAt, d.WantedHistoryID = a.WatchRenewedAt, a.WantedHistoryID

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"mailroom/queue"
 	"mailroom/queue/google"
@@ -199,10 +200,13 @@ func (p *Pipeline) authorizePush(ctx context.Context, r PushRequest) error {
 // whose watermark is below the history id, the wanted id is raised and a
 // sync recorded (one per account: a sync already waiting takes it).
 // Accounts in error or disconnected are skipped (reconnecting syncs them).
-// It reports whether any account has that address. Duplicates and
-// redeliveries cost a read transaction.
+// Every account of the address has its LastPushAt stamped, at most once a
+// second (pushStampEvery). It reports whether any account has that
+// address. Duplicates and redeliveries within that second cost a read
+// transaction.
 func (p *Pipeline) Notify(n Notification) (known bool, err error) {
 	var ids []string
+	now := p.now()
 	needed := false
 	err = p.db.View(func(tx *store.Tx) error {
 		ids = tx.AccountIDsByEmail(n.EmailAddress)
@@ -211,7 +215,7 @@ func (p *Pipeline) Notify(n Notification) (known bool, err error) {
 			if err != nil {
 				return err
 			}
-			needed = needed || needsSync(acc, n.HistoryID)
+			needed = needed || needsSync(acc, n.HistoryID) || stalePush(acc, now)
 		}
 		return nil
 	})
@@ -224,14 +228,21 @@ func (p *Pipeline) Notify(n Notification) (known bool, err error) {
 			if err != nil {
 				return err
 			}
-			if !needsSync(acc, n.HistoryID) {
-				continue
+			changed := stalePush(acc, now)
+			if changed {
+				acc.LastPushAt = now.UTC().Truncate(time.Second)
 			}
-			if n.HistoryID > acc.WantedHistoryID {
-				acc.WantedHistoryID = n.HistoryID
+			sync := needsSync(acc, n.HistoryID)
+			if sync && n.HistoryID > acc.WantedHistoryID {
+				acc.WantedHistoryID, changed = n.HistoryID, true
+			}
+			if changed {
 				if err := tx.AccountPut(acc); err != nil {
 					return err
 				}
+			}
+			if !sync {
+				continue
 			}
 			if err := p.enqueueSync(tx, acc.ID, triggerPush); err != nil {
 				return err
@@ -243,6 +254,15 @@ func (p *Pipeline) Notify(n Notification) (known bool, err error) {
 		return true, fmt.Errorf("gmail: record push for %s: %w", n.EmailAddress, err)
 	}
 	return true, nil
+}
+
+// pushStampEvery is how often at most a push writes its account's
+// LastPushAt.
+const pushStampEvery = time.Second
+
+// stalePush reports whether a push at now must stamp acc's LastPushAt.
+func stalePush(acc store.Account, now time.Time) bool {
+	return now.Sub(acc.LastPushAt) >= pushStampEvery
 }
 
 // needsSync reports whether a push at hid must make sure a sync is
