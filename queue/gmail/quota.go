@@ -255,3 +255,20 @@ func (p *Pipeline) fullSyncView(s *store.FullSyncStart) *FullSyncView {
 	}
 	return &FullSyncView{MessagesListed: s.Listed, MessagesRead: s.Fetched, UnitsLeft: units, EstimatedSecondsLeft: secs}
 }
+
+// Summary says the full sync's progress in people's words, for the
+// Accounts page: "first sync: 1,200 of 2,000 messages read, about 4
+// minutes left".
+func (f *FullSyncView) Summary() string {
+	total := max(f.MessagesListed, f.MessagesRead)
+	left := "almost done"
+	switch s := f.EstimatedSecondsLeft; {
+	case s >= 90*60:
+		left = fmt.Sprintf("about %s left", plural((s+1799)/3600, "hour"))
+	case s >= 90:
+		left = fmt.Sprintf("about %s left", plural((s+59)/60, "minute"))
+	case s > 0:
+		left = "under 2 minutes left"
+	}
+	return fmt.Sprintf("full sync: %s of %s messages read, %s", thousands(f.MessagesRead), thousands(total), left)
+}

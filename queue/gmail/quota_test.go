@@ -295,3 +295,20 @@ func TestSyncGroupsNewMessageTasksByAccount(t *testing.T) {
 		}
 	}
 }
+
+// A full sync's progress reads in people's words.
+func TestFullSyncSummary(t *testing.T) {
+	for _, c := range []struct {
+		v    gmail.FullSyncView
+		want string
+	}{
+		{gmail.FullSyncView{MessagesListed: 2000, MessagesRead: 1200, EstimatedSecondsLeft: 230}, "full sync: 1,200 of 2,000 messages read, about 4 minutes left"},
+		{gmail.FullSyncView{MessagesListed: 500, MessagesRead: 0, EstimatedSecondsLeft: 40}, "full sync: 0 of 500 messages read, under 2 minutes left"},
+		{gmail.FullSyncView{MessagesListed: 100000, MessagesRead: 10, EstimatedSecondsLeft: 5 * 3600}, "full sync: 10 of 100,000 messages read, about 5 hours left"},
+		{gmail.FullSyncView{MessagesListed: 10, MessagesRead: 10}, "full sync: 10 of 10 messages read, almost done"},
+	} {
+		if got := c.v.Summary(); got != c.want {
+			t.Errorf("%+v: %q, want %q", c.v, got, c.want)
+		}
+	}
+}
