@@ -153,13 +153,16 @@ func fullSyncDue(t *testing.T, ta *apptest.App, accountID string) (due, begun bo
 // matching message arrives. Its label comes within two quota minutes,
 // before the full sync and the reclassify end, with the strict emulator
 // and the real budget (Gmail's minute compressed to 3 s, emulator and
-// budget alike). At the end the mirror equals the mailbox.
+// budget alike, at the 2025 price list on both sides so that the body
+// reads of 3,000 messages take a few windows, not forty). At the end the
+// mirror equals the mailbox.
 func TestNewMailIsLabelledDuringAFullSync(t *testing.T) {
 	t.Parallel()
 	const window = 3 * time.Second
-	fake := googlefake.StartForTest(t, googlefake.Options{PushAudience: pushAudience, GmailQuotaWindow: window})
+	fake := googlefake.StartForTest(t, googlefake.Options{PushAudience: pushAudience, GmailQuotaWindow: window,
+		GmailQuotaPrices: googlefake.GmailPrices2025, GmailUserUnitsPerMinute: 6000})
 	ta := apptest.Start(t, withGoogle(fake, func(cfg *app.Config) {
-		cfg.GmailQuotaWindow = window
+		cfg.GmailQuotaWindow, cfg.GmailQuotaPrices, cfg.GmailUserUnits = window, google.Prices2025, 6000
 		cfg.ReclassifyDebounce, cfg.ReclassifyMaxWait, cfg.ReclassifyTick = 100*time.Millisecond, time.Second, 50*time.Millisecond
 	}))
 	userID := createUser(ta, "owner@example.com")
