@@ -73,11 +73,9 @@ type Account struct {
 	// answered below the pushed id (its history lags its push).
 	WantedAt   time.Time `json:"wantedAt,omitzero"`
 	ShortReads int       `json:"shortReads,omitempty"`
-	// PushAt is when a push for the account was last accepted (to the
-	// second); UnannouncedAt is when a poll last found changes that no
-	// push had announced. Pushes are healthy while PushAt is set and
+	// UnannouncedAt is when a poll last found changes that no push had
+	// announced. Pushes are healthy while LastPushAt is set and
 	// UnannouncedAt is not after it.
-	PushAt        time.Time `json:"pushAt,omitzero"`
 	UnannouncedAt time.Time `json:"unannouncedAt,omitzero"`
 	// FullSyncRequested counts requests of a full sync (connect, resync,
 	// history too old); FullSyncCompleted is the count the last finished
@@ -103,10 +101,13 @@ type Account struct {
 	WatchExpiration time.Time `json:"watchExpiration,omitzero"`
 	WatchRenewedAt  time.Time `json:"watchRenewedAt,omitzero"`
 	LastSyncAt      time.Time `json:"lastSyncAt,omitzero"`
-	LastError       string    `json:"lastError,omitempty"`
-	LastErrorAt     time.Time `json:"lastErrorAt,omitzero"`
-	CreatedAt       time.Time `json:"createdAt"`
-	UpdatedAt       time.Time `json:"updatedAt"`
+	// LastPushAt is when a push for the account was last accepted (kept
+	// to the second: a burst of pushes writes it once).
+	LastPushAt  time.Time `json:"lastPushAt,omitzero"`
+	LastError   string    `json:"lastError,omitempty"`
+	LastErrorAt time.Time `json:"lastErrorAt,omitzero"`
+	CreatedAt   time.Time `json:"createdAt"`
+	UpdatedAt   time.Time `json:"updatedAt"`
 }
 
 func emailKey(email, id string) []byte {
@@ -393,6 +394,9 @@ type FullSyncStart struct {
 	// difference is the work left (the account's quota status).
 	Messages int `json:"messages,omitempty"`
 	Fetched  int `json:"fetched,omitempty"`
+	// Listed counts the ids messages.list has answered so far (a page
+	// listed again counts again).
+	Listed int `json:"listed,omitempty"`
 	// PageToken is messages.list's token of the page after the one
 	// listed last (FullSyncListed; the next to list once its ids are
 	// done): the full sync runs in slices, each from here. Empty: from the

@@ -53,6 +53,9 @@ type SetupOptions struct {
 	// MAILROOM_GMAIL_USER_UNITS_PER_MINUTE and
 	// MAILROOM_GMAIL_PROJECT_UNITS_PER_MINUTE (the demo's as it runs).
 	GmailUserUnits, GmailProjectUnits int
+	// GmailPrices is the Gmail price list in force
+	// (MAILROOM_GMAIL_QUOTA_PRICES). Zero: google.DefaultPrices.
+	GmailPrices google.Prices
 	// Google is the OAuth client the credentials check calls (a
 	// *google.Client built from the settings above); its consent URL also
 	// gives the scopes shown. Nil: no check, no scopes.
@@ -361,20 +364,39 @@ func (x *setupHandlers) pushItem() setupItem {
 
 func (x *setupHandlers) gmailQuotaItem() setupItem {
 	o := x.opts
+	pr := o.GmailPrices
+	if pr.Name == "" {
+		pr = google.MustPrices(google.DefaultPrices)
+	}
 	it := setupItem{Key: "gmail_quota", Title: "Gmail quota",
-		Value: fmt.Sprintf("%s units a minute per account, %s for the project", thousands(o.GmailUserUnits), thousands(o.GmailProjectUnits))}
+		Value: fmt.Sprintf("%s units a minute per account, %s for the project, at Google's %s price list (messages.get %d, threads.get %d)",
+			thousands(o.GmailUserUnits), thousands(o.GmailProjectUnits), pr.Name, pr.MessagesGet, pr.ThreadsGet)}
+	sizing := fullSyncSizing(pr, o.GmailUserUnits)
 	switch {
 	case o.Demo:
 		it.State = setupDemo
-		it.Note = "The emulated Google project is an older one, with Google's former 15,000 units a minute per user (projects created since May 2026 get 6,000), so the demo's first syncs stay short; the emulator refuses what Google would."
-	case o.GmailUserUnits > 6000:
+		it.Note = fmt.Sprintf("The emulated Google project is an older one, on Google's %s price list with %s units a minute per user (projects created since May 2026 get the 2026 list and 6,000), so the demo's first syncs stay short; the emulator refuses what Google would. %s",
+			pr.Name, thousands(o.GmailUserUnits), sizing)
+	case o.GmailUserUnits > pr.UserUnitsPerMinute:
 		it.State = setupWarn
-		it.Note = "More than the 6,000 units a minute per user that Google gives projects created since May 2026: set MAILROOM_GMAIL_USER_UNITS_PER_MINUTE to what your project's quota page in Cloud Console shows (older projects have 15,000). Refusals from Google lower mailroom's budget on their own anyway."
+		it.Note = fmt.Sprintf("More than the %s units a minute per user of Google's %s price list (MAILROOM_GMAIL_QUOTA_PRICES): set MAILROOM_GMAIL_USER_UNITS_PER_MINUTE to what your project's quota page in Cloud Console shows, or leave it unset for the list's. Refusals from Google lower mailroom's budget on their own anyway. %s",
+			thousands(pr.UserUnitsPerMinute), pr.Name, sizing)
 	default:
 		it.State = setupOK
-		it.Note = "Every Gmail call spends from one budget per account and one for the project, live changes first, then reclassify, then full syncs. A project with a higher quota in Cloud Console may raise MAILROOM_GMAIL_USER_UNITS_PER_MINUTE."
+		it.Note = fmt.Sprintf("Every Gmail call spends from one budget per account and one for the project, live changes first, then reclassify, then full syncs, at the %s price list's costs. A project created before May 2026 that kept its earlier quota sets MAILROOM_GMAIL_QUOTA_PRICES=2025. %s",
+			pr.Name, sizing)
 	}
 	return it
+}
+
+// fullSyncSizing says what a first sync of 10,000 messages costs at the
+// price list and the account's units a minute (a messages.get each, and
+// the list pages): the most it takes, threads fetched whole take less.
+func fullSyncSizing(pr google.Prices, perMinute int) string {
+	const n, page = 10_000, 500
+	units := n*pr.MessagesGet + (n+page-1)/page*pr.MessagesList
+	minutes := (units + max(perMinute, 1) - 1) / max(perMinute, 1)
+	return fmt.Sprintf("A first sync of 10,000 messages costs up to %s units: about %d minutes of one account's quota.", thousands(units), minutes)
 }
 
 // thousands writes n with comma separators.

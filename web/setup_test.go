@@ -245,7 +245,8 @@ func TestSetupPageEverythingConfigured(t *testing.T) {
 		"https://www.googleapis.com/auth/gmail.modify", "https://www.googleapis.com/auth/spreadsheets",
 		"1234-abc.apps.googleusercontent.com · secret set (not shown)", "projects/acme/topics/gmail",
 		"posts to hooks.slack.com", `action="/admin/setup/google"`, `action="/admin/setup/alert"`,
-		"6,000 units a minute per account, 1,200,000 for the project",
+		"6,000 units a minute per account, 1,200,000 for the project, at Google's 2026 price list (messages.get 20, threads.get 40)",
+		"A first sync of 10,000 messages costs up to 200,100 units: about 34 minutes of one account's quota.",
 	} {
 		if !strings.Contains(body, s) {
 			t.Errorf("page lacks %q", s)
@@ -280,7 +281,7 @@ func TestSetupPageDemo(t *testing.T) {
 		Demo: true, PublicURL: "http://127.0.0.1:8080", GoogleClientID: "mailroom-demo.apps.googleusercontent.com", GoogleClientSecretSet: true,
 		RedirectURL: "http://127.0.0.1:8080/oauth/google/callback", PubSubTopic: "projects/mailroom-demo/topics/gmail",
 		PushAudience: "http://127.0.0.1:8080/push/gmail", PushServiceAccount: "push@emulator",
-		GmailUserUnits: 15000, GmailProjectUnits: 1200000,
+		GmailUserUnits: 15000, GmailProjectUnits: 1200000, GmailPrices: google.MustPrices(google.Prices2025),
 	}
 	e := setupEnv(t, opts, queue.NewAlerter(queue.AlertConfig{}))
 	s := login(t, e.h)
@@ -294,7 +295,8 @@ func TestSetupPageDemo(t *testing.T) {
 			t.Errorf("demo: %s is %q, want demo", key, rows[key][0])
 		}
 	}
-	if q := rows["gmail_quota"][1]; !strings.Contains(q, "15,000 units a minute per account") || !strings.Contains(body, "former 15,000 units a minute per user") {
+	if q := rows["gmail_quota"][1]; !strings.Contains(q, "15,000 units a minute per account") || !strings.Contains(body, "on Google's 2025 price list with 15,000 units a minute per user") ||
+		!strings.Contains(body, "costs up to 50,100 units: about 4 minutes") {
 		t.Errorf("demo: the Gmail quota row %q does not say the emulated project has 15,000 units", q)
 	}
 	if !strings.Contains(body, `action="/admin/setup/alert"`) {
@@ -514,5 +516,35 @@ func TestSetupPageShowsConnectLinks(t *testing.T) {
 	s = login(t, e.h)
 	if body := request(t, e.h, http.MethodGet, "/admin/setup", nil, s.headers()).Body.String(); !strings.Contains(body, "set <code>MAILROOM_CONNECT_REDIRECT_URIS</code>") {
 		t.Error("without redirect URIs the page does not say to set them")
+	}
+}
+
+// The Gmail quota row reads the price list in force: 15,000 units a user
+// is a mistake under the 2026 list and the quota itself under 2025's, and
+// its sizing of a first sync is the list's.
+func TestSetupPageGmailQuotaFollowsPrices(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		prices string
+		state  string
+		words  []string
+	}{
+		{google.Prices2026, setupWarn, []string{"More than the 6,000 units a minute per user of Google's 2026 price list", "about 14 minutes"}},
+		{google.Prices2025, setupOK, []string{"at the 2025 price list's costs", "about 4 minutes"}},
+	} {
+		opts := SetupOptions{PublicURL: "https://mail.example.com", PublicURLSet: true, PushTokenSet: true,
+			GmailUserUnits: 15000, GmailProjectUnits: 1200000, GmailPrices: google.MustPrices(c.prices)}
+		e := setupEnv(t, opts, nil)
+		s := login(t, e.h)
+		body := html.UnescapeString(request(t, e.h, http.MethodGet, "/admin/setup", nil, s.headers()).Body.String())
+		row := setupRows(t, body)["gmail_quota"]
+		if row[0] != c.state {
+			t.Errorf("%s prices, 15,000 units: state %q, want %q", c.prices, row[0], c.state)
+		}
+		for _, w := range c.words {
+			if !strings.Contains(body, w) {
+				t.Errorf("%s prices: the page lacks %q", c.prices, w)
+			}
+		}
 	}
 }

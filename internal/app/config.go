@@ -17,6 +17,7 @@ import (
 	"mailroom/internal/redact"
 	"mailroom/queue"
 	"mailroom/queue/gmail"
+	"mailroom/queue/google"
 	"mailroom/queue/sheets"
 	"mailroom/store"
 )
@@ -105,9 +106,13 @@ type Config struct {
 	GmailPollInterval       time.Duration
 	GmailFastPollInterval   time.Duration
 	GmailWatchRenew         time.Duration
-	GmailUserUnits          int
-	GmailProjectUnits       int
-	GmailQuotaWindow        time.Duration // the "minute" of the Gmail units (tests compress it)
+	// GmailQuotaPrices names Google's Gmail price list in force (2026 or
+	// 2025); GmailUserUnits is 0 for the list's per-user limit (see
+	// GmailPrices and GmailUserUnitsInForce).
+	GmailQuotaPrices  string
+	GmailUserUnits    int
+	GmailProjectUnits int
+	GmailQuotaWindow  time.Duration // the "minute" of the Gmail units (tests compress it)
 
 	// Beyond the contract.
 	Demo                 bool
@@ -233,7 +238,8 @@ func (c *Config) settings() []setting {
 		{"gmail-poll-interval", "MAILROOM_GMAIL_POLL_INTERVAL", "each account whose pushes arrive is also synced this often without a push", d(&c.GmailPollInterval, gmail.DefaultPollInterval), false, false},
 		{"gmail-fast-poll-interval", "MAILROOM_GMAIL_FAST_POLL_INTERVAL", "an account whose pushes have stopped (a poll found changes no push announced) or never came is synced this often", d(&c.GmailFastPollInterval, gmail.DefaultFastPollInterval), false, false},
 		{"gmail-watch-renew", "MAILROOM_GMAIL_WATCH_RENEW", "how often users.watch is renewed", d(&c.GmailWatchRenew, 24*time.Hour), false, false},
-		{"gmail-user-units-per-minute", "MAILROOM_GMAIL_USER_UNITS_PER_MINUTE", "Gmail quota units per minute per Google account, shared by every pipeline (Google's limit for projects made since May 2026; older projects may set 15000)", n(&c.GmailUserUnits, 6000), false, false},
+		{"gmail-quota-prices", "MAILROOM_GMAIL_QUOTA_PRICES", "Google's Gmail price list in force for the project: 2026 (projects created since May 1, 2026: messages.get 20, threads.get 40, 6000 units a user a minute) or 2025 (projects that used the API between November 2025 and April 2026: the earlier table, 15000 a user a minute); every budget, page, metric and estimate uses it", s(&c.GmailQuotaPrices, google.DefaultPrices), false, false},
+		{"gmail-user-units-per-minute", "MAILROOM_GMAIL_USER_UNITS_PER_MINUTE", "Gmail quota units per minute per Google account, shared by every pipeline; 0: the price list's (6000 for 2026, 15000 for 2025)", n(&c.GmailUserUnits, 0), false, false},
 		{"gmail-project-units-per-minute", "MAILROOM_GMAIL_PROJECT_UNITS_PER_MINUTE", "Gmail quota units per minute for the whole project, shared fairly between accounts", n(&c.GmailProjectUnits, 1200000), false, false},
 		{"gmail-quota-window", "MAILROOM_GMAIL_QUOTA_WINDOW", "the window of the Gmail units per minute (tests compress the minute)", d(&c.GmailQuotaWindow, time.Minute), false, true},
 		{"demo", "MAILROOM_DEMO", "run with a built-in simulated Google and a traffic generator", b(&c.Demo, false), false, false},
@@ -554,7 +560,6 @@ func (c *Config) validateCounts() error {
 		{"sheets-reads-per-minute", c.SheetsReadsPerMinute, 1, 1 << 20},
 		{"sheets-project-writes-per-minute", c.SheetsProjectWritesPerMinute, 1, 1 << 20},
 		{"sheets-project-reads-per-minute", c.SheetsProjectReadsPerMinute, 1, 1 << 20},
-		{"gmail-user-units-per-minute", c.GmailUserUnits, 100, 1 << 30},
 		{"gmail-project-units-per-minute", c.GmailProjectUnits, 100, 1 << 30},
 		{"max-retries", c.MaxRetries, 0, 100},
 		{"concurrency-message-added", c.ConcurrencyMessageAdded, 1, 1000},
@@ -566,6 +571,12 @@ func (c *Config) validateCounts() error {
 		if i.v < i.min || i.v > i.max {
 			return bad(i.flag, fmt.Sprintf("must be between %d and %d, got %d", i.min, i.max, i.v))
 		}
+	}
+	if c.GmailUserUnits != 0 && (c.GmailUserUnits < 100 || c.GmailUserUnits > 1<<30) {
+		return bad("gmail-user-units-per-minute", fmt.Sprintf("must be between 100 and %d (or 0: the price list's), got %d", 1<<30, c.GmailUserUnits))
+	}
+	if _, err := google.PricesFor(c.GmailQuotaPrices); err != nil || c.GmailQuotaPrices == "" {
+		return bad("gmail-quota-prices", fmt.Sprintf("%q is not a Gmail price list: want one of %s", c.GmailQuotaPrices, strings.Join(google.PriceListNames(), ", ")))
 	}
 	if c.DemoScale <= 0 || c.DemoScale > 1 {
 		return bad("demo-scale", "must be above 0 and at most 1")
@@ -707,6 +718,27 @@ func (v *boolValue) Set(s string) error {
 }
 func (v *boolValue) String() string   { return strconv.FormatBool(bool(*v)) }
 func (v *boolValue) IsBoolFlag() bool { return true }
+
+// GmailPrices returns the Gmail price list in force
+// (MAILROOM_GMAIL_QUOTA_PRICES; a config that did not validate gets the
+// default list).
+func (c *Config) GmailPrices() google.Prices {
+	p, err := google.PricesFor(c.GmailQuotaPrices)
+	if err != nil {
+		return google.MustPrices(google.DefaultPrices)
+	}
+	return p
+}
+
+// GmailUserUnitsInForce returns the Gmail units a user a minute the
+// budget spends: MAILROOM_GMAIL_USER_UNITS_PER_MINUTE, or when unset (0)
+// the price list's.
+func (c *Config) GmailUserUnitsInForce() int {
+	if c.GmailUserUnits > 0 {
+		return c.GmailUserUnits
+	}
+	return c.GmailPrices().UserUnitsPerMinute
+}
 
 // Defaults is the configuration with every setting at its default.
 func Defaults() *Config {

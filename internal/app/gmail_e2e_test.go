@@ -227,8 +227,10 @@ func mutateMailbox(t *testing.T, fake *googlefake.Server, email string, seed uin
 
 func TestGmailEndToEnd(t *testing.T) {
 	t.Parallel()
-	fake := googlefake.StartForTest(t, googlefake.Options{PushAudience: pushAudience})
-	ta := apptest.Start(t, withGoogle(fake, nil))
+	// The 2025 price list on both sides: 300 messages' reads fit in one
+	// minute of quota (at 2026's they take a whole minute).
+	fake := googlefake.StartForTest(t, googlefake.Options{PushAudience: pushAudience, GmailQuotaPrices: googlefake.GmailPrices2025})
+	ta := apptest.Start(t, withGoogle(fake, func(cfg *app.Config) { cfg.GmailQuotaPrices = "2025" }))
 	fake.AddAccount(gmailAddr)
 	if _, err := fake.Gmail.Generate(gmailAddr, 300, 42); err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"mailroom/internal/app/apptest"
 	"mailroom/internal/googlefake"
 	"mailroom/internal/testkit"
+	"mailroom/queue/google"
 	"mailroom/queue/rules"
 	"mailroom/store"
 )
@@ -152,13 +153,16 @@ func fullSyncDue(t *testing.T, ta *apptest.App, accountID string) (due, begun bo
 // matching message arrives. Its label comes within two quota minutes,
 // before the full sync and the reclassify end, with the strict emulator
 // and the real budget (Gmail's minute compressed to 3 s, emulator and
-// budget alike). At the end the mirror equals the mailbox.
+// budget alike, at the 2025 price list on both sides so that the body
+// reads of 3,000 messages take a few windows, not forty). At the end the
+// mirror equals the mailbox.
 func TestNewMailIsLabelledDuringAFullSync(t *testing.T) {
 	t.Parallel()
 	const window = 3 * time.Second
-	fake := googlefake.StartForTest(t, googlefake.Options{PushAudience: pushAudience, GmailQuotaWindow: window})
+	fake := googlefake.StartForTest(t, googlefake.Options{PushAudience: pushAudience, GmailQuotaWindow: window,
+		GmailQuotaPrices: googlefake.GmailPrices2025, GmailUserUnitsPerMinute: 6000})
 	ta := apptest.Start(t, withGoogle(fake, func(cfg *app.Config) {
-		cfg.GmailQuotaWindow = window
+		cfg.GmailQuotaWindow, cfg.GmailQuotaPrices, cfg.GmailUserUnits = window, google.Prices2025, 6000
 		cfg.ReclassifyDebounce, cfg.ReclassifyMaxWait, cfg.ReclassifyTick = 100*time.Millisecond, time.Second, 50*time.Millisecond
 	}))
 	userID := createUser(ta, "owner@example.com")
@@ -308,7 +312,8 @@ func pushDeployAndWaitForLabel(t *testing.T, ta *apptest.App, fake *googlefake.S
 // sync and reclassify press the project's budget. To press the project
 // with one busy account, the project's units are set low, 12,000 a
 // minute, and the accounts' at Google's 15,000 (its figure for projects
-// made before May 2026), for the emulator and the budget alike, in a real
+// made before May 2026, with that list's prices), for the emulator and the
+// budget alike, in a real
 // minute (neither window is compressed: compressing one without the other
 // would let the budget and Google disagree). The busy account (3,000
 // messages) gets a rule on the body, which reclassifies it, and is then
@@ -323,10 +328,10 @@ func TestQuietAccountLabelledWhileAnotherPressesTheProject(t *testing.T) {
 		mails                   = 20
 		quietAddr               = "quiet@example.com"
 	)
-	fake := googlefake.StartForTest(t, googlefake.Options{PushAudience: pushAudience,
+	fake := googlefake.StartForTest(t, googlefake.Options{PushAudience: pushAudience, GmailQuotaPrices: googlefake.GmailPrices2025,
 		GmailUserUnitsPerMinute: userUnits, GmailProjectUnitsPerMinute: projectUnits})
 	ta := apptest.Start(t, withGoogle(fake, func(cfg *app.Config) {
-		cfg.GmailUserUnits, cfg.GmailProjectUnits = userUnits, projectUnits
+		cfg.GmailUserUnits, cfg.GmailProjectUnits, cfg.GmailQuotaPrices = userUnits, projectUnits, google.Prices2025
 		cfg.ReclassifyDebounce, cfg.ReclassifyMaxWait, cfg.ReclassifyTick = 100*time.Millisecond, time.Second, 50*time.Millisecond
 	}))
 	spec := rules.Spec{Label: "Deploys", Match: "any", Conditions: []rules.Condition{{Field: "body", Op: "contains", Value: "deploy-7f3a"}}}

@@ -1,9 +1,12 @@
 package app
 
 import (
+	"fmt"
 	"os"
 	"strings"
 	"testing"
+
+	"mailroom/queue/google"
 )
 
 // The README's configuration table must name every setting the binary reads.
@@ -49,6 +52,9 @@ func TestConfigErrorsNameTheFlag(t *testing.T) {
 		{"MAILROOM_API_TOKEN", strings.Repeat(" ", 40), "--api-token"},
 		{"MAILROOM_API_TOKEN", "0123456789abcdef 0123456789abcdef", "--api-token"},
 		{"MAILROOM_API_TOKEN", "\t" + strings.Repeat("x", 40), "--api-token"},
+		{"MAILROOM_GMAIL_QUOTA_PRICES", "2024", "MAILROOM_GMAIL_QUOTA_PRICES"},
+		{"MAILROOM_GMAIL_QUOTA_PRICES", "new", "--gmail-quota-prices"},
+		{"MAILROOM_GMAIL_USER_UNITS_PER_MINUTE", "50", "--gmail-user-units-per-minute"},
 	}
 	for _, c := range cases {
 		env := map[string]string{c.env: c.value}
@@ -66,6 +72,59 @@ func TestConfigErrorsNameTheFlag(t *testing.T) {
 	}
 }
 
+// The Gmail price list chooses the per-user limit unless it is set.
+func TestGmailQuotaPricesSetting(t *testing.T) {
+	for _, c := range []struct {
+		env   map[string]string
+		list  string
+		units int
+	}{
+		{map[string]string{}, "2026", 6000},
+		{map[string]string{"MAILROOM_GMAIL_QUOTA_PRICES": "2025"}, "2025", 15000},
+		{map[string]string{"MAILROOM_GMAIL_QUOTA_PRICES": "2025", "MAILROOM_GMAIL_USER_UNITS_PER_MINUTE": "9000"}, "2025", 9000},
+		{map[string]string{"MAILROOM_GMAIL_USER_UNITS_PER_MINUTE": "3000"}, "2026", 3000},
+	} {
+		cfg, err := ParseConfig("serve", nil, func(k string) string { return c.env[k] }, nopWriter{})
+		if err != nil {
+			t.Fatalf("%v: %v", c.env, err)
+		}
+		if cfg.GmailPrices().Name != c.list || cfg.GmailUserUnitsInForce() != c.units {
+			t.Errorf("%v: the %s list at %d units a minute, want %s at %d", c.env, cfg.GmailPrices().Name, cfg.GmailUserUnitsInForce(), c.list, c.units)
+		}
+	}
+}
+
 type nopWriter struct{}
 
 func (nopWriter) Write(p []byte) (int, error) { return len(p), nil }
+
+// The README's sizing section quotes Google's price lists as mailroom
+// charges them (queue/google's), not numbers of its own.
+func TestREADMEQuotesThePriceLists(t *testing.T) {
+	raw, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now, old := google.MustPrices(google.Prices2026), google.MustPrices(google.Prices2025)
+	for _, want := range []string{
+		fmt.Sprintf("messages.get %d [%d]", now.MessagesGet, old.MessagesGet),
+		fmt.Sprintf("(%d [%d] with\nthe body", now.MessagesGetBody, old.MessagesGetBody),
+		fmt.Sprintf("threads.get %d [%d]", now.ThreadsGet, old.ThreadsGet),
+		fmt.Sprintf("%s units a minute per user", thousandsOf(now.UserUnitsPerMinute)),
+		fmt.Sprintf("%s a minute per user and the earlier table", thousandsOf(old.UserUnitsPerMinute)),
+		fmt.Sprintf("| a new message, alone in its push | a history.list page, messages.get | %d |", now.HistoryList+now.MessagesGet),
+		fmt.Sprintf("At the 2025 list a new message costs %d units", old.HistoryList+old.MessagesGet),
+	} {
+		if !strings.Contains(string(raw), want) {
+			t.Errorf("README.md does not say %q", want)
+		}
+	}
+}
+
+func thousandsOf(n int) string {
+	s := fmt.Sprint(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}

@@ -28,7 +28,7 @@ func (a *App) wireAccounts(context.Context) (pipeline, error) {
 		}
 		var err error
 		budget, err = google.NewBudget(google.BudgetConfig{
-			UserUnits: cfg.GmailUserUnits, ProjectUnits: cfg.GmailProjectUnits, Window: cfg.GmailQuotaWindow,
+			Prices: cfg.GmailPrices(), UserUnits: cfg.GmailUserUnitsInForce(), ProjectUnits: cfg.GmailProjectUnits, Window: cfg.GmailQuotaWindow,
 			SpentUntil: spentUntil,
 			Logger:     a.log, Registerer: a.registry,
 		}, a.broker.Client())
@@ -41,6 +41,7 @@ func (a *App) wireAccounts(context.Context) (pipeline, error) {
 		ClientID: cfg.GoogleClientID, ClientSecret: cfg.GoogleClientSecret, RedirectURL: cfg.redirectURL(),
 		HTTPClient: &http.Client{Timeout: 30 * time.Second, Transport: cfg.Overrides.GoogleTransport},
 		Budget:     budget,
+		Prices:     cfg.GmailPrices(),
 		Registerer: a.registry,
 	})
 	s, err := accounts.New(accounts.Config{Logger: a.log}, accounts.Deps{DB: a.db, Google: gc})

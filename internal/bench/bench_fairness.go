@@ -91,7 +91,7 @@ func newGmailFleet(ctx context.Context, fo fleetOptions, sz fairnessSize) (_ *gm
 		if _, err := f.fake.Gmail.Generate(email, sz.messages, uint64(i+1)); err != nil {
 			return nil, err
 		}
-		fl := gmailWork{threads: threadSizes(viewOf(f.fake, email)), newMail: sz.live}.floor()
+		fl := gmailWork{threads: threadSizes(viewOf(f.fake, email)), newMail: sz.live}.floor(benchPrices())
 		f.floor.units += fl.units
 		for m, u := range fl.byMethod {
 			if f.floor.byMethod == nil {

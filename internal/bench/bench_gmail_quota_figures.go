@@ -121,7 +121,7 @@ func (e *gqEnv) collect(start, end time.Time) (gqRun, error) {
 	// its rule was saved (the p99's sample); the rest is labelled with the
 	// mail mirrored before (within its label's batchModify calls).
 	run.floor = gmailWork{threads: threadSizes(e.seeded), watch: true, labels: len(gqRules()), changes: changes,
-		newMail: run.arrivals, newLabelled: len(run.lat) - run.unlabelled}.floor()
+		newMail: run.arrivals, newLabelled: len(run.lat) - run.unlabelled}.floor(benchPrices())
 	return run, err
 }
 
@@ -139,11 +139,11 @@ func ceilDiv(a, b int) int { return (a + b - 1) / b }
 // cuts them) holding a match. It is kept for one run beside Google's
 // floor (gmailWork.floor) so that the change is visible.
 func gqLeast(seeded mailboxView, specs []rules.Spec, batch, arrivals, matching int) (plan int, err error) {
-	n := len(seeded.Messages)
-	fixed := google.UnitsLabelsList + google.UnitsGetProfile + google.UnitsWatch +
-		google.UnitsMessagesList*ceilDiv(max(n, 1), 500) + google.UnitsMessagesGet*n +
-		arrivals*google.UnitsMessagesGet + matching*google.UnitsModify +
-		len(specs)*google.UnitsLabelsCreate
+	n, pr := len(seeded.Messages), benchPrices()
+	fixed := pr.LabelsList + pr.GetProfile + pr.Watch +
+		pr.MessagesList*ceilDiv(max(n, 1), 500) + pr.MessagesGet*n +
+		arrivals*pr.MessagesGet + matching*pr.Modify +
+		len(specs)*pr.LabelsCreate
 	threads := map[string][]string{}
 	for _, m := range seeded.Messages {
 		threads[m.ThreadID] = append(threads[m.ThreadID], m.ID)
@@ -164,7 +164,7 @@ func gqLeast(seeded mailboxView, specs []rules.Spec, batch, arrivals, matching i
 					}
 				}
 			}
-			plan += google.UnitsBatchModify * ceilDiv(hits, google.MaxBatchModify)
+			plan += pr.BatchModify * ceilDiv(hits, google.MaxBatchModify)
 		}
 	}
 	return plan, nil
@@ -189,7 +189,8 @@ func benchGmailQuota(ctx context.Context, o Options) (Result, error) {
 	// A run that is not final after three times the quota floor (a rough
 	// estimate here) is reported as such.
 	msgs := size.threads + ceilDiv(size.threads, 5)
-	estimate := time.Duration(float64(msgs*google.UnitsMessagesGet+ceilDiv(size.threads, 50)*3*google.UnitsBatchModify) / google.DefaultUserUnitsPerMinute * float64(time.Minute))
+	pr := benchPrices()
+	estimate := time.Duration(float64(msgs*pr.MessagesGet+ceilDiv(size.threads, 50)*3*pr.BatchModify) / float64(pr.UserUnitsPerMinute) * float64(time.Minute))
 	deadline := 3*estimate/time.Duration(size.scale) + 30*time.Second
 	runs := map[bool]gqRun{}
 	for _, old := range []bool{false, true} {
@@ -218,10 +219,10 @@ func benchGmailQuota(ctx context.Context, o Options) (Result, error) {
 // gqFigures adds one run's figures, in uncompressed time; with targets
 // for mailroom.
 func gqFigures(r *Result, name string, run gqRun, size gqSize, targets bool) {
-	scale := float64(size.scale)
+	scale, pr := float64(size.scale), benchPrices()
 	minutes := run.elapsed.Minutes() * scale
-	floor := run.floor.atRate(google.DefaultUserUnitsPerMinute, time.Minute).Minutes()
-	least := run.floor.least(google.DefaultUserUnitsPerMinute, time.Minute).Minutes()
+	floor := run.floor.atRate(pr.UserUnitsPerMinute, time.Minute).Minutes()
+	least := run.floor.least(pr.UserUnitsPerMinute, time.Minute).Minutes()
 	refused := 0
 	for _, n := range run.refusals {
 		refused += n
@@ -252,7 +253,7 @@ func gqFigures(r *Result, name string, run gqRun, size gqSize, targets bool) {
 	add("units spent ÷ Google's floor", float64(run.units)/float64(max(run.floor.units, 1)), "ratio", 1.05)
 	r.add(name+": mean Gmail units a minute until final", float64(run.units)/max(minutes, 1e-9), "units/min")
 	r.add(name+": Gmail calls (refused ones included)", float64(run.calls), "calls")
-	r.add(name+": the most units spent in any minute ÷ the account's 6,000 (1: the limit bound)", float64(run.peak)/google.DefaultUserUnitsPerMinute, "ratio")
+	r.add(name+": the most units spent in any minute ÷ the account's 6,000 (1: the limit bound)", float64(run.peak)/float64(pr.UserUnitsPerMinute), "ratio")
 	r.add(name+": Google quota refusals", float64(refused), "calls")
 	add("quota refusals ÷ Gmail calls", refusedPct, "%", 1)
 	add("p99 push to label of a new matching message", p, "s", 5)

@@ -35,6 +35,7 @@ import (
 // google.PriorityReclassify (the batch handler marks it).
 type oldLimiters struct {
 	base    http.RoundTripper
+	prices  google.Prices
 	gmail   *rate.Limiter
 	maxWait time.Duration
 	window  time.Duration
@@ -54,6 +55,7 @@ const (
 func newOldLimiters(scale int) *oldLimiters {
 	return &oldLimiters{
 		base:    http.DefaultTransport,
+		prices:  benchPrices(),
 		gmail:   rate.NewLimiter(rate.Limit(oldGmailUnitsPerSecond*scale), oldGmailBurst),
 		maxWait: oldGmailMaxWait / time.Duration(scale),
 		window:  time.Minute / time.Duration(scale),
@@ -74,8 +76,9 @@ const (
 	oldRules
 )
 
-// oldKind is the cost of a Gmail request and the old limiter it spent from.
-func oldKind(req *http.Request) (units, kind int) {
+// oldKind is the cost of a Gmail request at prices pr and the old limiter
+// it spent from.
+func oldKind(req *http.Request, pr google.Prices) (units, kind int) {
 	_, rest, ok := strings.Cut(req.URL.Path, "gmail/v1/users/")
 	if !ok {
 		return 0, oldNone
@@ -85,31 +88,31 @@ func oldKind(req *http.Request) (units, kind int) {
 	get := req.Method == http.MethodGet
 	switch {
 	case rest == "messages/batchModify":
-		return google.UnitsBatchModify, oldRules
+		return pr.BatchModify, oldRules
 	case get && strings.HasPrefix(rest, "messages/") && strings.Count(rest, "/") == 1:
 		if reclassify {
 			if req.URL.Query().Get("format") == "full" {
-				return google.UnitsMessagesGet, oldRules
+				return pr.MessagesGetBody, oldRules
 			}
 			return 0, oldNone
 		}
-		return google.UnitsMessagesGet, oldGmail
+		return pr.Get(req.URL.Query().Get("format") == "full"), oldGmail
 	case get && strings.HasPrefix(rest, "threads/") && strings.Count(rest, "/") == 1:
 		// A full sync's threads.get (the old design had none: it is
 		// charged to the limiter its messages.get spent from).
-		return google.UnitsThreadsGet, oldGmail
+		return pr.ThreadsGet, oldGmail
 	case get && rest == "messages":
-		return google.UnitsMessagesList, oldGmail
+		return pr.MessagesList, oldGmail
 	case get && rest == "history":
-		return google.UnitsHistoryList, oldGmail
+		return pr.HistoryList, oldGmail
 	case get && rest == "labels" && !reclassify:
-		return google.UnitsLabelsList, oldGmail
+		return pr.LabelsList, oldGmail
 	case get && rest == "profile":
-		return google.UnitsGetProfile, oldGmail
+		return pr.GetProfile, oldGmail
 	case rest == "watch":
-		return google.UnitsWatch, oldGmail
+		return pr.Watch, oldGmail
 	case rest == "stop":
-		return google.UnitsStop, oldGmail
+		return pr.Stop, oldGmail
 	}
 	return 0, oldNone
 }
@@ -120,7 +123,7 @@ func oldKind(req *http.Request) (units, kind int) {
 // read is first retried twice by the adapter, 200 and 400 ms later, as
 // after any transport error: a little more patient than the old code).
 func (l *oldLimiters) RoundTrip(req *http.Request) (*http.Response, error) {
-	units, kind := oldKind(req)
+	units, kind := oldKind(req, l.prices)
 	var err error
 	switch kind {
 	case oldGmail:

@@ -18,7 +18,8 @@ type roundTripFunc func(*http.Request) (*http.Response, error)
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // The old limiters spend each Gmail call from the limiter the design before
-// the budget spent it from, at Google's cost, and refuse as it did.
+// the budget spent it from, at Google's cost (the 2026 list, the benches'),
+// and refuse as it did.
 func TestOldLimitersByCallKind(t *testing.T) {
 	const base = "http://google.test/gmail/v1/users/me/"
 	reclassify := google.WithPriority(context.Background(), google.PriorityReclassify)
@@ -28,16 +29,16 @@ func TestOldLimitersByCallKind(t *testing.T) {
 		method, path string
 		units, kind  int
 	}{
-		{reclassify, http.MethodPost, "messages/batchModify", google.UnitsBatchModify, oldRules},
-		{reclassify, http.MethodGet, "messages/18c0?format=full", google.UnitsMessagesGet, oldRules},
+		{reclassify, http.MethodPost, "messages/batchModify", 50, oldRules},
+		{reclassify, http.MethodGet, "messages/18c0?format=full", 60, oldRules},
 		{reclassify, http.MethodGet, "labels", 0, oldNone},
-		{live, http.MethodGet, "messages/18c0?format=metadata", google.UnitsMessagesGet, oldGmail},
-		{context.Background(), http.MethodGet, "messages?maxResults=500", google.UnitsMessagesList, oldGmail},
-		{context.Background(), http.MethodGet, "threads/18c0?format=metadata", google.UnitsThreadsGet, oldGmail},
-		{live, http.MethodGet, "history?startHistoryId=5", google.UnitsHistoryList, oldGmail},
-		{live, http.MethodGet, "labels", google.UnitsLabelsList, oldGmail},
-		{live, http.MethodGet, "profile", google.UnitsGetProfile, oldGmail},
-		{live, http.MethodPost, "watch", google.UnitsWatch, oldGmail},
+		{live, http.MethodGet, "messages/18c0?format=metadata", 20, oldGmail},
+		{context.Background(), http.MethodGet, "messages?maxResults=500", 5, oldGmail},
+		{context.Background(), http.MethodGet, "threads/18c0?format=metadata", 40, oldGmail},
+		{live, http.MethodGet, "history?startHistoryId=5", 2, oldGmail},
+		{live, http.MethodGet, "labels", 1, oldGmail},
+		{live, http.MethodGet, "profile", 1, oldGmail},
+		{live, http.MethodPost, "watch", 100, oldGmail},
 		{live, http.MethodPost, "messages/18c0/modify", 0, oldNone},
 		{live, http.MethodPost, "labels", 0, oldNone},
 	} {
@@ -45,7 +46,7 @@ func TestOldLimitersByCallKind(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if units, kind := oldKind(req); units != c.units || kind != c.kind {
+		if units, kind := oldKind(req, benchPrices()); units != c.units || kind != c.kind {
 			t.Errorf("%s %s: %d units from limiter %d, want %d from %d", c.method, c.path, units, kind, c.units, c.kind)
 		}
 	}
@@ -53,6 +54,7 @@ func TestOldLimitersByCallKind(t *testing.T) {
 	b := brokertest.Embedded(t)
 	var sent atomic.Int64
 	l := newOldLimiters(1)
+	l.prices = google.MustPrices(google.Prices2025) // the burst below is counted in 5-unit gets
 	l.base = roundTripFunc(func(*http.Request) (*http.Response, error) {
 		sent.Add(1)
 		return &http.Response{StatusCode: 200, Body: http.NoBody}, nil
@@ -66,7 +68,7 @@ func TestOldLimitersByCallKind(t *testing.T) {
 	// The reclassify's share: 10,000 units a minute, in one burst at most.
 	for i := range 200 {
 		if err := do(reclassify, http.MethodPost, "messages/batchModify"); err != nil {
-			t.Fatalf("batchModify %d (%d units): %v", i+1, (i+1)*google.UnitsBatchModify, err)
+			t.Fatalf("batchModify %d (%d units): %v", i+1, (i+1)*50, err)
 		}
 	}
 	err := do(reclassify, http.MethodPost, "messages/batchModify")

@@ -11,7 +11,6 @@ import (
 	"mailroom/internal/bench/story"
 	"mailroom/internal/googlefake"
 	"mailroom/queue"
-	"mailroom/queue/google"
 	"mailroom/queue/rules"
 	"mailroom/store"
 )
@@ -513,7 +512,7 @@ func runThroughputQuota(ctx context.Context, threads int, window time.Duration) 
 	if err != nil {
 		return run, err
 	}
-	run.floor = gmailWork{labels: len(throughputRules()), changes: changes}.floor()
+	run.floor = gmailWork{labels: len(throughputRules()), changes: changes}.floor(benchPrices())
 	b, err := newRulesBench(ctx, func(c *app.Config) {
 		c.RuleSaveLimit = 100
 		c.ReclassifyDebounce, c.ReclassifyMaxWait, c.ReclassifyTick = time.Hour, time.Hour, time.Hour
@@ -568,20 +567,20 @@ func rulesThroughputQuota(ctx context.Context, o Options, r *Result) error {
 	}
 	realSecs := run.elapsed.Seconds() * scale
 	perThread := float64(run.units) / float64(run.threads)
-	least := run.floor.least(google.DefaultUserUnitsPerMinute, time.Minute)
+	least := run.floor.least(benchPrices().UserUnitsPerMinute, time.Minute)
 	r.addTarget("quota on, one account: reclassify threads/s, 20 rules, batches of 50", float64(run.threads)/realSecs, "threads/s", 300, true)
 	r.add("quota on, one account: elapsed", realSecs/60, "min")
 	r.addTarget("quota on: Gmail units per thread (emulator's count)", perThread, "units", 0.2, false)
 	r.add("quota on: Google's floor of units per thread (the least Google's table and call limits allow)", float64(run.floor.units)/float64(run.threads), "units")
 	r.add("quota on: units spent ÷ Google's floor", float64(run.units)/float64(max(run.floor.units, 1)), "ratio")
-	atRate := run.floor.atRate(google.DefaultUserUnitsPerMinute, time.Minute)
+	atRate := run.floor.atRate(benchPrices().UserUnitsPerMinute, time.Minute)
 	r.add("quota on: Google's floor of time (the floor's units at 6,000 a minute: minutes of one user's quota)", atRate.Seconds(), "s")
 	r.add("quota on: elapsed ÷ Google's floor of time", realSecs/atRate.Seconds(), "ratio")
 	r.add("quota on: the least time Google's sliding minute allows (the floor's units, the first minute's all at once)", least.Seconds(), "s")
 	if least > 0 { // none when the work fits in the first minute (the quick run)
 		r.add("quota on: elapsed ÷ that least time", realSecs/least.Seconds(), "ratio")
 	}
-	r.add("quota on: the most units spent in any minute ÷ the account's 6,000 (1: the limit bound)", float64(run.peak)/google.DefaultUserUnitsPerMinute, "ratio")
+	r.add("quota on: the most units spent in any minute ÷ the account's 6,000 (1: the limit bound)", float64(run.peak)/float64(benchPrices().UserUnitsPerMinute), "ratio")
 	r.add("quota on, one account: Google quota refusals", float64(run.refusals), "calls")
 	compressed := "in real time (Gmail's minute is a minute)"
 	if scale != 1 {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"mailroom/queue/google"
 	"mailroom/queue/rules"
 )
 
@@ -16,36 +17,30 @@ import (
 // calls (a floor that moves with the code hides the units the code
 // wastes).
 //
-// The per-method costs are Google's table (developers.google.com/
-// workspace/gmail/api/reference/quota): getProfile 1, labels.list 1,
-// history.list 2, labels.create 5, messages.list 5, messages.get 5,
-// messages.modify 5, threads.get 10, messages.batchModify 50, watch 100.
-// The call limits are the methods' references: messages.list returns at
-// most 500 ids a page (users.messages/list, maxResults "the maximum
-// allowed value for this field is 500"); batchModify takes at most 1,000
-// ids ("There is a limit of 1000 ids per request"); threads.get returns
-// every message of a thread (users.threads/get).
+// The per-method costs are Google's table in force, read from the one
+// price list mailroom charges (google.Prices; developers.google.com/
+// workspace/gmail/api/reference/quota), never written again here. The
+// call limits are the methods' references: messages.list returns at most
+// 500 ids a page (users.messages/list, maxResults "the maximum allowed
+// value for this field is 500"); batchModify takes at most 1,000 ids
+// ("There is a limit of 1000 ids per request"); threads.get returns every
+// message of a thread (users.threads/get).
 const (
-	floorListPage   = 500
-	floorBatchIDs   = 1000
-	floorProfile    = 1
-	floorLabelsList = 1
-	floorLabelsNew  = 5
-	floorList       = 5
-	floorGet        = 5
-	floorModify     = 5
-	floorThreadGet  = 10
-	floorBatch      = 50
-	floorWatch      = 100
+	floorListPage = 500
+	floorBatchIDs = google.MaxBatchModify
 )
+
+// benchPrices is the price list the benches run at: the default one, as
+// the app and the emulator charge it unless told otherwise.
+func benchPrices() google.Prices { return google.MustPrices(google.DefaultPrices) }
 
 // gmailWork is Gmail work as the floor sees it: what must happen in
 // Gmail, not how a program makes it happen.
 type gmailWork struct {
 	// threads are the sizes (messages each) of the threads a full sync
 	// mirrors; none: no full sync. A full sync lists every id and fetches
-	// each thread once: threads.get for two messages or more, messages.get
-	// for one (the cheaper of the two).
+	// each thread once, the cheaper way: one threads.get, or a messages.get
+	// a message.
 	threads []int
 	// watch: the full sync starts a push watch.
 	watch bool
@@ -76,8 +71,8 @@ type gmailFloor struct {
 	byMethod map[string]int
 }
 
-// floor returns the least units w costs by Google's table and limits.
-func (w gmailWork) floor() gmailFloor {
+// floor returns the least units w costs by Google's table pr and limits.
+func (w gmailWork) floor(pr google.Prices) gmailFloor {
 	f := gmailFloor{byMethod: map[string]int{}}
 	add := func(method string, calls, units int) {
 		if calls > 0 {
@@ -86,31 +81,32 @@ func (w gmailWork) floor() gmailFloor {
 		}
 	}
 	if len(w.threads) > 0 {
-		add("labels.list", 1, floorLabelsList)
-		add("getProfile", 1, floorProfile)
+		add("labels.list", 1, pr.LabelsList)
+		add("getProfile", 1, pr.GetProfile)
 		msgs, multi, single := 0, 0, 0
 		for _, n := range w.threads {
 			msgs += n
 			switch {
-			case n >= 2:
+			case pr.UseThread(n):
 				multi++
-			case n == 1:
-				single++
+			default:
+				single += n
 			}
 		}
-		add("messages.list", ceilDiv(msgs, floorListPage), floorList)
-		add("threads.get", multi, floorThreadGet)
-		add("messages.get", single, floorGet)
+		add("messages.list", ceilDiv(msgs, floorListPage), pr.MessagesList)
+		add("threads.get", multi, pr.ThreadsGet)
+		add("messages.get", single, pr.MessagesGet)
 	}
 	if w.watch {
-		add("watch", 1, floorWatch)
+		add("watch", 1, pr.Watch)
 	}
-	add("labels.create", w.labels, floorLabelsNew)
+	add("labels.create", w.labels, pr.LabelsCreate)
 	for _, n := range w.changes {
-		add("messages.batchModify", ceilDiv(n, floorBatchIDs), floorBatch)
+		add("messages.batchModify", ceilDiv(n, floorBatchIDs), pr.BatchModify)
 	}
-	add("messages.get", w.newMail+w.bodies, floorGet)
-	add("messages.modify", w.newLabelled, floorModify)
+	add("messages.get", w.newMail, pr.MessagesGet)
+	add("messages.get", w.bodies, pr.MessagesGetBody)
+	add("messages.modify", w.newLabelled, pr.Modify)
 	return f
 }
 

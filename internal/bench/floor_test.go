@@ -3,14 +3,16 @@ package bench
 import (
 	"testing"
 	"time"
+
+	"mailroom/queue/google"
 )
 
 // TestGmailFloor checks the floor against sums worked by hand from
-// Google's table.
+// Google's tables, the 2025 one and the 2026 one.
 func TestGmailFloor(t *testing.T) {
 	w := gmailWork{
-		// 7 messages: one list page; two single messages (messages.get 5
-		// each) and two threads of 2 and 3 (threads.get 10 each).
+		// 7 messages: one list page; two single messages and two threads
+		// of 2 and 3.
 		threads: []int{1, 1, 2, 3},
 		watch:   true,
 		labels:  2,
@@ -19,21 +21,35 @@ func TestGmailFloor(t *testing.T) {
 		changes:     []int{1500, 0, 999},
 		newMail:     4,
 		newLabelled: 2,
+		bodies:      1,
 	}
-	f := w.floor()
-	want := map[string]int{
-		"labels.list": 1, "getProfile": 1, "messages.list": 5, "threads.get": 20, "messages.get": 10 + 20,
-		"watch": 100, "labels.create": 10, "messages.batchModify": 150, "messages.modify": 10,
-	}
-	total := 0
-	for m, u := range want {
-		total += u
-		if f.byMethod[m] != u {
-			t.Errorf("%s: %d units, want %d", m, f.byMethod[m], u)
+	for _, c := range []struct {
+		prices string
+		want   map[string]int
+	}{
+		// 2025: messages.get 5 (a body too), threads.get 10 (both threads).
+		{google.Prices2025, map[string]int{
+			"labels.list": 1, "getProfile": 1, "messages.list": 5, "threads.get": 20, "messages.get": 10 + 20 + 5,
+			"watch": 100, "labels.create": 10, "messages.batchModify": 150, "messages.modify": 10,
+		}},
+		// 2026: messages.get 20, a body 60, threads.get 40 (a thread of 2
+		// ties with 2 x 20: one call).
+		{google.Prices2026, map[string]int{
+			"labels.list": 1, "getProfile": 1, "messages.list": 5, "threads.get": 80, "messages.get": 2*20 + 4*20 + 60,
+			"watch": 100, "labels.create": 10, "messages.batchModify": 150, "messages.modify": 10,
+		}},
+	} {
+		f := w.floor(google.MustPrices(c.prices))
+		total := 0
+		for m, u := range c.want {
+			total += u
+			if f.byMethod[m] != u {
+				t.Errorf("%s prices, %s: %d units, want %d", c.prices, m, f.byMethod[m], u)
+			}
 		}
-	}
-	if len(f.byMethod) != len(want) || f.units != total {
-		t.Errorf("floor %v, want %d units in %d methods", f, total, len(want))
+		if len(f.byMethod) != len(c.want) || f.units != total {
+			t.Errorf("%s prices: floor %v, want %d units in %d methods", c.prices, f, total, len(c.want))
+		}
 	}
 	// The first window's units may be spent at once: 6,327 units at 6,000
 	// a minute take 327/6,000 of a minute more.
@@ -65,7 +81,7 @@ func TestGmailFloorIssueMailbox(t *testing.T) {
 		sizes = append(sizes, n)
 		rest -= n
 	}
-	f := gmailWork{threads: sizes}.floor()
+	f := gmailWork{threads: sizes}.floor(google.MustPrices(google.Prices2025))
 	byMessage := 1 + 1 + 5*5 + 2500*5
 	if want := 1 + 1 + 5*5 + 700*5 + 744*10; f.units != want || f.units >= byMessage {
 		t.Errorf("floor %d units, want %d (message by message %d)", f.units, want, byMessage)

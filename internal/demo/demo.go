@@ -156,9 +156,11 @@ func newDemo(log *slog.Logger, cfg *app.Config, pushURL string, api *demoAPI, pu
 		// history ids must start above the ones of any earlier run.
 		HistoryStart:     uint64(now.UnixMicro()),
 		SheetsWriteLimit: cfg.SheetsWritesPerMinute,
-		// Gmail's quota as mailroom budgets it (15,000 for the demo's
-		// project unless set), per minute of Google's.
-		GmailUserUnitsPerMinute:    cfg.GmailUserUnits,
+		// Gmail's quota and price list as mailroom budgets them (the
+		// 2025 list and 15,000 for the demo's project unless set), per
+		// minute of Google's.
+		GmailQuotaPrices:           cfg.GmailPrices().Name,
+		GmailUserUnitsPerMinute:    cfg.GmailUserUnitsInForce(),
 		GmailProjectUnitsPerMinute: cfg.GmailProjectUnits,
 		GmailQuotaWindow:           cfg.GmailQuotaWindow,
 		SheetsWindow:               cfg.SheetsQuotaWindow,

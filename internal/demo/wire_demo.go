@@ -2,7 +2,6 @@ package demo
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -10,6 +9,7 @@ import (
 
 	"mailroom/internal/app"
 	"mailroom/internal/googlefake"
+	"mailroom/queue/google"
 )
 
 // Demo timings: with --demo, the settings still at their defaults are
@@ -28,9 +28,9 @@ var demoTimings = []struct {
 	{"gmail-poll-interval", func(c *app.Config) *time.Duration { return &c.GmailPollInterval }, 2 * time.Minute},
 }
 
-// demoGmailUserUnits is the demo project's Gmail units per user a minute
-// (Google's limit for projects made before May 2026).
-const demoGmailUserUnits = 15000
+// demoGmailPrices is the demo project's Gmail price list: an older
+// project's (15,000 units a user a minute, the earlier table).
+const demoGmailPrices = google.Prices2025
 
 // Prepare makes `serve --demo` before the app is built (cmd calls it
 // only with --demo, then app.New, which validates the config it leaves):
@@ -87,12 +87,13 @@ func prepare(_ context.Context, cfg *app.Config, logger *slog.Logger) (*demo, ap
 		}
 	}
 	cfg.RetryMax = max(cfg.RetryMax, cfg.RetryInitial)
-	// The emulated project is an older one, with Google's former 15,000
-	// Gmail units a minute per user, so the demo's first syncs stay short;
-	// the emulator enforces what mailroom budgets (the setup page says so).
-	if cfg.GmailUserUnits == defaults.GmailUserUnits {
-		cfg.GmailUserUnits = demoGmailUserUnits
-		shortened = append(shortened, fmt.Sprintf("gmail-user-units-per-minute=%d", demoGmailUserUnits))
+	// The emulated project is an older one, on Google's earlier price list
+	// with 15,000 Gmail units a minute per user, so the demo's first syncs
+	// stay short; the emulator charges what mailroom budgets (the setup
+	// page says so).
+	if cfg.GmailQuotaPrices == defaults.GmailQuotaPrices && cfg.GmailUserUnits == defaults.GmailUserUnits {
+		cfg.GmailQuotaPrices = demoGmailPrices
+		shortened = append(shortened, "gmail-quota-prices="+demoGmailPrices)
 	}
 
 	// The emulator starts with the process: its Gmail quota count is new at

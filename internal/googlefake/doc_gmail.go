@@ -9,14 +9,25 @@
 //
 //	behaviour                                     | Google's document                                        | test
 //	----------------------------------------------|----------------------------------------------------------|--------------------------------------
-//	each method costs its quota units: getProfile | reference/quota ("Per-method quota usage")               | TestGmailQuotaDefaultsAndTable,
-//	  1, watch 100, stop 50, messages.list/get/   |                                                          | TestGmailQuotaMethodCosts
-//	  modify/trash/untrash 5, batchModify 50,     |                                                          |
-//	  messages.delete 10, history.list 2,         |                                                          |
-//	  labels.list/get 1, labels.create 5          |                                                          |
-//	6,000 units per user per minute for a project | reference/quota (per user rate limit,                    | TestGmailQuotaDefaultsAndTable,
-//	  created since May 1, 2026; 15,000 before    |   userRateLimitExceeded; the lower limit for projects    | TestGmailUserQuota
-//	  (Options.GmailUserUnitsPerMinute)           |   created since May 2026)                                |
+//	each method costs its quota units, by the     | reference/quota ("Per-method quota usage"), May 2026     | TestGmailQuotaDefaultsAndTable
+//	  price list (Options.GmailQuotaPrices,       |   revision: messages.get/attachments.get/trash 20 from   |   (both lists), TestGmail-
+//	  SetQuotaPrices). 2026 (the default):        |   Google's own page in its Japanese and Chinese copies;  |   SetQuotaPrices,
+//	  messages.get 20, messages.trash 20,         |   threads.get 40 (and threads.list, watch, stop) are     |   TestGmailQuotaMethodCosts
+//	  threads.get 40; 2025: messages.get and      |   SECONDARY: public write-ups quoting the English page   |
+//	  trash 5, threads.get 10. Both: getProfile   |   (Nylas's "Gmail API quotas" cookbook, May 2026), not   |
+//	  1, watch 100, stop 50, messages.list/       |   Google's page itself. The 2025 list: the table before  |
+//	  modify/untrash 5, batchModify 50,           |   that revision, which projects that used the API from   |
+//	  messages.delete 10, history.list 2,         |   November 2025 to April 2026 keep ("continue with their |
+//	  labels.list/get 1, labels.create 5          |   previously set usage quotas"). messages.untrash and    |
+//	                                              |   delete are in neither new source: kept at 5 and 10     |
+//	a body read costs 60 under the 2026 list:     | a later copy of reference/quota prices messages.get "20  | TestGmailQuotaDefaultsAndTable
+//	  messages.get with format full (the          |   (60 if format is full, raw or html)"; the first copy   |
+//	  format's default), raw or html              |   says 20 for any format: the emulator takes the         |
+//	                                              |   STRICTER reading (60), as mailroom's budget does       |
+//	6,000 units per user per minute under the     | reference/quota (per user rate limit,                    | TestGmailQuotaDefaultsAndTable,
+//	  2026 list, 15,000 under 2025's              |   userRateLimitExceeded; the lower limit for projects    | TestGmailUserQuota
+//	  (Options.GmailUserUnitsPerMinute: zero      |   created since May 2026)                                |
+//	  follows the list)                           |                                                          |
 //	1,200,000 units per project per minute, all   | reference/quota (per project rate limit,                 | TestGmailQuotaDefaultsAndTable,
 //	  users together                              |   rateLimitExceeded)                                     | TestGmailProjectQuota
 //	the minute is a sliding log of every counted  | reference/quota does not say how the minute is measured: | TestGmailUserQuota,

@@ -34,41 +34,41 @@ func gmailMethods() []string {
 // counters (beside the other Method constants in faults.go).
 const MethodThreadsGet = "gmail.threads.get"
 
-// newEndpoint returns the endpoint of a Gmail method with its quota cost.
+// newEndpoint returns the endpoint of a Gmail method; its quota cost is
+// the price list's (gmailPrices).
 func (g *Gmail) newEndpoint(method string) *endpoint {
-	ep := &endpoint{method: method, auth: true}
+	ep := &endpoint{method: method, auth: true, gmail: true}
 	switch method {
 	case MethodGetProfile:
-		ep.units, ep.handle = 1, g.getProfile
+		ep.handle = g.getProfile
 	case MethodWatch:
-		ep.units, ep.handle = 100, g.watch
+		ep.handle = g.watch
 	case MethodStop:
-		ep.units, ep.handle = 50, g.stop
+		ep.handle = g.stop
 	case MethodMessagesList:
-		ep.units, ep.handle = 5, g.listMessages
+		ep.handle = g.listMessages
 	case MethodMessagesGet:
-		ep.units, ep.handle = 5, g.getMessage
+		ep.handle = g.getMessage
 	case MethodMessagesModify:
-		ep.units, ep.handle = 5, g.modifyMessage
+		ep.handle = g.modifyMessage
 	case MethodMessagesBatchModify:
-		ep.units, ep.handle = 50, g.batchModify
+		ep.handle = g.batchModify
 	case MethodMessagesTrash:
-		ep.units, ep.handle = 5, g.trashMessage
+		ep.handle = g.trashMessage
 	case MethodMessagesUntrash:
-		ep.units, ep.handle = 5, g.untrashMessage
+		ep.handle = g.untrashMessage
 	case MethodMessagesDelete:
-		ep.units, ep.handle = 10, g.deleteMessage
+		ep.handle = g.deleteMessage
 	case MethodHistoryList:
-		ep.units, ep.handle = 2, g.listHistory
+		ep.handle = g.listHistory
 	case MethodLabelsList:
-		ep.units, ep.handle = 1, g.listLabels
+		ep.handle = g.listLabels
 	case MethodLabelsGet:
-		ep.units, ep.handle = 1, g.getLabel
+		ep.handle = g.getLabel
 	case MethodLabelsCreate:
-		ep.units, ep.handle = 5, g.createLabel
+		ep.handle = g.createLabel
 	case MethodThreadsGet:
-		// threads.get: 10 units (reference/quota, per-method table).
-		ep.units, ep.handle = 10, g.getThread
+		ep.handle = g.getThread
 	}
 	return ep
 }

@@ -11,10 +11,15 @@ import (
 
 // Gmail's usage limits, as Google documents them
 // (developers.google.com/workspace/gmail/api/reference/quota): every method
-// costs quota units (the per-method table in newEndpoint), and two limits
-// apply at once, per user and per project. Since May 1, 2026 a project
-// created after that date gets 6,000 units per user per minute (older
-// projects keep 15,000) and 1,200,000 per project per minute.
+// costs quota units (the price list, gmailPrices), and two limits apply at
+// once, per user and per project. Google runs two price lists at once
+// (doc_gmail.go names the sources of each row): a Cloud project created on
+// or after May 1, 2026 gets 6,000 units per user per minute and the new
+// table (messages.get 20, threads.get 40, ...), one that used the API
+// between November 2025 and April 2026 keeps 15,000 and the earlier table
+// (messages.get 5, threads.get 10). Both get 1,200,000 per project per
+// minute. Options.GmailQuotaPrices picks the list; the default is the one a
+// new project gets.
 //
 // Over a limit Google refuses the call (developers.google.com/workspace/
 // gmail/api/guides/handle-errors): 403 with reason userRateLimitExceeded
@@ -31,13 +36,67 @@ import (
 // does not say how it measures its minute; a sliding window is at least as
 // strict as any fixed one).
 const (
-	DefaultGmailUserUnitsPerMinute    = 6000
 	DefaultGmailProjectUnitsPerMinute = 1_200_000
 	// DefaultGmailMaxConcurrent is the most requests of one user in flight.
 	// Google documents the 429 but not its number; 20 is well below what
 	// Gmail is reported to allow, so the emulator errs on the strict side.
 	DefaultGmailMaxConcurrent = 20
 )
+
+// Gmail price lists (Options.GmailQuotaPrices, Gmail.SetQuotaPrices).
+const (
+	// GmailPrices2026: projects created since May 1, 2026 (the default),
+	// 6,000 units a user a minute.
+	GmailPrices2026          = "2026"
+	GmailPrices2026UserUnits = 6000
+	// GmailPrices2025: projects that used the API between November 2025
+	// and April 2026, 15,000 units a user a minute.
+	GmailPrices2025          = "2025"
+	GmailPrices2025UserUnits = 15000
+)
+
+// gmailPriceList is one price list: units by method, the surcharge of a
+// messages.get that returns the body, and the per-user limit.
+type gmailPriceList struct {
+	name      string
+	userUnits int
+	byMethod  map[string]int
+	// getBody is what a messages.get of format full, raw or html costs.
+	getBody int
+}
+
+// gmailPrices returns the price list named, written from Google's tables
+// (not from mailroom's: the emulator checks the app, it does not copy it).
+func gmailPrices(name string) (gmailPriceList, error) {
+	old := map[string]int{
+		MethodGetProfile: 1, MethodWatch: 100, MethodStop: 50, MethodMessagesList: 5, MethodMessagesGet: 5,
+		MethodMessagesModify: 5, MethodMessagesBatchModify: 50, MethodMessagesTrash: 5, MethodMessagesUntrash: 5,
+		MethodMessagesDelete: 10, MethodHistoryList: 2, MethodLabelsList: 1, MethodLabelsGet: 1,
+		MethodLabelsCreate: 5, MethodThreadsGet: 10,
+	}
+	switch name {
+	case GmailPrices2025:
+		return gmailPriceList{name: name, userUnits: GmailPrices2025UserUnits, byMethod: old, getBody: 5}, nil
+	case GmailPrices2026, "":
+		now := maps.Clone(old)
+		// Content reads four times dearer; the rest unchanged.
+		now[MethodMessagesGet], now[MethodMessagesTrash], now[MethodThreadsGet] = 20, 20, 40
+		return gmailPriceList{name: GmailPrices2026, userUnits: GmailPrices2026UserUnits, byMethod: now, getBody: 60}, nil
+	}
+	return gmailPriceList{}, fmt.Errorf("googlefake: no Gmail price list %q (want %s or %s)", name, GmailPrices2026, GmailPrices2025)
+}
+
+// price is what a call of method costs, format being messages.get's
+// format parameter; 0 for a method that is not Gmail's.
+func (l gmailPriceList) price(method, format string) int {
+	if method == MethodMessagesGet {
+		switch format {
+		case "", "full", "raw", "html": // full is the default format
+			return l.getBody
+		}
+	}
+	return l.byMethod[method]
+}
 
 // Error reasons of Gmail's quota refusals. QuotaRefusals counts refusals
 // under the reason Google's quota page gives the limit refused
@@ -66,6 +125,13 @@ const (
 	// 'project_number:…'." (elie222/inbox-zero issue 480,
 	// mxngls/gmail-cleaner issue 5, GAM-team/got-your-back issue 309).
 	RefusalQueriesPerUser RefusalShape = "queries-per-minute-per-user"
+	// RefusalTotalQueryCost: 403 rateLimitExceeded in usageLimits, "Quota
+	// exceeded for quota metric 'Total Query Cost' and limit 'Units per
+	// minute per user' of service 'gmail.googleapis.com' for consumer
+	// 'project_number:…'.": the same answer under the May 2026 quotas,
+	// which count units, not queries (one public report quotes it; the
+	// rest of the body is the 'Queries' shape's, an assumption).
+	RefusalTotalQueryCost RefusalShape = "total-query-cost-per-user"
 	// RefusalUserRateRetry: 403 rateLimitExceeded in usageLimits,
 	// "User-rate limit exceeded.  Retry after <time>"
 	// (taers232c/GAMADV-XTD3 issues 337 and 375).
@@ -88,14 +154,15 @@ const (
 
 // RefusalShapes lists every shape, for tests that run against each.
 func RefusalShapes() []RefusalShape {
-	return []RefusalShape{RefusalUserDocumented, RefusalQueriesPerUser, RefusalUserRateRetry,
+	return []RefusalShape{RefusalUserDocumented, RefusalQueriesPerUser, RefusalTotalQueryCost, RefusalUserRateRetry,
 		RefusalResourceExhausted, RefusalProject, RefusalConcurrent}
 }
 
 // UserRefusalShapes lists the shapes Google has been seen to give a user
 // over its per-minute quota (SetUserRefusal takes one).
 func UserRefusalShapes() []RefusalShape {
-	return []RefusalShape{RefusalUserDocumented, RefusalQueriesPerUser, RefusalUserRateRetry, RefusalResourceExhausted}
+	return []RefusalShape{RefusalUserDocumented, RefusalQueriesPerUser, RefusalTotalQueryCost, RefusalUserRateRetry,
+		RefusalResourceExhausted}
 }
 
 // gmailProjectNumber is the project number the emulator's refusals name
@@ -113,6 +180,10 @@ func (sh RefusalShape) refusal(retry time.Time) (*apiError, bool) {
 	case RefusalQueriesPerUser:
 		return &apiError{Code: http.StatusForbidden, Status: "PERMISSION_DENIED", Domain: "usageLimits",
 			Reason: ReasonRateLimit, Message: "Quota exceeded for quota metric 'Queries' and limit 'Queries per minute per user' " +
+				"of service 'gmail.googleapis.com' for consumer 'project_number:" + gmailProjectNumber + "'."}, true
+	case RefusalTotalQueryCost:
+		return &apiError{Code: http.StatusForbidden, Status: "PERMISSION_DENIED", Domain: "usageLimits",
+			Reason: ReasonRateLimit, Message: "Quota exceeded for quota metric 'Total Query Cost' and limit 'Units per minute per user' " +
 				"of service 'gmail.googleapis.com' for consumer 'project_number:" + gmailProjectNumber + "'."}, true
 	case RefusalUserRateRetry:
 		return &apiError{Code: http.StatusForbidden, Status: "PERMISSION_DENIED", Domain: "usageLimits",
@@ -136,6 +207,8 @@ type gmailQuota struct {
 	now func() time.Time
 
 	mu          sync.Mutex
+	prices      gmailPriceList
+	userSet     int // the user limit as set (0: the price list's)
 	userLimit   int // <= 0: unlimited
 	projLimit   int // <= 0: unlimited
 	window      time.Duration
@@ -165,15 +238,20 @@ type spent struct {
 }
 
 func newGmailQuota(o Options) *gmailQuota {
-	q := &gmailQuota{now: o.Now, users: map[string]*userQuota{}, userShape: RefusalUserDocumented}
+	prices, err := gmailPrices(o.GmailQuotaPrices)
+	if err != nil {
+		panic(err) // a test's Options
+	}
+	q := &gmailQuota{now: o.Now, users: map[string]*userQuota{}, userShape: RefusalUserDocumented, prices: prices}
 	q.set(o.GmailUserUnitsPerMinute, o.GmailProjectUnitsPerMinute, o.GmailQuotaWindow, o.GmailMaxConcurrent)
 	return q
 }
 
 // set applies limits with the Options' zero-value rules.
 func (q *gmailQuota) set(user, project int, window time.Duration, inFlight int) {
+	set := user
 	if user == 0 {
-		user = DefaultGmailUserUnitsPerMinute
+		user = q.prices.userUnits
 	}
 	if project == 0 {
 		project = DefaultGmailProjectUnitsPerMinute
@@ -185,7 +263,7 @@ func (q *gmailQuota) set(user, project int, window time.Duration, inFlight int) 
 		inFlight = DefaultGmailMaxConcurrent
 	}
 	q.mu.Lock()
-	q.userLimit, q.projLimit, q.window, q.maxInFlight = user, project, window, inFlight
+	q.userSet, q.userLimit, q.projLimit, q.window, q.maxInFlight = set, user, project, window, inFlight
 	q.mu.Unlock()
 }
 
@@ -227,12 +305,14 @@ func retryAt(log []spent, used, need, limit int, window time.Duration) time.Time
 	return time.Time{}
 }
 
-// admit counts a call of method costing units for email, or refuses it.
-// A call admitted holds an in-flight slot until done is called.
-func (q *gmailQuota) admit(email, method string, units int) (done func(), err *apiError) {
+// admit counts a call of method (messages.get's format given) for email at
+// the price list's cost, or refuses it. A call admitted holds an in-flight
+// slot until done is called.
+func (q *gmailQuota) admit(email, method, format string) (done func(), err *apiError) {
 	now := q.now()
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	units := q.prices.price(method, format)
 	u := q.user(email)
 	if q.maxInFlight > 0 && u.inFlight >= q.maxInFlight {
 		u.refused["concurrent"]++
@@ -280,10 +360,44 @@ func (q *gmailQuota) admit(email, method string, units int) (done func(), err *a
 
 // SetQuota changes the Gmail limits at once: units per user and per project
 // per window, the window, and the most requests of one user in flight.
-// Zero takes the default (6,000, 1,200,000, one minute, 20); a negative
-// limit is unlimited. Units already in the windows stay there.
+// Zero takes the default (the price list's 6,000 or 15,000, 1,200,000, one
+// minute, 20); a negative limit is unlimited. Units already in the windows
+// stay there.
 func (g *Gmail) SetQuota(userUnits, projectUnits int, window time.Duration, maxConcurrent int) {
 	g.quota.set(userUnits, projectUnits, window, maxConcurrent)
+}
+
+// SetQuotaPrices changes the price list the emulator charges
+// (GmailPrices2026 or GmailPrices2025); a per-user limit left at its
+// default follows the list's. Units already in the windows stay there.
+func (g *Gmail) SetQuotaPrices(name string) error {
+	prices, err := gmailPrices(name)
+	if err != nil {
+		return err
+	}
+	q := g.quota
+	q.mu.Lock()
+	q.prices = prices
+	if q.userSet == 0 {
+		q.userLimit = prices.userUnits
+	}
+	q.mu.Unlock()
+	return nil
+}
+
+// QuotaPrices returns the name of the price list the emulator charges.
+func (g *Gmail) QuotaPrices() string {
+	g.quota.mu.Lock()
+	defer g.quota.mu.Unlock()
+	return g.quota.prices.name
+}
+
+// Price returns what the emulator charges now for a call of method
+// (messages.get's format given: "metadata", "full", ...).
+func (g *Gmail) Price(method, format string) int {
+	g.quota.mu.Lock()
+	defer g.quota.mu.Unlock()
+	return g.quota.prices.price(method, format)
 }
 
 // SetUserRefusal chooses the shape of the per-user refusal (one of

@@ -238,6 +238,8 @@ func TestGmailUserRefusalShapes(t *testing.T) {
 			"User-rate limit exceeded.  Retry after <at>", true},
 		googlefake.RefusalQueriesPerUser: {403, "PERMISSION_DENIED", "rateLimitExceeded", "usageLimits",
 			"Quota exceeded for quota metric 'Queries' and limit 'Queries per minute per user' of service 'gmail.googleapis.com' for consumer 'project_number:123456789012'.", false},
+		googlefake.RefusalTotalQueryCost: {403, "PERMISSION_DENIED", "rateLimitExceeded", "usageLimits",
+			"Quota exceeded for quota metric 'Total Query Cost' and limit 'Units per minute per user' of service 'gmail.googleapis.com' for consumer 'project_number:123456789012'.", false},
 		googlefake.RefusalUserRateRetry: {403, "PERMISSION_DENIED", "rateLimitExceeded", "usageLimits",
 			"User-rate limit exceeded.  Retry after <at>", true},
 		googlefake.RefusalResourceExhausted: {429, "RESOURCE_EXHAUSTED", "rateLimitExceeded", "global",
@@ -309,19 +311,84 @@ func TestFaultRefusalShapes(t *testing.T) {
 	}
 }
 
-// Without options the limits are Google's for a project created since May
-// 2026: 6,000 units per user and 1,200,000 per project a minute; and each
-// method costs what Google's per-method table says.
+// Each price list has its limits (without options: the 2026 list, that
+// of a project created since May 2026) and its per-method table, and
+// every Gmail method costs what that table says, a messages.get by its
+// format (the 2026 list's body read, format full, raw or html, costs 60:
+// the stricter reading of Google's later page).
 func TestGmailQuotaDefaultsAndTable(t *testing.T) {
-	e := newEnv(t, googlefake.Options{})
-	if _, ul, _, pl := e.srv.Gmail.QuotaWindow(ann); ul != 6000 || pl != 1_200_000 {
-		t.Fatalf("limits = %d per user, %d per project; want 6,000 and 1,200,000", ul, pl)
+	// developers.google.com/workspace/gmail/api/reference/quota, the May
+	// 2026 revision and the table before it (see doc_gmail.go).
+	for _, c := range []struct {
+		prices    string
+		userUnits int
+		// get is messages.get with format metadata, getBody with full
+		// (the format's default) and raw.
+		get, getBody, trash, threads int
+	}{
+		{"", 6000, 20, 60, 20, 40},
+		{googlefake.GmailPrices2026, 6000, 20, 60, 20, 40},
+		{googlefake.GmailPrices2025, 15000, 5, 5, 5, 10},
+	} {
+		t.Run("prices="+c.prices, func(t *testing.T) {
+			e := newEnv(t, googlefake.Options{GmailQuotaPrices: c.prices})
+			if _, ul, _, pl := e.srv.Gmail.QuotaWindow(ann); ul != c.userUnits || pl != 1_200_000 {
+				t.Fatalf("limits = %d per user, %d per project; want %d and 1,200,000", ul, pl, c.userUnits)
+			}
+			got := quotaTableUnits(t, e)
+			want := map[string]int{
+				googlefake.MethodGetProfile: 1, googlefake.MethodWatch: 100, googlefake.MethodStop: 50,
+				googlefake.MethodMessagesList: 5, googlefake.MethodMessagesGet: c.get + 2*c.getBody,
+				googlefake.MethodMessagesModify: 5, googlefake.MethodMessagesBatchModify: 50,
+				googlefake.MethodMessagesTrash: c.trash, googlefake.MethodMessagesUntrash: 5,
+				googlefake.MethodMessagesDelete: 10, googlefake.MethodHistoryList: 2, googlefake.MethodLabelsList: 1,
+				googlefake.MethodLabelsGet: 1, googlefake.MethodLabelsCreate: 5, googlefake.MethodThreadsGet: c.threads,
+			}
+			for m, units := range want {
+				if got[m] != units {
+					t.Errorf("%s cost %d units, Google's table says %d", m, got[m], units)
+				}
+			}
+		})
 	}
+}
+
+// A price list changed at run time takes the next call, and a per-user
+// limit left at its default follows the list's.
+func TestGmailSetQuotaPrices(t *testing.T) {
+	e := newEnv(t, googlefake.Options{})
+	id, err := e.srv.Gmail.AddMessage(ann, googlefake.Message{From: "a@example.com", To: ann, Subject: "s", Body: "b"})
+	check(t, err)
+	if err := e.srv.Gmail.SetQuotaPrices("2024"); err == nil {
+		t.Error("SetQuotaPrices took an unknown list")
+	}
+	check(t, e.srv.Gmail.SetQuotaPrices(googlefake.GmailPrices2025))
+	_, err = e.gmail.Users.Messages.Get("me", id).Format("metadata").Do()
+	check(t, err)
+	if got := e.srv.Gmail.QuotaUnits(ann); got != 5 {
+		t.Errorf("a messages.get at the 2025 prices cost %d units, want 5", got)
+	}
+	if _, ul, _, _ := e.srv.Gmail.QuotaWindow(ann); ul != 15000 || e.srv.Gmail.QuotaPrices() != googlefake.GmailPrices2025 {
+		t.Errorf("per-user limit %d at %s prices, want 15,000 at 2025", ul, e.srv.Gmail.QuotaPrices())
+	}
+	e.srv.Gmail.SetQuota(300, 0, 0, 0)
+	check(t, e.srv.Gmail.SetQuotaPrices(googlefake.GmailPrices2026))
+	if _, ul, _, _ := e.srv.Gmail.QuotaWindow(ann); ul != 300 {
+		t.Errorf("a per-user limit set (300) became %d with the price list", ul)
+	}
+}
+
+// quotaTableUnits makes one call of each Gmail method (messages.get three
+// times: formats metadata, full by default, and raw) and returns the units
+// spent by method.
+func quotaTableUnits(t *testing.T, e *env) map[string]int {
+	t.Helper()
 	id, err := e.srv.Gmail.AddMessage(ann, googlefake.Message{From: "a@example.com", To: ann, Subject: "s", Body: "b"})
 	check(t, err)
 	id2, err := e.srv.Gmail.AddMessage(ann, googlefake.Message{From: "a@example.com", To: ann, Subject: "t", Body: "c"})
 	check(t, err)
 	u := e.gmail.Users
+	var thread string
 	calls := []func() error{
 		func() error { _, err := u.GetProfile("me").Do(); return err },
 		func() error {
@@ -330,7 +397,16 @@ func TestGmailQuotaDefaultsAndTable(t *testing.T) {
 		},
 		func() error { return u.Stop("me").Do() },
 		func() error { _, err := u.Messages.List("me").Do(); return err },
+		func() error {
+			m, err := u.Messages.Get("me", id).Format("metadata").Do()
+			if err == nil {
+				thread = m.ThreadId
+			}
+			return err
+		},
 		func() error { _, err := u.Messages.Get("me", id).Do(); return err },
+		func() error { _, err := u.Messages.Get("me", id).Format("raw").Do(); return err },
+		func() error { _, err := u.Threads.Get("me", thread).Format("metadata").Do(); return err },
 		func() error {
 			_, err := u.Messages.Modify("me", id, &gmail.ModifyMessageRequest{AddLabelIds: []string{"STARRED"}}).Do()
 			return err
@@ -354,18 +430,5 @@ func TestGmailQuotaDefaultsAndTable(t *testing.T) {
 			t.Fatalf("call %d: %v", i, err)
 		}
 	}
-	// developers.google.com/workspace/gmail/api/reference/quota
-	want := map[string]int{
-		googlefake.MethodGetProfile: 1, googlefake.MethodWatch: 100, googlefake.MethodStop: 50,
-		googlefake.MethodMessagesList: 5, googlefake.MethodMessagesGet: 5, googlefake.MethodMessagesModify: 5,
-		googlefake.MethodMessagesBatchModify: 50, googlefake.MethodMessagesTrash: 5, googlefake.MethodMessagesUntrash: 5,
-		googlefake.MethodMessagesDelete: 10, googlefake.MethodHistoryList: 2, googlefake.MethodLabelsList: 1,
-		googlefake.MethodLabelsGet: 1, googlefake.MethodLabelsCreate: 5,
-	}
-	got := e.srv.Gmail.QuotaUnitsByMethod(ann)
-	for m, units := range want {
-		if got[m] != units {
-			t.Errorf("%s cost %d units, Google's table says %d", m, got[m], units)
-		}
-	}
+	return e.srv.Gmail.QuotaUnitsByMethod(ann)
 }

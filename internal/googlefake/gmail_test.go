@@ -440,9 +440,10 @@ func TestModifyAndBatchModifyAppendHistory(t *testing.T) {
 	if _, ok := g.Message(ann, ids[4]); ok {
 		t.Error("deleted message still there")
 	}
-	// modify, batchModify ×2, history.list, modify ×2, trash, untrash, delete.
-	if u := g.QuotaUnits(ann); u != 5+50+50+2+5+5+5+5+10 {
-		t.Errorf("quota units = %d, want 137", u)
+	// modify, batchModify ×2, history.list, modify ×2, trash (20 at the
+	// default 2026 prices), untrash, delete.
+	if u := g.QuotaUnits(ann); u != 5+50+50+2+5+5+20+5+10 {
+		t.Errorf("quota units = %d, want 152", u)
 	}
 }
 

@@ -72,11 +72,12 @@ func TestThreadsGet(t *testing.T) {
 	if code, _ := apiCode(t, err); code != 404 {
 		t.Errorf("thread of a deleted message: code %d, want 404", code)
 	}
-	// Each call costs 10 units (reference/quota), the 400 and the 404s
-	// too: Google counts a call that reached the method, as the emulator
-	// counts every call it admitted.
-	if got := e.srv.Gmail.QuotaUnitsByMethod(ann)[googlefake.MethodThreadsGet]; got != 60 {
-		t.Errorf("threads.get units = %d, want 60 (10 a call)", got)
+	// Each call costs 40 units at the default (2026) prices
+	// (reference/quota), the 400 and the 404s too: Google counts a call
+	// that reached the method, as the emulator counts every call it
+	// admitted.
+	if got := e.srv.Gmail.QuotaUnitsByMethod(ann)[googlefake.MethodThreadsGet]; got != 240 {
+		t.Errorf("threads.get units = %d, want 240 (40 a call)", got)
 	}
 	if got := e.srv.Calls(googlefake.MethodThreadsGet); got != 6 {
 		t.Errorf("threads.get calls = %d, want 6", got)

@@ -94,9 +94,14 @@ type Options struct {
 	// Zero: Google's 1,000 x 26.
 	SheetsGridRows, SheetsGridColumns int
 
+	// GmailQuotaPrices is the Gmail price list the emulator charges
+	// (see gmail_quota.go): GmailPrices2026 (the default: projects created
+	// since May 1, 2026) or GmailPrices2025 (older projects).
+	GmailQuotaPrices string
 	// GmailUserUnitsPerMinute and GmailProjectUnitsPerMinute are Gmail's
-	// quota limits per GmailQuotaWindow (see gmail_quota.go). Zero: Google's
-	// 6,000 and 1,200,000; negative: unlimited. GmailQuotaWindow zero: one
+	// quota limits per GmailQuotaWindow (see gmail_quota.go). Zero: the
+	// price list's per-user limit (6,000 for 2026, 15,000 for 2025) and
+	// Google's 1,200,000; negative: unlimited. GmailQuotaWindow zero: one
 	// minute. GmailMaxConcurrent is the most requests of one user in
 	// flight (more get 429). Zero: 20; negative: unlimited.
 	GmailUserUnitsPerMinute    int
@@ -349,8 +354,8 @@ type endpoint struct {
 	method string
 	// auth: the call needs a bearer token (or AnonymousAccount).
 	auth bool
-	// units is the Gmail quota cost.
-	units int
+	// gmail: the call costs Gmail quota units (gmailPrices).
+	gmail bool
 	// oauth: errors are written in the OAuth shape {"error":"..."}.
 	oauth  bool
 	handle func(c *call) (any, error)
@@ -431,8 +436,8 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, route routeFunc) 
 			return
 		}
 		c.account = account
-		if ep.units > 0 {
-			done, qerr := s.Gmail.quota.admit(account, ep.method, ep.units)
+		if ep.gmail {
+			done, qerr := s.Gmail.quota.admit(account, ep.method, c.query.Get("format"))
 			if qerr != nil {
 				writeError(w, qerr, false)
 				return

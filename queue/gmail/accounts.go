@@ -214,6 +214,8 @@ type AccountView struct {
 	// (none came yet), or "off" (no Pub/Sub topic: polling alone).
 	LastPushAt string `json:"lastPushAt"`
 	Pushes     string `json:"pushes"`
+	// FullSync is the full sync in progress, nil when none runs.
+	FullSync *FullSyncView `json:"fullSync"`
 	// GmailQuota is the account's use of its Gmail budget (filled by
 	// WithQuota; nil without a budget).
 	GmailQuota *QuotaView `json:"gmailQuota,omitempty"`
@@ -241,17 +243,18 @@ func hidString(h uint64) string {
 	return strconv.FormatUint(h, 10)
 }
 
-func viewAccount(tx *store.Tx, a store.Account, watched bool) (AccountView, error) {
+func (p *Pipeline) viewAccount(tx *store.Tx, a store.Account) (AccountView, error) {
 	counts, err := tx.MessageCounts(a.ID)
 	if err != nil {
 		return AccountView{}, err
 	}
 	return AccountView{
-		ID: a.ID, UserID: a.UserID, Email: a.Email, Status: a.Status, HistoryID: hidString(a.HistoryID),
+		FullSync: p.fullSyncView(a.FullSyncStart),
+		ID:       a.ID, UserID: a.UserID, Email: a.Email, Status: a.Status, HistoryID: hidString(a.HistoryID),
 		WatchExpiration: rfc3339(a.WatchExpiration), Messages: counts.Total, MessageCounts: counts, StatusReason: a.StatusReason,
 		LastSyncAt: rfc3339(a.LastSyncAt), LastError: a.LastError, CreatedAt: rfc3339(a.CreatedAt),
 		LastSync: a.LastSyncAt, WatchExpires: a.WatchExpiration, LastErrorAt: a.LastErrorAt, Watermark: a.HistoryID,
-		LastPushAt: rfc3339(a.PushAt), LastPush: a.PushAt, Pushes: pushState(a, watched),
+		LastPushAt: rfc3339(a.LastPushAt), LastPush: a.LastPushAt, Pushes: pushState(a, p.WatchEnabled()),
 	}, nil
 }
 
@@ -260,9 +263,9 @@ func pushState(a store.Account, watched bool) string {
 	switch {
 	case !watched:
 		return "off"
-	case !a.UnannouncedAt.IsZero() && a.UnannouncedAt.After(a.PushAt):
+	case !a.UnannouncedAt.IsZero() && a.UnannouncedAt.After(a.LastPushAt):
 		return "stopped"
-	case a.PushAt.IsZero():
+	case a.LastPushAt.IsZero():
 		return "none"
 	}
 	return "arriving"
@@ -276,7 +279,7 @@ func (p *Pipeline) Account(id string) (AccountView, error) {
 		if err != nil {
 			return err
 		}
-		v, err = viewAccount(tx, a, p.WatchEnabled())
+		v, err = p.viewAccount(tx, a)
 		return err
 	})
 	return v, err
@@ -291,7 +294,7 @@ func (p *Pipeline) Accounts() ([]AccountView, error) {
 			return err
 		}
 		for _, a := range accs {
-			v, err := viewAccount(tx, a, p.WatchEnabled())
+			v, err := p.viewAccount(tx, a)
 			if err != nil {
 				return err
 			}
@@ -323,7 +326,7 @@ func (p *Pipeline) Detail(id string, runs int) (AccountDetail, error) {
 		if err != nil {
 			return err
 		}
-		if d.AccountView, err = viewAccount(tx, a, p.WatchEnabled()); err != nil {
+		if d.AccountView, err = p.viewAccount(tx, a); err != nil {
 			return err
 		}
 		d.WatchRenewedAt, d.WantedHistoryID = a.WatchRenewedAt, a.WantedHistoryID

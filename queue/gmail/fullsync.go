@@ -143,9 +143,11 @@ func (p *Pipeline) enqueueFullSync(tx *store.Tx, accountID, trigger string) erro
 //
 // It fetches thread by thread: the whole mailbox is listed first (5 units
 // a page of 500 ids, about 1% of the work), its ids grouped by thread over
-// the whole listing (store's FullSyncListAdd), then a thread of two or
-// more listed messages is fetched with one threads.get (10 units) and a
-// lone message with messages.get (5 units). Grouping over the whole
+// the whole listing (store's FullSyncListAdd), then a thread whose listed
+// messages cost more by messages.get than one threads.get is fetched with
+// one threads.get, and the rest message by message (the prices in force:
+// threads.get 40 against 20 a message under the 2026 list, so from three
+// messages up; 10 against 5 under 2025's, from two). Grouping over the whole
 // listing, not page by page, is what keeps a thread whose messages fall on
 // several pages from being fetched twice. A threads.get answers the
 // thread's messages as they are now: those the listing did not name (mail
@@ -268,6 +270,7 @@ func (p *Pipeline) listPage(ctx context.Context, gm *google.Gmail, accountID str
 	return p.updateStart(accountID, st.Requested, func(tx *store.Tx, s *store.FullSyncStart) error {
 		s.PageToken, s.ListedAll = next, next == ""
 		s.Resumed += len(refs) - len(todo)
+		s.Listed += len(refs)
 		return tx.FullSyncListAdd(accountID, listed)
 	})
 }
@@ -519,11 +522,12 @@ func (p *Pipeline) fetchAndStore(ctx context.Context, gm *google.Gmail, accountI
 }
 
 // fetchGroup fetches the listed messages ids of a thread (threadID empty:
-// not known), leaving out those gone: two or more with one threads.get,
-// each else with messages.get.
+// not known), leaving out those gone: with one threads.get where that costs
+// less than a messages.get of each at the prices in force (three or more
+// at 2026's, two or more at 2025's), each else with messages.get.
 func (p *Pipeline) fetchGroup(ctx context.Context, gm *google.Gmail, accountID, threadID string, ids []string) ([]google.Message, error) {
 	var out []google.Message
-	if threadID != "" && len(ids) >= 2 {
+	if threadID != "" && p.google.Prices().UseThread(len(ids)) {
 		var msgs []google.Message
 		err := bulkCall(ctx, func() (err error) { msgs, err = gm.GetThread(ctx, threadID); return err })
 		if errors.Is(err, google.ErrNotFound) {

@@ -41,7 +41,7 @@ func threadCost[M any](msgs []M, threadOf func(M) string) (units, threads, singl
 			singles++
 		}
 	}
-	return threads*google.UnitsThreadsGet + singles*google.UnitsMessagesGet, threads, singles
+	return threads*google.MustPrices(google.DefaultPrices).ThreadsGet + singles*google.MustPrices(google.DefaultPrices).MessagesGet, threads, singles
 }
 
 // mailboxCost is threadCost of the whole mailbox of email.
@@ -271,7 +271,7 @@ func TestFullSyncSlicesShareListPages(t *testing.T) {
 	if runs < 620/most || runs > (620+24)/25 {
 		t.Errorf("%d runs of 25 to %d messages for 620", runs, most)
 	}
-	if got := e.fake.Gmail.QuotaUnitsByMethod(ann)[googlefake.MethodMessagesList] / google.UnitsMessagesList; got != 2 {
+	if got := e.fake.Gmail.QuotaUnitsByMethod(ann)[googlefake.MethodMessagesList] / google.MustPrices(google.DefaultPrices).MessagesList; got != 2 {
 		t.Errorf("%d messages.list calls, want 2 (pages of 500)", got)
 	}
 	if got, want := fetchUnits(e, ann), mailboxCost(e, ann); got != want {
@@ -334,11 +334,11 @@ func TestFullSyncFetchesThreadsWhole(t *testing.T) {
 	}
 	got := e.fake.Gmail.QuotaUnitsByMethod(ann)
 	want := map[string]int{
-		googlefake.MethodMessagesList: 4 * google.UnitsMessagesList,
-		googlefake.MethodThreadsGet:   480 * google.UnitsThreadsGet,
-		googlefake.MethodMessagesGet:  120 * google.UnitsMessagesGet,
-		googlefake.MethodLabelsList:   google.UnitsLabelsList,
-		googlefake.MethodGetProfile:   google.UnitsGetProfile,
+		googlefake.MethodMessagesList: 4 * google.MustPrices(google.DefaultPrices).MessagesList,
+		googlefake.MethodThreadsGet:   480 * google.MustPrices(google.DefaultPrices).ThreadsGet,
+		googlefake.MethodMessagesGet:  120 * google.MustPrices(google.DefaultPrices).MessagesGet,
+		googlefake.MethodLabelsList:   google.MustPrices(google.DefaultPrices).LabelsList,
+		googlefake.MethodGetProfile:   google.MustPrices(google.DefaultPrices).GetProfile,
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("units by method (-Google's floor +spent):\n%s", diff)
@@ -408,7 +408,7 @@ func TestFullSyncFinishesAnOldRecord(t *testing.T) {
 		}
 	}
 	got := e.fake.Gmail.QuotaUnitsByMethod(ann)
-	want := map[string]int{googlefake.MethodMessagesGet: 200 * google.UnitsMessagesGet}
+	want := map[string]int{googlefake.MethodMessagesGet: 200 * google.MustPrices(google.DefaultPrices).MessagesGet}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("units by method (-want +got):\n%s", diff)
 	}

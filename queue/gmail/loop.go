@@ -83,7 +83,7 @@ func (p *Pipeline) maintain() error {
 // pushesArrive reports whether the account's pushes look healthy: one has
 // come, and no poll since found changes that none announced.
 func pushesArrive(a store.Account) bool {
-	return !a.PushAt.IsZero() && !a.UnannouncedAt.After(a.PushAt)
+	return !a.LastPushAt.IsZero() && !a.UnannouncedAt.After(a.LastPushAt)
 }
 
 // pollInterval is how often the account is synced without a push:
@@ -105,7 +105,7 @@ type pushHealth struct {
 
 func (h *pushHealth) count(a store.Account) {
 	h.accounts++
-	if !a.UnannouncedAt.IsZero() && a.UnannouncedAt.After(a.PushAt) {
+	if !a.UnannouncedAt.IsZero() && a.UnannouncedAt.After(a.LastPushAt) {
 		h.stopped++
 	}
 }

@@ -200,12 +200,14 @@ func (p *Pipeline) authorizePush(ctx context.Context, r PushRequest) error {
 // whose watermark is below the history id, the wanted id is raised and a
 // sync recorded (one per account: a sync already waiting takes it).
 // Accounts in error or disconnected are skipped (reconnecting syncs them).
-// It reports whether any account has that address. Duplicates and
-// redeliveries cost a read transaction.
+// Every account of the address has its LastPushAt stamped, at most once a
+// second (pushStampEvery). It reports whether any account has that
+// address. Duplicates and redeliveries within that second cost a read
+// transaction.
 func (p *Pipeline) Notify(n Notification) (known bool, err error) {
 	var ids []string
+	now := p.now()
 	needed := false
-	now := p.now().Truncate(time.Second)
 	err = p.db.View(func(tx *store.Tx) error {
 		ids = tx.AccountIDsByEmail(n.EmailAddress)
 		for _, id := range ids {
@@ -213,7 +215,7 @@ func (p *Pipeline) Notify(n Notification) (known bool, err error) {
 			if err != nil {
 				return err
 			}
-			needed = needed || needsSync(acc, n.HistoryID) || acc.PushAt.Before(now)
+			needed = needed || needsSync(acc, n.HistoryID) || stalePush(acc, now)
 		}
 		return nil
 	})
@@ -242,9 +244,9 @@ func (p *Pipeline) Notify(n Notification) (known bool, err error) {
 // second), and when acc is behind it the wanted id, since when it is
 // wanted, and a sync.
 func (p *Pipeline) notifyAccount(tx *store.Tx, acc store.Account, hid uint64, now time.Time) error {
-	changed := acc.PushAt.Before(now)
+	changed := stalePush(acc, now)
 	if changed {
-		acc.PushAt = now
+		acc.LastPushAt = now
 	}
 	sync := needsSync(acc, hid)
 	if sync && hid > acc.WantedHistoryID {
@@ -262,6 +264,15 @@ func (p *Pipeline) notifyAccount(tx *store.Tx, acc store.Account, hid uint64, no
 		return nil
 	}
 	return p.enqueueSync(tx, acc.ID, triggerPush)
+}
+
+// pushStampEvery is how often at most a push writes its account's
+// LastPushAt.
+const pushStampEvery = time.Second
+
+// stalePush reports whether a push at now must stamp acc's LastPushAt.
+func stalePush(acc store.Account, now time.Time) bool {
+	return now.Sub(acc.LastPushAt) >= pushStampEvery
 }
 
 // needsSync reports whether a push at hid must make sure a sync is

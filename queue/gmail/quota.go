@@ -3,6 +3,7 @@ package gmail
 import (
 	"context"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -145,7 +146,7 @@ func plural(n int, what string) string {
 }
 
 // Backlog estimates the Gmail quota units of the account's work left, from
-// Google's per-method costs: the messages its full sync has still to
+// the price list in force (google.Prices): the messages its full sync has still to
 // download (messages.get, and the list pages; before a resync begins, the
 // mirror's size), its reclassify batches waiting (their label changes go
 // to Gmail in batchModify calls of up to 1,000 messages, so one call for
@@ -174,7 +175,8 @@ func (p *Pipeline) Backlog(ctx context.Context, accountID string) (int, error) {
 	case needsFullSync(acc):
 		left = counts.Total
 	}
-	units := left*google.UnitsMessagesGet + (left+listPageSize-1)/listPageSize*google.UnitsMessagesList
+	pr := p.google.Prices()
+	units := left*pr.MessagesGet + (left+listPageSize-1)/listPageSize*pr.MessagesList
 	body, err := p.rules.NeedsBody(ctx, accountID)
 	if err != nil {
 		return 0, fmt.Errorf("gmail: backlog of account %s: %w", accountID, err)
@@ -184,11 +186,11 @@ func (p *Pipeline) Backlog(ctx context.Context, accountID string) (int, error) {
 		return 0, err
 	}
 	if batches > 0 {
-		units += (threads + google.MaxBatchModify - 1) / google.MaxBatchModify * google.UnitsBatchModify
+		units += (threads + google.MaxBatchModify - 1) / google.MaxBatchModify * pr.BatchModify
 	}
-	units += added * google.UnitsMessagesGet
+	units += added * pr.Get(body)
 	if body {
-		units += threads * google.UnitsMessagesGet
+		units += threads * pr.Get(true)
 	}
 	return units, nil
 }
@@ -213,4 +215,60 @@ func (p *Pipeline) queuedTasks(accountID string) (added, batches, threads int, e
 		return 0, 0, 0, fmt.Errorf("gmail: queued work of account %s: %w", accountID, err)
 	}
 	return added, batches, threads, nil
+}
+
+// FullSyncView is a full sync in progress, for a person watching it: the
+// messages listed and read so far, and the Gmail units and seconds left at
+// the price list and the account's quota in force.
+type FullSyncView struct {
+	MessagesListed int `json:"messagesListed"`
+	MessagesRead   int `json:"messagesRead"`
+	// UnitsLeft estimates the units of what is left: a messages.get a
+	// message not read yet (threads fetched whole cost less, so it is at
+	// most this) and the list pages not listed yet.
+	UnitsLeft int `json:"unitsLeft"`
+	// EstimatedSecondsLeft is UnitsLeft at the account's units a minute
+	// (MAILROOM_GMAIL_USER_UNITS_PER_MINUTE, or the price list's), rounded
+	// up; live mail and reclassifies share that quota first.
+	EstimatedSecondsLeft int `json:"estimatedSecondsLeft"`
+}
+
+// fullSyncView estimates the full sync s (nil: none runs).
+func (p *Pipeline) fullSyncView(s *store.FullSyncStart) *FullSyncView {
+	if s == nil {
+		return nil
+	}
+	pr := p.google.Prices()
+	perWindow, window := pr.UserUnitsPerMinute, time.Minute
+	if b := p.google.Budget(); b != nil {
+		perWindow, window = b.Config().UserUnits, b.Config().Window
+	}
+	total := max(s.Messages, s.Listed)
+	left := max(total-s.Fetched, 0)
+	units := left * pr.MessagesGet
+	if !s.ListedAll {
+		units += (max(s.Messages-s.Listed, 0) + listPageSize - 1) / listPageSize * pr.MessagesList
+	}
+	secs := 0
+	if perWindow > 0 {
+		secs = int(math.Ceil(float64(units) / float64(perWindow) * window.Seconds()))
+	}
+	return &FullSyncView{MessagesListed: s.Listed, MessagesRead: s.Fetched, UnitsLeft: units, EstimatedSecondsLeft: secs}
+}
+
+// Summary says the full sync's progress in people's words, for the
+// Accounts page: "first sync: 1,200 of 2,000 messages read, about 4
+// minutes left".
+func (f *FullSyncView) Summary() string {
+	total := max(f.MessagesListed, f.MessagesRead)
+	left := "almost done"
+	switch s := f.EstimatedSecondsLeft; {
+	case s >= 90*60:
+		left = fmt.Sprintf("about %s left", plural((s+1799)/3600, "hour"))
+	case s >= 90:
+		left = fmt.Sprintf("about %s left", plural((s+59)/60, "minute"))
+	case s > 0:
+		left = "under 2 minutes left"
+	}
+	return fmt.Sprintf("full sync: %s of %s messages read, %s", thousands(f.MessagesRead), thousands(total), left)
 }

@@ -56,10 +56,12 @@ func TestGoogleRefusalsBecomeWaits(t *testing.T) {
 	t.Parallel()
 	// The minute is compressed to 3 s; Google allows 150 units in it (any
 	// sync faster than 10 messages a second reaches it), the budget
-	// believes 6,000.
+	// believes 6,000. At the 2025 prices (5 a messages.get), so that the
+	// many calls after the budget adapted are cheap: the 2026 prices'
+	// refusals are internal/app's TestSyncAtThePriceList.
 	e := newEnv(t, envOptions{
-		fake:   googlefake.Options{GmailUserUnitsPerMinute: 150, GmailQuotaWindow: 3 * time.Second},
-		budget: google.BudgetConfig{Window: 3 * time.Second},
+		fake:   googlefake.Options{GmailQuotaPrices: googlefake.GmailPrices2025, GmailUserUnitsPerMinute: 150, GmailQuotaWindow: 3 * time.Second},
+		budget: google.BudgetConfig{Prices: google.MustPrices(google.Prices2025), UserUnits: 6000, Window: 3 * time.Second},
 	})
 	// Over 600 units: the full sync fetches whole threads in fewer calls
 	// than one a message, so the mailbox is large enough that the calls
@@ -106,22 +108,27 @@ func TestQuotaStatusWhileWaiting(t *testing.T) {
 	// Bulk work may spend 80 of the 100 (20 are kept for live work), all
 	// at once (no pacing: the test looks at a window bulk work filled).
 	e := newEnv(t, envOptions{budget: google.BudgetConfig{UserUnits: 100, Pace: -1}})
-	acc := e.connect(ann, 60) // 300 units of gets: three minutes at 100
+	acc := e.connect(ann, 60) // 1,200 units of gets at the 2026 prices: twelve minutes at 100
 	var q *gmail.QuotaView
 	testkit.Eventually(t, 30*time.Second, "the full sync to wait for quota", func() bool {
 		var err error
 		q, err = e.p.Quota(context.Background(), acc.ID)
 		return err == nil && q != nil && slices.Contains(q.Waiting, "bulk")
 	})
+	// Bulk work filled its 80 but for less than its dearest call (a
+	// threads.get, 40 at the default 2026 prices).
+	pr := google.MustPrices(google.DefaultPrices)
 	if !strings.Contains(q.Status, "waiting for Gmail quota: about ") || !strings.Contains(q.Status, "bulk waiting") ||
-		q.UnitsLastMinute < 70 || q.Setting != 100 {
+		q.UnitsLastMinute <= 80-pr.ThreadsGet || q.Setting != 100 {
 		t.Errorf("quota view while waiting = %+v", q)
 	}
-	// The estimate is the full sync's downloads left at 5 units a message
-	// and its list page (an upper estimate: a thread of several messages
-	// costs 10 for all of them); at most 80 units were spent, so some are
-	// left.
-	if q.QueuedUnits <= 0 || q.QueuedUnits > 60*5+5 || q.QueuedUnits%5 != 0 || q.QueuedMinutes != (q.QueuedUnits+q.Limit-1)/q.Limit {
+	// The estimate is the full sync's downloads left at a messages.get a
+	// message (20 units at the default 2026 prices) and its list page (5;
+	// an upper estimate: a thread of several messages costs one
+	// threads.get for all of them); at most 80 units were spent, so some
+	// are left.
+	if q.QueuedUnits <= 0 || q.QueuedUnits > 60*pr.MessagesGet+pr.MessagesList || (q.QueuedUnits-pr.MessagesList)%pr.MessagesGet != 0 ||
+		q.QueuedMinutes != (q.QueuedUnits+q.Limit-1)/q.Limit {
 		t.Errorf("queued work = %d units, %d minutes (limit %d); want the full sync's downloads left", q.QueuedUnits, q.QueuedMinutes, q.Limit)
 	}
 	if e.fake.Gmail.TotalQuotaUnits() > 100 {
@@ -181,7 +188,27 @@ func (bodyRules) NeedsBody(context.Context, string) (bool, error) { return true,
 // count.
 func TestQuotaStatusEstimatesQueuedWork(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, envOptions{noStart: true, rules: bodyRules{}, budget: google.BudgetConfig{UserUnits: 100}})
+	// 600 downloads left and 2 list pages, 3 message-added (the rules
+	// read bodies: format full), 2 batches of 20 threads (one batchModify
+	// of up to 1,000 messages) and 20 threads' bodies; at 100 units a
+	// minute.
+	for _, c := range []struct {
+		prices  string
+		units   int
+		minutes int
+	}{
+		{google.Prices2025, 600*5 + 2*5 + 3*5 + 50 + 20*5, 32},
+		{google.Prices2026, 600*20 + 2*5 + 3*60 + 50 + 20*60, 135},
+	} {
+		t.Run(c.prices, func(t *testing.T) {
+			t.Parallel()
+			testQueuedWorkEstimate(t, c.prices, c.units, c.minutes)
+		})
+	}
+}
+
+func testQueuedWorkEstimate(t *testing.T, prices string, want, minutes int) {
+	e := newEnv(t, envOptions{noStart: true, rules: bodyRules{}, budget: google.BudgetConfig{Prices: google.MustPrices(prices), UserUnits: 100}})
 	acc := e.connect(ann, 0)
 	other := e.connect("bob@example.com", 0)
 	err := e.db.Update(func(tx *store.Tx) error {
@@ -228,14 +255,10 @@ func TestQuotaStatusEstimatesQueuedWork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// 600 downloads left and 2 list pages: 3,010; 3 message-added: 15;
-	// 2 batches of 20 threads: one batchModify (up to 1,000 messages),
-	// 50, and 20 threads' bodies: 100.
-	const want = 600*5 + 2*5 + 3*5 + 50 + 20*5
-	if q.QueuedUnits != want || q.QueuedMinutes != 32 {
-		t.Errorf("queued = %d units, %d minutes; want %d units, 32 minutes of 100 units", q.QueuedUnits, q.QueuedMinutes, want)
+	if q.QueuedUnits != want || q.QueuedMinutes != minutes {
+		t.Errorf("queued = %d units, %d minutes; want %d units, %d minutes of 100 units", q.QueuedUnits, q.QueuedMinutes, want, minutes)
 	}
-	if !strings.Contains(q.Status, "waiting for Gmail quota: about 32 minutes of work queued (bulk waiting; 100 of 100 units spent in the last minute)") {
+	if !strings.Contains(q.Status, fmt.Sprintf("waiting for Gmail quota: about %d minutes of work queued (bulk waiting; 100 of 100 units spent in the last minute)", minutes)) {
 		t.Errorf("status = %q", q.Status)
 	}
 }
@@ -269,6 +292,23 @@ func TestSyncGroupsNewMessageTasksByAccount(t *testing.T) {
 		})
 		if err != nil || got != want {
 			t.Errorf("queued for %s = %+v, %v; want %+v", id, got, err, want)
+		}
+	}
+}
+
+// A full sync's progress reads in people's words.
+func TestFullSyncSummary(t *testing.T) {
+	for _, c := range []struct {
+		v    gmail.FullSyncView
+		want string
+	}{
+		{gmail.FullSyncView{MessagesListed: 2000, MessagesRead: 1200, EstimatedSecondsLeft: 230}, "full sync: 1,200 of 2,000 messages read, about 4 minutes left"},
+		{gmail.FullSyncView{MessagesListed: 500, MessagesRead: 0, EstimatedSecondsLeft: 40}, "full sync: 0 of 500 messages read, under 2 minutes left"},
+		{gmail.FullSyncView{MessagesListed: 100000, MessagesRead: 10, EstimatedSecondsLeft: 5 * 3600}, "full sync: 10 of 100,000 messages read, about 5 hours left"},
+		{gmail.FullSyncView{MessagesListed: 10, MessagesRead: 10}, "full sync: 10 of 10 messages read, almost done"},
+	} {
+		if got := c.v.Summary(); got != c.want {
+			t.Errorf("%+v: %q, want %q", c.v, got, c.want)
 		}
 	}
 }

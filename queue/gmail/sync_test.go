@@ -200,7 +200,7 @@ func TestInterruptedFullSyncResumes(t *testing.T) {
 	// a thread of two or more with one threads.get and a lone message with
 	// one messages.get (the failed run's stored threads are not fetched
 	// again).
-	units := fetchUnits(e, ann) - fault.Fired()*google.UnitsMessagesGet
+	units := fetchUnits(e, ann) - fault.Fired()*google.MustPrices(google.DefaultPrices).MessagesGet
 	if want := mailboxCost(e, ann); units != want {
 		t.Fatalf("%d units of gets answered (failures aside), want %d: each of the 1,200 messages once", units, want)
 	}

@@ -16,27 +16,11 @@ import (
 	"mailroom/queue"
 )
 
-// Gmail quota units per method, from Google's table
-// (developers.google.com/workspace/gmail/api/reference/quota).
-const (
-	UnitsGetProfile   = 1
-	UnitsMessagesList = 5
-	UnitsMessagesGet  = 5
-	UnitsThreadsGet   = 10
-	UnitsModify       = 5
-	UnitsBatchModify  = 50
-	UnitsHistoryList  = 2
-	UnitsLabelsList   = 1
-	UnitsLabelsCreate = 5
-	UnitsWatch        = 100
-	UnitsStop         = 50
-)
-
-// Google's documented limits: 6,000 units per user per minute for projects
-// created since May 1, 2026 (15,000 before), 1,200,000 per project per
+// Google's documented project limits: 1,200,000 units per project per
 // minute, and a daily billing threshold of 80,000,000 units per project.
+// The per-user limit and the per-method costs depend on the price list in
+// force (Prices).
 const (
-	DefaultUserUnitsPerMinute    = 6000
 	DefaultProjectUnitsPerMinute = 1_200_000
 	DailyBillingThreshold        = 80_000_000
 )
@@ -93,8 +77,12 @@ var ErrProjectQuotaWait = fmt.Errorf("%w: the project's window is spent", ErrQuo
 
 // BudgetConfig configures a Budget. Zero values take the defaults named.
 type BudgetConfig struct {
+	// Prices is the price list in force (MAILROOM_GMAIL_QUOTA_PRICES):
+	// what each call spends. Zero: DefaultPrices.
+	Prices Prices
 	// UserUnits per Window per Google account
-	// (MAILROOM_GMAIL_USER_UNITS_PER_MINUTE). Default 6000.
+	// (MAILROOM_GMAIL_USER_UNITS_PER_MINUTE). Default: the price list's
+	// (6,000 for 2026, 15,000 for 2025).
 	UserUnits int
 	// ProjectUnits per Window for all accounts together
 	// (MAILROOM_GMAIL_PROJECT_UNITS_PER_MINUTE). Default 1,200,000.
@@ -149,8 +137,11 @@ type BudgetConfig struct {
 }
 
 func (c *BudgetConfig) defaults() {
+	if c.Prices.Name == "" {
+		c.Prices = MustPrices(DefaultPrices)
+	}
 	if c.UserUnits <= 0 {
-		c.UserUnits = DefaultUserUnitsPerMinute
+		c.UserUnits = c.Prices.UserUnitsPerMinute
 	}
 	if c.ProjectUnits <= 0 {
 		c.ProjectUnits = DefaultProjectUnitsPerMinute
@@ -230,7 +221,7 @@ func NewBudget(cfg BudgetConfig, rdb BudgetStore) (*Budget, error) {
 		cfg: cfg, rdb: rdb, log: cfg.Logger.With("component", "gmail-quota"),
 		units: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "mailroom_gmail_quota_units_total",
-			Help: "Gmail quota units spent, by Google's per-method table.",
+			Help: "Gmail quota units spent, by Google's per-method table in force (MAILROOM_GMAIL_QUOTA_PRICES).",
 		}),
 		waits: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "mailroom_gmail_quota_waits_total",
@@ -251,6 +242,9 @@ func NewBudget(cfg BudgetConfig, rdb BudgetStore) (*Budget, error) {
 
 // Config returns the budget's configuration with its defaults filled.
 func (b *Budget) Config() BudgetConfig { return b.cfg }
+
+// Prices returns the price list the budget charges.
+func (b *Budget) Prices() Prices { return b.cfg.Prices }
 
 const budgetPrefix = "mailroom:{gmailquota}:"
 

@@ -797,6 +797,7 @@ func TestBudgetRefusalShapes(t *testing.T) {
 	scope := map[googlefake.RefusalShape]int{
 		googlefake.RefusalUserDocumented:    account,
 		googlefake.RefusalQueriesPerUser:    account,
+		googlefake.RefusalTotalQueryCost:    account,
 		googlefake.RefusalUserRateRetry:     account,
 		googlefake.RefusalResourceExhausted: unscoped,
 		googlefake.RefusalProject:           unscoped,

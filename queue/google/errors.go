@@ -169,7 +169,11 @@ func quotaRefusal(err error) (kind int, wait time.Duration) {
 // consumer 'project_number:…'" (elie222/inbox-zero issue 480,
 // mxngls/gmail-cleaner issue 5, GAM-team/got-your-back issue 309), and 403
 // rateLimitExceeded "User-rate limit exceeded.  Retry after <time>"
-// (taers232c/GAMADV-XTD3 issue 337). So, in this order:
+// (taers232c/GAMADV-XTD3 issue 337). Under the May 2026 quotas, which
+// count units, the same answer reads "Quota exceeded for quota metric
+// 'Total Query Cost' and limit 'Units per minute per user'" (one public
+// report): a user's limit by its words, like the 'Queries' one. So, in
+// this order:
 //
 //   - text naming concurrent requests ("Too many concurrent requests for
 //     user", a 429): RefusedConcurrent, the account's calls in flight;

@@ -122,6 +122,13 @@ func TestQuotaRefusalScope(t *testing.T) {
 			"Quota exceeded for quota metric 'Queries' and limit 'Queries per minute per user' of service 'gmail.googleapis.com' for consumer 'project_number:1'.", nil), RefusedUser, defaultRateWait},
 		{"429 Queries per minute per user", refusal(429, "rateLimitExceeded", "usageLimits",
 			"Quota exceeded for quota metric 'Queries' and limit 'Queries per minute per user' of service 'gmail.googleapis.com' for consumer 'project_number:1'.", nil), RefusedUser, defaultRateWait},
+		// Under the May 2026 quotas, which count units.
+		{"403 rateLimitExceeded, Total Query Cost, Units per minute per user", refusal(403, "rateLimitExceeded", "usageLimits",
+			"Quota exceeded for quota metric 'Total Query Cost' and limit 'Units per minute per user' of service 'gmail.googleapis.com' for consumer 'project_number:1'.", nil), RefusedUser, defaultRateWait},
+		{"429 Total Query Cost, Units per minute per user", refusal(429, "rateLimitExceeded", "usageLimits",
+			"Quota exceeded for quota metric 'Total Query Cost' and limit 'Units per minute per user'", nil), RefusedUser, defaultRateWait},
+		{"403 rateLimitExceeded, Total Query Cost, the project's Units per minute", refusal(403, "rateLimitExceeded", "usageLimits",
+			"Quota exceeded for quota metric 'Total Query Cost' and limit 'Units per minute' of service 'gmail.googleapis.com' for consumer 'project_number:1'.", nil), RefusedProject, defaultRateWait},
 		{"403 rateLimitExceeded, User-rate limit, Retry after", refusal(403, "rateLimitExceeded", "usageLimits", "User-rate limit exceeded.  Retry after "+at, nil), RefusedUser, 0},
 		{"403 userRateLimitExceeded, User Rate Limit Exceeded", refusal(403, "userRateLimitExceeded", "usageLimits",
 			"User Rate Limit Exceeded. Rate of requests for user exceed configured project quota.", http.Header{"Retry-After": {"9"}}), RefusedUser, 9 * time.Second},

@@ -43,6 +43,18 @@ func (c *Client) Gmail(ctx context.Context, account string, ts *TokenSource) (*G
 
 const me = "me"
 
+// Prices returns the Gmail price list in force: the budget's, else
+// Config.Prices, else DefaultPrices.
+func (c *Client) Prices() Prices {
+	switch {
+	case c.cfg.Budget != nil:
+		return c.cfg.Budget.Prices()
+	case c.cfg.Prices.Name != "":
+		return c.cfg.Prices
+	}
+	return MustPrices(DefaultPrices)
+}
+
 // MessageRef names a message.
 type MessageRef struct {
 	ID       string
@@ -162,7 +174,7 @@ type Profile struct {
 // ProfileInfo returns the mailbox's address, history id and size.
 func (g *Gmail) ProfileInfo(ctx context.Context) (Profile, error) {
 	var p *gmailapi.Profile
-	err := g.call(ctx, true, UnitsGetProfile, func() (err error) {
+	err := g.call(ctx, true, g.c.Prices().GetProfile, func() (err error) {
 		p, err = g.svc.Users.GetProfile(me).Context(ctx).Do()
 		return err
 	})
@@ -176,7 +188,7 @@ func (g *Gmail) ProfileInfo(ctx context.Context) (Profile, error) {
 // included), newest first. pageToken is empty for the first page.
 func (g *Gmail) ListMessages(ctx context.Context, pageToken string, pageSize int) (refs []MessageRef, next string, err error) {
 	var resp *gmailapi.ListMessagesResponse
-	err = g.call(ctx, true, UnitsMessagesList, func() (err error) {
+	err = g.call(ctx, true, g.c.Prices().MessagesList, func() (err error) {
 		call := g.svc.Users.Messages.List(me).IncludeSpamTrash(true).MaxResults(int64(pageSize)).Context(ctx)
 		if pageToken != "" {
 			call = call.PageToken(pageToken)
@@ -198,10 +210,11 @@ var metadataHeaders = []string{"From", "To", "Cc", "Subject"}
 
 // GetMessage fetches a message: labels, headers and snippet (format
 // metadata), and the text/plain body too when withBody is set (format
-// full). A message that no longer exists is a permanent ErrNotFound.
+// full, dearer under the 2026 price list: see Prices). A message that no
+// longer exists is a permanent ErrNotFound.
 func (g *Gmail) GetMessage(ctx context.Context, id string, withBody bool) (Message, error) {
 	var m *gmailapi.Message
-	err := g.call(ctx, true, UnitsMessagesGet, func() (err error) {
+	err := g.call(ctx, true, g.c.Prices().Get(withBody), func() (err error) {
 		call := g.svc.Users.Messages.Get(me, id).Context(ctx)
 		if withBody {
 			call = call.Format("full")
@@ -244,14 +257,14 @@ func messageOf(m *gmailapi.Message, withBody bool) Message {
 }
 
 // GetThread fetches every message of a thread as GetMessage does without
-// the body (format metadata, the same headers), in one threads.get: 10
-// units for the whole thread against 5 a message. Its messages come as
+// the body (format metadata, the same headers), in one threads.get (its
+// price against a messages.get's: Prices.UseThread). Its messages come as
 // Gmail has them now, those that came after the caller learned of the
 // thread among them. A thread that no longer exists (every message of it
 // deleted) is a permanent ErrNotFound.
 func (g *Gmail) GetThread(ctx context.Context, threadID string) ([]Message, error) {
 	var th *gmailapi.Thread
-	err := g.call(ctx, true, UnitsThreadsGet, func() (err error) {
+	err := g.call(ctx, true, g.c.Prices().ThreadsGet, func() (err error) {
 		th, err = g.svc.Users.Threads.Get(me, threadID).Format("metadata").MetadataHeaders(metadataHeaders...).Context(ctx).Do()
 		return err
 	})
@@ -292,7 +305,7 @@ func plainBody(p *gmailapi.MessagePart) string {
 // ErrHistoryTooOld (not a task error: the caller does a full sync).
 func (g *Gmail) History(ctx context.Context, startID uint64, pageToken string, pageSize int) (HistoryPage, error) {
 	var resp *gmailapi.ListHistoryResponse
-	err := g.call(ctx, true, UnitsHistoryList, func() (err error) {
+	err := g.call(ctx, true, g.c.Prices().HistoryList, func() (err error) {
 		call := g.svc.Users.History.List(me).StartHistoryId(startID).MaxResults(int64(pageSize)).Context(ctx)
 		if pageToken != "" {
 			call = call.PageToken(pageToken)
@@ -335,7 +348,7 @@ func (g *Gmail) History(ctx context.Context, startID uint64, pageToken string, p
 // Labels lists the account's labels, system and user.
 func (g *Gmail) Labels(ctx context.Context) ([]Label, error) {
 	var resp *gmailapi.ListLabelsResponse
-	err := g.call(ctx, true, UnitsLabelsList, func() (err error) {
+	err := g.call(ctx, true, g.c.Prices().LabelsList, func() (err error) {
 		resp, err = g.svc.Users.Labels.List(me).Context(ctx).Do()
 		return err
 	})
@@ -353,7 +366,7 @@ func (g *Gmail) Labels(ctx context.Context) ([]Label, error) {
 // error (409); list the labels first.
 func (g *Gmail) CreateLabel(ctx context.Context, name string) (Label, error) {
 	var l *gmailapi.Label
-	err := g.call(ctx, false, UnitsLabelsCreate, func() (err error) {
+	err := g.call(ctx, false, g.c.Prices().LabelsCreate, func() (err error) {
 		l, err = g.svc.Users.Labels.Create(me, &gmailapi.Label{
 			Name: name, LabelListVisibility: "labelShow", MessageListVisibility: "show",
 		}).Context(ctx).Do()
@@ -369,7 +382,7 @@ func (g *Gmail) CreateLabel(ctx context.Context, name string) (Label, error) {
 // repeat). It returns the message's history id after the change: that of
 // the last history record that changed the message.
 func (g *Gmail) Modify(ctx context.Context, id string, add, remove []string) (historyID uint64, err error) {
-	err = g.call(ctx, false, UnitsModify, func() error {
+	err = g.call(ctx, false, g.c.Prices().Modify, func() error {
 		m, err := g.svc.Users.Messages.Modify(me, id, &gmailapi.ModifyMessageRequest{
 			AddLabelIds: add, RemoveLabelIds: remove,
 		}).Context(ctx).Do()
@@ -393,7 +406,7 @@ func (g *Gmail) BatchModify(ctx context.Context, ids, add, remove []string) erro
 	if len(ids) > MaxBatchModify {
 		return fmt.Errorf("google: gmail messages.batchModify: %d ids, at most %d", len(ids), MaxBatchModify)
 	}
-	err := g.call(ctx, false, UnitsBatchModify, func() error {
+	err := g.call(ctx, false, g.c.Prices().BatchModify, func() error {
 		return g.svc.Users.Messages.BatchModify(me, &gmailapi.BatchModifyMessagesRequest{
 			Ids: ids, AddLabelIds: add, RemoveLabelIds: remove,
 		}).Context(ctx).Do()
@@ -408,7 +421,7 @@ func (g *Gmail) BatchModify(ctx context.Context, ids, add, remove []string) erro
 // topic; it returns the history id then and when the watch expires.
 func (g *Gmail) Watch(ctx context.Context, topic string) (historyID uint64, expiration time.Time, err error) {
 	var resp *gmailapi.WatchResponse
-	err = g.call(ctx, false, UnitsWatch, func() (err error) {
+	err = g.call(ctx, false, g.c.Prices().Watch, func() (err error) {
 		resp, err = g.svc.Users.Watch(me, &gmailapi.WatchRequest{TopicName: topic}).Context(ctx).Do()
 		return err
 	})
@@ -420,7 +433,7 @@ func (g *Gmail) Watch(ctx context.Context, topic string) (historyID uint64, expi
 
 // Stop ends push notifications of the mailbox.
 func (g *Gmail) Stop(ctx context.Context) error {
-	err := g.call(ctx, false, UnitsStop, func() error {
+	err := g.call(ctx, false, g.c.Prices().Stop, func() error {
 		return g.svc.Users.Stop(me).Context(ctx).Do()
 	})
 	if err != nil {

@@ -69,8 +69,12 @@ type Config struct {
 	// time. Zero: 200 ms.
 	ReadRetryDelay time.Duration
 	// Budget, when set, is the Gmail quota every Gmail call spends from
-	// first. Nil: calls are not budgeted (tests of the adapter alone).
+	// first, at its price list (BudgetConfig.Prices). Nil: calls are not
+	// budgeted (tests of the adapter alone).
 	Budget *Budget
+	// Prices is the price list in force when there is no Budget (the
+	// Budget's wins). Zero: DefaultPrices.
+	Prices Prices
 	// Registerer receives mailroom_google_rate_limited_total. Nil: a
 	// private registry.
 	Registerer prometheus.Registerer

@@ -47,10 +47,14 @@ func testConfig() Config {
 func newFixture(t testing.TB, cfg Config, start bool) *fixture {
 	t.Helper()
 	f := &fixture{t: t, db: storetest.Open(t), broker: brokertest.Embedded(t), tokens: map[string]string{}, openers: map[string]Gmail{}}
-	f.fake = googlefake.StartForTest(t, googlefake.Options{})
-	// The Gmail budget at Google's defaults, over the fixture's broker, as
-	// serve runs it.
-	budget, err := google.NewBudget(google.BudgetConfig{}, f.broker.Client())
+	// Google's 2025 price list on both sides (a body read 5 units, 15,000
+	// a minute): the tests read hundreds of bodies, which the 2026 list's
+	// 60 units each would spread over minutes; what the lists cost is
+	// queue/google's and internal/app's to test.
+	f.fake = googlefake.StartForTest(t, googlefake.Options{GmailQuotaPrices: googlefake.GmailPrices2025})
+	// The Gmail budget at Google's defaults for that list, over the
+	// fixture's broker, as serve runs it.
+	budget, err := google.NewBudget(google.BudgetConfig{Prices: google.MustPrices(google.Prices2025)}, f.broker.Client())
 	if err != nil {
 		t.Fatal(err)
 	}

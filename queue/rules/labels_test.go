@@ -154,8 +154,8 @@ func TestLabelCreatedOnceUnderConcurrency(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got := f.fake.Gmail.QuotaUnitsByMethod(f.email)[googlefake.MethodLabelsCreate]; got != 3*google.UnitsLabelsCreate {
-		t.Errorf("labels.create spent %d units, want %d: one call per label", got, 3*google.UnitsLabelsCreate)
+	if got := f.fake.Gmail.QuotaUnitsByMethod(f.email)[googlefake.MethodLabelsCreate]; got != 3*google.MustPrices(google.Prices2025).LabelsCreate {
+		t.Errorf("labels.create spent %d units, want %d: one call per label", got, 3*google.MustPrices(google.Prices2025).LabelsCreate)
 	}
 	for _, l := range []string{"Dev", "CI", "All"} {
 		lid, ok := f.fake.Gmail.LabelID(f.email, l)
