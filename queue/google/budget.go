@@ -127,6 +127,15 @@ type BudgetConfig struct {
 	// always). Nil: the broker's windows are trusted, and Resume starts an
 	// account that may have spent before at half its setting instead.
 	SpentUntil func(window time.Duration) time.Time
+	// Fallback, when set, makes the store given to NewBudget a fleet's
+	// Redis (MAILROOM_FLEET_REDIS_URL), shared by the mailrooms of one
+	// Google project: while it does not answer, the budget is kept in
+	// Fallback (this mailroom's broker) with the project's units divided
+	// by Share (see fleet.go).
+	Fallback BudgetStore
+	// Share is how many mailrooms share the project (the ones the fleet
+	// last saw, at least 1). Nil: 1.
+	Share func() int
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
 	// Logger. Default: discard.
@@ -195,6 +204,9 @@ type Budget struct {
 
 	mu       sync.Mutex
 	inFlight map[string]*slots // accounts with a call in flight or waiting for a slot
+
+	fleet fleetState // with Fallback: whether the fleet's Redis answers
+	mine  unitLog    // this process's granted units (the fleet's share)
 }
 
 // slots are an account's in-flight calls: a semaphore, and how many
@@ -501,11 +513,6 @@ redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return 1
 `)
 
-func (b *Budget) args(now time.Time) []any {
-	return []any{now.UnixMilli(), (b.cfg.Window + b.cfg.Margin).Milliseconds(), budgetBuckets, b.cfg.Recover.Milliseconds(),
-		b.cfg.UserUnits, b.cfg.ProjectUnits}
-}
-
 // Grant is the budget's answer to one request for units.
 type Grant struct {
 	OK bool
@@ -578,8 +585,8 @@ func (b *Budget) trySpend(ctx context.Context, account string, units int, p Prio
 	if until := b.lostUntil(now); !until.IsZero() {
 		return Grant{Wait: until.Sub(now), Reason: reasonLost}, nil
 	}
-	res, err := spendScript.Run(ctx, b.rdb, b.keys(account, now),
-		append(b.args(now), units, int(p), b.pace, boolInt(reserved), within.Milliseconds())...).Int64Slice()
+	res, err := b.run(ctx, spendScript, b.keys(account, now), now,
+		units, int(p), b.pace, boolInt(reserved), within.Milliseconds()).Int64Slice()
 	if err != nil {
 		return Grant{}, fmt.Errorf("google: gmail quota of account %s: %w", account, err)
 	}
@@ -594,6 +601,7 @@ func (b *Budget) trySpend(ctx context.Context, account string, units int, p Prio
 	if g.OK {
 		g.At = now
 		b.units.Add(float64(units))
+		b.mine.add(now, units, b.cfg.Window)
 	}
 	return g, nil
 }
@@ -621,7 +629,7 @@ func (b *Budget) Settle(ctx context.Context, account string, units int, at time.
 	k := b.keys(account, now)
 	// In one MULTI: a spend between the two moves would see the call's
 	// units in neither bucket and let that many too many through.
-	_, err := b.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := b.store().TxPipelined(ctx, func(p redis.Pipeliner) error {
 		for _, key := range []string{k[0], k[2]} {
 			p.HIncrBy(ctx, key, strconv.FormatInt(from, 10), -int64(units))
 			p.HIncrBy(ctx, key, strconv.FormatInt(to, 10), int64(units))
@@ -749,7 +757,7 @@ func (b *Budget) Refused(ctx context.Context, account string, kind int, retry ti
 	now := b.cfg.Now()
 	until := now.Add(retry).UnixMilli()
 	keys := append(b.keys(account, now), unscopedKey)
-	res, err := refusedScript.Run(ctx, b.rdb, keys, append(b.args(now), kind, until, account)...).Int64Slice()
+	res, err := b.run(ctx, refusedScript, keys, now, kind, until, account).Int64Slice()
 	if err != nil {
 		return fmt.Errorf("google: gmail quota refusal of account %s: %w", account, err)
 	}
@@ -781,7 +789,7 @@ func (b *Budget) Resume(ctx context.Context, account string) error {
 	now := b.cfg.Now()
 	k := b.keys(account, now)
 	ttl := (20 * b.cfg.Window).Milliseconds()
-	if err := resumeScript.Run(ctx, b.rdb, []string{k[1], k[0]}, now.UnixMilli(), b.cfg.UserUnits, ttl).Err(); err != nil {
+	if err := resumeScript.Run(ctx, b.store(), []string{k[1], k[0]}, now.UnixMilli(), b.cfg.UserUnits, ttl).Err(); err != nil {
 		return fmt.Errorf("google: resume gmail quota of account %s: %w", account, err)
 	}
 	return nil
@@ -826,7 +834,7 @@ return {uused, ueff, pused, peff, today, math.max(ublocked, pblocked), w}
 // Usage reports the account's use of its budget.
 func (b *Budget) Usage(ctx context.Context, account string) (Usage, error) {
 	now := b.cfg.Now()
-	v, err := usageScript.Run(ctx, b.rdb, b.keys(account, now), b.args(now)...).Slice()
+	v, err := b.run(ctx, usageScript, b.keys(account, now), now).Slice()
 	if err != nil {
 		return Usage{}, fmt.Errorf("google: gmail quota use of account %s: %w", account, err)
 	}
