@@ -12,7 +12,7 @@ import (
 )
 
 // moveHelp is what a webhook receiver sees across a move (also in the
-// README).
+// docs/operations.md).
 const moveHelp = `Webhooks: the user's events delivered by the source are not sent again; the
 export waits until none is left undelivered (--force drops them). On the
 target the webhooks take the target's events from the import on, with new

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -89,14 +90,21 @@ func TestMetricsFirstScrape(t *testing.T) {
 		"mailroom_sheets_quota_waits_total",
 		"mailroom_gmail_quota_units_total",
 	)
-	// Every series the README names is there too (more than the contract's).
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
+	// Every series the README and docs/ name is there too (more than the
+	// contract's).
+	docs, err := filepath.Glob("../../docs/*.md")
+	if err != nil || len(docs) == 0 {
+		t.Fatalf("no docs/*.md: %v", err)
 	}
-	for _, name := range regexp.MustCompile(`mailroom_[a-z0-9_]+`).FindAllString(string(readme), -1) {
-		if !families[strings.TrimSuffix(name, "_bucket")] {
-			t.Errorf("first scrape lacks %s, which the README names", name)
+	for _, file := range append([]string{"../../README.md"}, docs...) {
+		text, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range regexp.MustCompile(`mailroom_[a-z0-9_]+`).FindAllString(string(text), -1) {
+			if !families[strings.TrimSuffix(name, "_bucket")] {
+				t.Errorf("first scrape lacks %s, which %s names", name, filepath.Base(file))
+			}
 		}
 	}
 	for _, w := range want {

@@ -89,7 +89,7 @@ func Scenarios() []Scenario {
 		{"gmail-throughput", "10,000 Gmail history records of mixed kinds, push to all applied, embedded broker and redis-server", benchGmailThroughput},
 		{"sheets-story", "Form submissions to Google Sheets: mailroom vs one row per call vs a 1-minute cron (939 rows, 24 forms)", benchSheetsStory},
 		{"sheets-memory", "Sheets buffers: broker bytes per waiting row and bbolt bytes per submission", benchSheetsMemory},
-		{"storage", "Data file bytes per mirrored message and per stored submission (the README's sizing)", benchStorage},
+		{"storage", "Data file bytes per mirrored message and per stored submission (the sizing in docs/benchmarks.md)", benchStorage},
 		{"sheets-throughput", "Form submissions accepted per second through the API", benchSheetsThroughput},
 		{"rules-story", "Five saves of a rule in a minute on 3,000 threads: mailroom vs the naive original", benchRulesStory},
 		{"rules-throughput", "Reclassify of 100,000 threads against 20 rules", benchRulesThroughput},

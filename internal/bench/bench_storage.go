@@ -12,7 +12,7 @@ import (
 	"mailroom/store"
 )
 
-// benchStorage measures what the data file costs (the README's sizing):
+// benchStorage measures what the data file costs (the sizing in docs/benchmarks.md):
 // bytes of bbolt pages in use per mirrored message, as the live pipeline
 // stores new mail, and per stored submission once written to its sheet.
 // Pages in use are a consistent copy's size (bbolt's high-water mark)

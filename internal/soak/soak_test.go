@@ -180,7 +180,7 @@ func newWorld(t *testing.T, cfg soakConfig) *world {
 		"MAILROOM_PUSH_SERVICE_ACCOUNT=" + googlefake.DefaultPushServiceAccount,
 		"MAILROOM_PUBSUB_TOPIC=" + pushTopic,
 		// Settings that differ from serve's defaults, so that a minute
-		// holds many cycles of each pipeline (README, reliability).
+		// holds many cycles of each pipeline (docs/how-it-works.md, reliability).
 		"MAILROOM_GMAIL_POLL_INTERVAL=10s",
 		"MAILROOM_GMAIL_QUOTA_WINDOW=" + soakQuotaMinute.String(),
 		"MAILROOM_SHEETS_QUOTA_WINDOW=" + soakQuotaMinute.String(),

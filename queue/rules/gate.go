@@ -16,7 +16,7 @@ import (
 // the gate, so jobs alternate and none starves.
 //
 // The gate is in-process: with task workers in several processes, batches
-// of different jobs for one account could overlap (see the README).
+// of different jobs for one account could overlap (see docs/how-it-works.md).
 type gate struct {
 	mu       sync.Mutex
 	accounts map[string]*accountGate
