@@ -173,6 +173,16 @@ func (s *server) overviewPage(c *gin.Context) {
 			v.Panels = append(v.Panels, p)
 		}
 	}
+	if s.deps.Fleet != nil {
+		ctx, cancel := s.ctx(c, 5*time.Second)
+		f, err := s.deps.Fleet(ctx)
+		cancel()
+		if err != nil {
+			s.fail(c, err)
+			return
+		}
+		v.Panels = append(v.Panels, fleetOverview(f))
+	}
 	if err := s.deps.DB.View(func(tx *store.Tx) (err error) { v.Events, err = tx.EventsLatest(overviewEvents); return err }); err != nil {
 		s.fail(c, err)
 		return

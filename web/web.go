@@ -47,6 +47,9 @@ type Deps struct {
 	// Problems lists what keeps the appliance from working now (the broker
 	// away, the store unable to write), shown on the overview. Nil: none.
 	Problems func() []Problem
+	// Fleet, when set, is the fleet this mailroom belongs to (nil: none),
+	// for the overview page.
+	Fleet func(ctx context.Context) (*FleetStatus, error)
 	// APIToken is MAILROOM_API_TOKEN, a static bearer token for /api/v1.
 	// Empty: only tokens made in the admin page are accepted.
 	APIToken string
@@ -142,6 +145,40 @@ type server struct {
 	cookies     cookieNames
 	gatherer    prometheus.Gatherer
 	sessionTTL  time.Duration
+}
+
+// FleetStatus is what the overview page shows of a fleet of mailrooms
+// on one Google project.
+type FleetStatus struct {
+	Instance string   // this mailroom
+	Seen     []string // the mailrooms seen alive, this one among them
+	Up       bool     // the fleet's Redis answers
+	// ProjectUnits is the project's Gmail units spent by every mailroom in
+	// the last minute, of ProjectLimit; MineUnits this mailroom's.
+	ProjectUnits, ProjectLimit, MineUnits int
+}
+
+// fleetOverview is the fleet's panel of the overview page.
+func fleetOverview(f *FleetStatus) overviewPanel {
+	others := make([]string, 0, len(f.Seen))
+	for _, n := range f.Seen {
+		if n != f.Instance {
+			others = append(others, n)
+		}
+	}
+	seen := "none"
+	if len(others) > 0 {
+		seen = strings.Join(others, ", ")
+	}
+	redis := "the fleet's Redis answers"
+	if !f.Up {
+		redis = fmt.Sprintf("the fleet's Redis does not answer: this mailroom spends 1/%d of the project's units from its own broker", max(1, len(f.Seen)))
+	}
+	return overviewPanel{Title: "Fleet", Figures: []overviewFigure{
+		{Label: "Project's Gmail units, last minute (every mailroom)", Value: thousands(f.ProjectUnits), Note: "of " + thousands(f.ProjectLimit), Alert: !f.Up},
+		{Label: "This mailroom's units, last minute", Value: thousands(f.MineUnits), Note: fmt.Sprintf("%s; %s", f.Instance, redis), Alert: !f.Up},
+		{Label: "Other mailrooms seen", Value: fmt.Sprintf("%d", len(others)), Note: seen},
+	}}
 }
 
 // overviewPanel is a titled row of figures on the overview page (the

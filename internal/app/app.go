@@ -15,6 +15,7 @@ import (
 	"mailroom/queue"
 	"mailroom/queue/broker"
 	"mailroom/queue/gmail"
+	"mailroom/queue/google"
 	"mailroom/queue/google/accounts"
 	"mailroom/queue/lifecycle"
 	"mailroom/queue/rules"
@@ -34,6 +35,9 @@ type App struct {
 	db     *store.DB
 	broker *broker.Broker
 	lease  *broker.Lease
+	// fleet is this mailroom's membership of its fleet (nil without
+	// MAILROOM_FLEET_REDIS_URL); its Redis holds the project's budgets.
+	fleet  *broker.Fleet
 	table  *queue.Table
 	queue  *queue.Queue
 	alerts *queue.Alerter
@@ -120,7 +124,13 @@ func New(ctx context.Context, cfg *Config, deps Deps) (_ *App, err error) {
 		return nil, err
 	}
 	a.services = lifecycle.Sequence{a.lease, a.alerts, a.watch, a.queue}
+	if a.fleet != nil {
+		a.services = append(a.services, a.fleet)
+	}
 	if err := a.buildPipelines(ctx); err != nil {
+		return nil, err
+	}
+	if err := a.registerFleetMetrics(); err != nil {
 		return nil, err
 	}
 	a.services = append(a.services, deps.Services...)
@@ -143,8 +153,30 @@ func (a *App) claimBroker(ctx context.Context, cfg *Config) error {
 	if err != nil {
 		return err
 	}
-	a.lease = broker.NewLease(a.broker, broker.Owner{Instance: cfg.Instance, DataID: dataID, Host: hostname(), PID: os.Getpid()})
-	return a.lease.Claim(ctx)
+	owner := broker.Owner{Instance: cfg.Instance, DataID: dataID, Host: hostname(), PID: os.Getpid()}
+	a.lease = broker.NewLease(a.broker, owner)
+	if err := a.lease.Claim(ctx); err != nil {
+		return err
+	}
+	if cfg.FleetRedisURL == "" {
+		return nil
+	}
+	fb, err := broker.Open(ctx, broker.Config{RedisURL: cfg.FleetRedisURL, Unchecked: true, Logger: a.log.With("redis", "fleet")})
+	if err != nil {
+		return fmt.Errorf("fleet: %w", err)
+	}
+	a.closed = append(a.closed, fb.Close)
+	a.fleet = broker.NewFleet(fb, owner)
+	return nil
+}
+
+// budgetStores are where the project's budgets are kept: the fleet's
+// Redis, falling back to this mailroom's broker; or the broker alone.
+func (a *App) budgetStores() (store, fallback google.BudgetStore, share func() int) {
+	if a.fleet == nil {
+		return a.broker.Client(), nil, nil
+	}
+	return a.fleet.Client(), a.broker.Client(), a.fleet.Share
 }
 
 // openStore opens the store in the data dir, tightening the dir's mode

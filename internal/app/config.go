@@ -33,6 +33,9 @@ type Config struct {
 	// Instance names this mailroom on its broker's lease and in a fleet
 	// (default: the host name).
 	Instance string
+	// FleetRedisURL is the Redis the mailrooms of one Google project share
+	// for the project's quotas; empty: this mailroom alone.
+	FleetRedisURL string
 	// External Redis for production (see queue/broker/external.go).
 	RedisTLSCAFile      string
 	RedisTLSCertFile    string
@@ -181,6 +184,7 @@ func (c *Config) settings() []setting {
 		{"public-url", "MAILROOM_PUBLIC_URL", "base URL users and Google reach mailroom at (default http:// + the listener)", s(&c.PublicURL, ""), false, false},
 		{"trusted-proxies", "MAILROOM_TRUSTED_PROXIES", "comma-separated IPs or CIDRs of reverse proxies whose X-Forwarded-For names the client (the login limit counts per client address); empty: none", l(&c.TrustedProxies), false, false},
 		{"instance", "MAILROOM_INSTANCE", "this mailroom's name on its broker's lease (a broker belongs to one mailroom: a second one on it refuses to start, naming the first) and in a fleet", s(&c.Instance, hostname()), false, false},
+		{"fleet-redis-url", "MAILROOM_FLEET_REDIS_URL", "a Redis (redis://, rediss:// or redis-sentinel://) shared by the mailrooms of one Google project: the project's Gmail units are spent there, so the fleet together stays within them; empty: this mailroom alone spends the project's quota", s(&c.FleetRedisURL, ""), true, false},
 		{"redis-url", "MAILROOM_REDIS_URL", "external Redis (redis://[:password@]host:port/db, rediss:// for TLS, or redis-sentinel://[:password@]host:port[,host:port...]/master[/db]); empty: the embedded store", s(&c.RedisURL, ""), true, false},
 		{"redis-tls-ca-file", "MAILROOM_REDIS_TLS_CA_FILE", "PEM file of the CA that signed the external Redis's certificate (rediss:// or Sentinel); empty: the system's roots", s(&c.RedisTLSCAFile, ""), false, false},
 		{"redis-tls-cert-file", "MAILROOM_REDIS_TLS_CERT_FILE", "PEM client certificate for an external Redis that requires one (with --redis-tls-key-file)", s(&c.RedisTLSCertFile, ""), false, false},
@@ -265,7 +269,7 @@ func (c *Config) settings() []setting {
 // checks that none is left out). The token URL is not a secret but may
 // carry credentials in its user info; redact hides those in any URL.
 func (c *Config) secrets() []string {
-	return []string{c.RedisURL, c.AdminPassword, c.APIToken, c.SecretKey, c.GoogleClientSecret, c.PushToken, c.AlertWebhookURL, c.BrokerPassword, c.MetricsToken}
+	return []string{c.RedisURL, c.FleetRedisURL, c.AdminPassword, c.APIToken, c.SecretKey, c.GoogleClientSecret, c.PushToken, c.AlertWebhookURL, c.BrokerPassword, c.MetricsToken}
 }
 
 // Redactor hides the secrets of c.
@@ -458,6 +462,12 @@ func (c *Config) validateAddresses() error {
 		p, err := url.Parse(c.RedisURL)
 		if err != nil || (p.Scheme != "redis" && p.Scheme != "rediss") || p.Host == "" {
 			return bad("redis-url", "want redis://[:password@]host:port/db, rediss://... or redis-sentinel://host:port[,host:port...]/master[/db]")
+		}
+	}
+	if c.FleetRedisURL != "" && !strings.HasPrefix(c.FleetRedisURL, "redis-sentinel://") {
+		p, err := url.Parse(c.FleetRedisURL)
+		if err != nil || (p.Scheme != "redis" && p.Scheme != "rediss") || p.Host == "" {
+			return bad("fleet-redis-url", "want redis://[:password@]host:port/db, rediss://... or redis-sentinel://host:port[,host:port...]/master[/db]")
 		}
 	}
 	if (len(c.RedisSentinels) == 0) != (c.RedisSentinelMaster == "") {

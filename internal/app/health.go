@@ -1,11 +1,14 @@
 package app
 
 import (
+	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"mailroom/queue/google"
 	"mailroom/web"
 )
 
@@ -34,6 +37,13 @@ func (a *App) Problems() []web.Problem {
 			})
 		}
 	}
+	if a.fleet != nil && !a.fleet.Up() {
+		out = append(out, web.Problem{
+			Title: "The fleet's Redis does not answer.",
+			Text: fmt.Sprintf("MAILROOM_FLEET_REDIS_URL does not answer: this mailroom spends 1/%d of the project's Gmail units from its own broker (the mailrooms it last saw: %s), and its Sheets writes wait until the fleet's Redis is back.",
+				a.fleet.Share(), strings.Join(a.fleet.Seen(), ", ")),
+		})
+	}
 	if a.gmail != nil && a.gmail.WatchEnabled() {
 		if stopped, n, err := a.gmail.PushHealth(); err == nil && stopped > 0 {
 			out = append(out, web.Problem{
@@ -57,6 +67,61 @@ func (a *App) registerStoreMetrics() error {
 	} {
 		if err := a.registry.Register(c); err != nil {
 			return fmt.Errorf("register store metrics: %w", err)
+		}
+	}
+	return nil
+}
+
+// fleetStatus is the fleet on the overview page: the project's units spent
+// by every mailroom in the last minute, this one's, and the others seen.
+func (a *App) fleetStatus(ctx context.Context) (*web.FleetStatus, error) {
+	f := &web.FleetStatus{Instance: a.fleet.Name(), Seen: a.fleet.Seen(), Up: a.fleet.Up()}
+	if a.accounts == nil || a.accounts.Google().Budget() == nil {
+		return f, nil
+	}
+	b := a.accounts.Google().Budget()
+	// The project's window is the same for every account: ask it for none.
+	u, err := b.Usage(ctx, "")
+	if err != nil {
+		if f.Up {
+			return nil, err
+		}
+		u = google.Usage{} // the fleet's Redis is down: its count is not known
+	}
+	f.ProjectUnits, f.ProjectLimit, f.MineUnits = u.ProjectUsed, b.Config().ProjectUnits, b.MineLastWindow()
+	f.Up = f.Up && !b.FleetDown()
+	return f, nil
+}
+
+// registerFleetMetrics exposes the fleet: the mailrooms seen, whether its
+// Redis answers, and this mailroom's Gmail units in the last minute.
+func (a *App) registerFleetMetrics() error {
+	cs := []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "mailroom_fleet_mailrooms", Help: "Mailrooms of the fleet seen alive (this one among them); 1 without a fleet."},
+			func() float64 {
+				if a.fleet == nil {
+					return 1
+				}
+				return float64(a.fleet.Share())
+			}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "mailroom_fleet_up", Help: "1 while the fleet's Redis answers (or there is no fleet), 0 while this mailroom spends its share from its own broker."},
+			func() float64 {
+				if a.fleet == nil || a.fleet.Up() {
+					return 1
+				}
+				return 0
+			}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "mailroom_gmail_quota_units_mine_last_minute", Help: "Gmail units this mailroom was granted in the last quota window (its share of the project's)."},
+			func() float64 {
+				if a.accounts == nil || a.accounts.Google().Budget() == nil {
+					return 0
+				}
+				return float64(a.accounts.Google().Budget().MineLastWindow())
+			}),
+	}
+	for _, c := range cs {
+		if err := a.registry.Register(c); err != nil {
+			return fmt.Errorf("register fleet metrics: %w", err)
 		}
 	}
 	return nil

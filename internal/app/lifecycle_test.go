@@ -110,14 +110,15 @@ func TestNewValidatesAndClosesTheDepsOnFailure(t *testing.T) {
 	}
 }
 
-// The app starts its services in order (the alerter, the watch, the queue,
+// The app starts its services in order (the broker's lease, the alerter,
+// the watch, the queue,
 // the pipelines' loops, the caller's, HTTP) and stops them in reverse:
 // the caller's services stop after HTTP and before the task servers.
 func TestAppStartsInOrderAndStopsInReverse(t *testing.T) {
 	t.Parallel()
 	a, r := newApp(t, apptest.Config(t), "first", "second")
 	services := a.Services()
-	want := []string{"*queue.Alerter", "*queue.Watch", "*queue.Queue"}
+	want := []string{"*broker.Lease", "*queue.Alerter", "*queue.Watch", "*queue.Queue"}
 	for i, w := range want {
 		if got := fmt.Sprintf("%T", services[i]); got != w {
 			t.Errorf("service %d is %s, want %s", i, got, w)

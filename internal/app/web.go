@@ -30,6 +30,9 @@ func (a *App) buildWeb() error {
 		DemoSource:     a.demoSource,
 		Setup:          a.setupOptions(),
 	}
+	if a.fleet != nil {
+		deps.Fleet = a.fleetStatus
+	}
 	// Typed nils would look wired: only set what exists.
 	if a.gmail != nil {
 		deps.Gmail = a.gmail

@@ -23,15 +23,17 @@ func (a *App) wireAccounts(context.Context) (pipeline, error) {
 		// as fully spent until it has passed, unless Google's count was
 		// lost with it (the demo's emulator).
 		spentUntil := a.watch.SpentUntil
-		if cfg.Overrides.GmailQuotaRestartsWithProcess {
+		if cfg.Overrides.GmailQuotaRestartsWithProcess || a.fleet != nil {
+			// (A fleet's Redis outlives this process's broker.)
 			spentUntil = func(time.Duration) time.Time { return time.Time{} }
 		}
 		var err error
+		store, fallback, share := a.budgetStores()
 		budget, err = google.NewBudget(google.BudgetConfig{
 			Prices: cfg.GmailPrices(), UserUnits: cfg.GmailUserUnitsInForce(), ProjectUnits: cfg.GmailProjectUnits, Window: cfg.GmailQuotaWindow,
-			SpentUntil: spentUntil,
-			Logger:     a.log, Registerer: a.registry,
-		}, a.broker.Client())
+			SpentUntil: spentUntil, Fallback: fallback, Share: share,
+			Logger: a.log, Registerer: a.registry,
+		}, store)
 		if err != nil {
 			return nil, err
 		}

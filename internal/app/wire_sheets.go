@@ -1,6 +1,8 @@
 package app
 
 import (
+	"github.com/redis/go-redis/v9"
+
 	"context"
 
 	"mailroom/queue/sheets"
@@ -17,6 +19,13 @@ func (a *App) wireSheets(context.Context) (pipeline, error) {
 			free = sheets.MaxDefaultUserBytes * 10
 		}
 		userBytes = sheets.DefaultUserBytes(free)
+	}
+	// The quotas are the project's: in the fleet's Redis when there is one
+	// (its windows outlive this process's broker).
+	var quotaStore redis.UniversalClient = a.broker.Client()
+	spentUntil := a.watch.SpentUntil
+	if a.fleet != nil {
+		quotaStore, spentUntil = a.fleet.Client(), nil
 	}
 	p, err := sheets.New(sheets.Config{
 		FlushDelay:      a.cfg.SheetsFlushDelay,
@@ -38,8 +47,8 @@ func (a *App) wireSheets(context.Context) (pipeline, error) {
 		SubmitWindow:           a.cfg.SubmissionsWindow,
 		MaxUserBytes:           userBytes,
 		// Windows the broker lost resume as if fully spent.
-		SpentUntil: a.watch.SpentUntil,
-	}, sheets.Deps{DB: a.db, Queue: a.queue, Broker: a.broker.Client(), Clients: accountSheets{a.accounts}, Alerts: a.alerts})
+		SpentUntil: spentUntil,
+	}, sheets.Deps{DB: a.db, Queue: a.queue, Broker: quotaStore, Clients: accountSheets{a.accounts}, Alerts: a.alerts})
 	if err != nil {
 		return nil, err
 	}

@@ -84,6 +84,10 @@ type Config struct {
 
 	// Logger receives the broker's few log lines. Nil (the default): discard.
 	Logger *slog.Logger
+
+	// Unchecked opens an external Redis without failing when the first
+	// ping does (a fleet's Redis: its users fall back while it is down).
+	Unchecked bool
 }
 
 // Broker is an open connection to the Redis mailroom uses. It is safe for
@@ -146,6 +150,10 @@ func openExternal(ctx context.Context, cfg Config, logger *slog.Logger) (*Broker
 	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
 	defer cancel()
 	if err := b.client.Ping(pctx).Err(); err != nil {
+		if cfg.Unchecked {
+			logger.Warn("the Redis does not answer yet", "redis", ext.describe(), "err", err)
+			return b, nil
+		}
 		_ = b.client.Close()
 		return nil, fmt.Errorf("broker: cannot reach the Redis at %s given by MAILROOM_REDIS_URL: %w", ext.describe(), err)
 	}
