@@ -173,3 +173,20 @@ func firstNumber(e ast.Expr) string {
 	})
 	return lit
 }
+
+// TestOperatorSettingsServeOperators: a setting whose help gives tests,
+// benchmarks or a comparison as its reason is no operator's, so it is
+// hidden (marked internal in -h and left out of the README's table).
+func TestOperatorSettingsServeOperators(t *testing.T) {
+	t.Parallel()
+	for _, s := range new(Config).settings() {
+		if s.hidden {
+			continue
+		}
+		for _, word := range []string{"for comparison", "benchmark", "tests "} {
+			if strings.Contains(s.usage, word) {
+				t.Errorf("--%s is an operator's setting whose help says %q: hide it or give an operator's reason", s.flag, word)
+			}
+		}
+	}
+}
