@@ -61,36 +61,50 @@ type Config struct {
 	Registerer prometheus.Registerer
 }
 
+// Defaults of Config, which serve's flag table reads.
+const (
+	DefaultRelayCap             = 1000
+	DefaultRelayWorkers         = 16
+	DefaultRetryInitial         = 30 * time.Second
+	DefaultRetryMultiplier      = 2
+	DefaultRetryMax             = 5 * time.Minute
+	DefaultPollInterval         = 100 * time.Millisecond
+	DefaultDelayedCheckInterval = time.Second
+	DefaultShutdownTimeout      = 10 * time.Second
+	DefaultServerLinger         = 10 * time.Second
+	DefaultReconcileInterval    = 15 * time.Second
+)
+
 func (c *Config) defaults() {
 	if c.RelayCap <= 0 {
-		c.RelayCap = 1000
+		c.RelayCap = DefaultRelayCap
 	}
 	if c.RelayWorkers <= 0 {
-		c.RelayWorkers = 16
+		c.RelayWorkers = DefaultRelayWorkers
 	}
 	if c.RetryInitial <= 0 {
-		c.RetryInitial = 30 * time.Second
+		c.RetryInitial = DefaultRetryInitial
 	}
 	if c.RetryMultiplier < 1 {
-		c.RetryMultiplier = 2
+		c.RetryMultiplier = DefaultRetryMultiplier
 	}
 	if c.RetryMax <= 0 {
-		c.RetryMax = 5 * time.Minute
+		c.RetryMax = DefaultRetryMax
 	}
 	if c.PollInterval <= 0 {
-		c.PollInterval = 100 * time.Millisecond
+		c.PollInterval = DefaultPollInterval
 	}
 	if c.DelayedCheckInterval <= 0 {
-		c.DelayedCheckInterval = time.Second
+		c.DelayedCheckInterval = DefaultDelayedCheckInterval
 	}
 	if c.ShutdownTimeout <= 0 {
-		c.ShutdownTimeout = 10 * time.Second
+		c.ShutdownTimeout = DefaultShutdownTimeout
 	}
 	if c.ReconcileInterval <= 0 {
-		c.ReconcileInterval = 15 * time.Second
+		c.ReconcileInterval = DefaultReconcileInterval
 	}
 	if c.ServerLinger <= 0 {
-		c.ServerLinger = 10 * time.Second
+		c.ServerLinger = DefaultServerLinger
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

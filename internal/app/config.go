@@ -18,7 +18,9 @@ import (
 	"mailroom/queue"
 	"mailroom/queue/gmail"
 	"mailroom/queue/google"
+	"mailroom/queue/rules"
 	"mailroom/queue/sheets"
+	"mailroom/queue/webhooks"
 	"mailroom/store"
 )
 
@@ -128,11 +130,14 @@ type Config struct {
 	TaskPollInterval     time.Duration
 	DelayedCheckInterval time.Duration
 	TaskServerLinger     time.Duration
-	TaskServersAlwaysOn  bool
 	ShutdownTimeout      time.Duration
 	LogLevel             string
 	LogFormat            string
 	DebugTasks           bool
+	// TaskServersAlwaysOn keeps every queue's task server running: the
+	// baseline `mailroom bench idle` measures its serve children against
+	// (a hidden setting, as DebugTasks is: no operator needs it).
+	TaskServersAlwaysOn bool
 
 	// Overrides are no flag's: a program that embeds the app (the demo,
 	// the benchmarks) sets them.
@@ -209,55 +214,55 @@ func (c *Config) settings() []setting {
 		{"push-token", "MAILROOM_PUSH_TOKEN", "shared secret accepted as ?token= on the push URL", s(&c.PushToken, ""), true, false},
 		{"pubsub-topic", "MAILROOM_PUBSUB_TOPIC", "projects/P/topics/T for users.watch; empty: polling only", s(&c.PubSubTopic, ""), false, false},
 		{"alert-webhook-url", "MAILROOM_ALERT_WEBHOOK_URL", "Discord- or Slack-compatible webhook for dead-letter alerts", s(&c.AlertWebhookURL, ""), true, false},
-		{"reclassify-debounce", "MAILROOM_RECLASSIFY_DEBOUNCE", "quiet time after the last rule save before reclassify starts", d(&c.ReclassifyDebounce, 60*time.Second), false, false},
-		{"reclassify-max-wait", "MAILROOM_RECLASSIFY_MAX_WAIT", "reclassify starts at the latest this long after the first unsent save", d(&c.ReclassifyMaxWait, 10*time.Minute), false, false},
-		{"reclassify-tick", "MAILROOM_RECLASSIFY_TICK", "how often due reclassify jobs are looked for", d(&c.ReclassifyTick, 10*time.Second), false, false},
-		{"reclassify-batch", "MAILROOM_RECLASSIFY_BATCH", "threads per reclassify batch task", n(&c.ReclassifyBatch, 50), false, false},
-		{"reclassify-write-delay", "MAILROOM_RECLASSIFY_WRITE_DELAY", "the longest a reclassify's label change waits for others to share its batchModify call", d(&c.ReclassifyWriteDelay, 2*time.Second), false, false},
-		{"rule-save-limit", "MAILROOM_RULE_SAVE_LIMIT", "rule saves allowed per user per window", n(&c.RuleSaveLimit, 20), false, false},
-		{"rule-save-window", "MAILROOM_RULE_SAVE_WINDOW", "the sliding window of the rule save limit", d(&c.RuleSaveWindow, 60*time.Second), false, false},
-		{"sheets-flush-delay", "MAILROOM_SHEETS_FLUSH_DELAY", "a sheet's buffer is flushed at most this long after its first unsent row", d(&c.SheetsFlushDelay, 10*time.Second), false, false},
-		{"sheets-flush-threshold", "MAILROOM_SHEETS_FLUSH_THRESHOLD", "a buffer this full is flushed at once; the most rows one write carries", n(&c.SheetsFlushThreshold, 500), false, false},
-		{"sheets-writes-per-minute", "MAILROOM_SHEETS_WRITES_PER_MINUTE", "Sheets write calls per minute per Google account", n(&c.SheetsWritesPerMinute, 60), false, false},
-		{"sheets-reads-per-minute", "MAILROOM_SHEETS_READS_PER_MINUTE", "Sheets read calls per minute per Google account", n(&c.SheetsReadsPerMinute, 60), false, false},
-		{"sheets-project-writes-per-minute", "MAILROOM_SHEETS_PROJECT_WRITES_PER_MINUTE", "Sheets write calls per minute for the whole Google Cloud project", n(&c.SheetsProjectWritesPerMinute, 300), false, false},
-		{"sheets-project-reads-per-minute", "MAILROOM_SHEETS_PROJECT_READS_PER_MINUTE", "Sheets read calls per minute for the whole Google Cloud project", n(&c.SheetsProjectReadsPerMinute, 300), false, false},
-		{"sheets-recheck-max", "MAILROOM_SHEETS_RECHECK_MAX", "longest wait between two checks of a form whose sheet is gone, unshared, missing its tab or full (the first after a twentieth of it, doubling)", d(&c.SheetsRecheckMax, 10*time.Minute), false, false},
-		{"webhook-max-age", "MAILROOM_WEBHOOK_MAX_AGE", "how long a webhook batch is retried before it goes to the dead letters", d(&c.WebhookMaxAge, 72*time.Hour), false, false},
+		{"reclassify-debounce", "MAILROOM_RECLASSIFY_DEBOUNCE", "quiet time after the last rule save before reclassify starts", d(&c.ReclassifyDebounce, rules.DefaultDebounce), false, false},
+		{"reclassify-max-wait", "MAILROOM_RECLASSIFY_MAX_WAIT", "reclassify starts at the latest this long after the first unsent save", d(&c.ReclassifyMaxWait, rules.DefaultMaxWait), false, false},
+		{"reclassify-tick", "MAILROOM_RECLASSIFY_TICK", "how often due reclassify jobs are looked for", d(&c.ReclassifyTick, rules.DefaultTick), false, false},
+		{"reclassify-batch", "MAILROOM_RECLASSIFY_BATCH", "threads per reclassify batch task", n(&c.ReclassifyBatch, rules.DefaultBatchSize), false, false},
+		{"reclassify-write-delay", "MAILROOM_RECLASSIFY_WRITE_DELAY", "the longest a reclassify's label change waits for others to share its batchModify call", d(&c.ReclassifyWriteDelay, rules.DefaultWriteDelay), false, false},
+		{"rule-save-limit", "MAILROOM_RULE_SAVE_LIMIT", "rule saves allowed per user per window", n(&c.RuleSaveLimit, rules.DefaultSaveLimit), false, false},
+		{"rule-save-window", "MAILROOM_RULE_SAVE_WINDOW", "the sliding window of the rule save limit", d(&c.RuleSaveWindow, rules.DefaultSaveWindow), false, false},
+		{"sheets-flush-delay", "MAILROOM_SHEETS_FLUSH_DELAY", "a sheet's buffer is flushed at most this long after its first unsent row", d(&c.SheetsFlushDelay, sheets.DefaultFlushDelay), false, false},
+		{"sheets-flush-threshold", "MAILROOM_SHEETS_FLUSH_THRESHOLD", "a buffer this full is flushed at once; the most rows one write carries", n(&c.SheetsFlushThreshold, sheets.DefaultThreshold), false, false},
+		{"sheets-writes-per-minute", "MAILROOM_SHEETS_WRITES_PER_MINUTE", "Sheets write calls per minute per Google account", n(&c.SheetsWritesPerMinute, sheets.DefaultWritesPerMinute), false, false},
+		{"sheets-reads-per-minute", "MAILROOM_SHEETS_READS_PER_MINUTE", "Sheets read calls per minute per Google account", n(&c.SheetsReadsPerMinute, sheets.DefaultReadsPerMinute), false, false},
+		{"sheets-project-writes-per-minute", "MAILROOM_SHEETS_PROJECT_WRITES_PER_MINUTE", "Sheets write calls per minute for the whole Google Cloud project", n(&c.SheetsProjectWritesPerMinute, sheets.DefaultProjectWritesPerMinute), false, false},
+		{"sheets-project-reads-per-minute", "MAILROOM_SHEETS_PROJECT_READS_PER_MINUTE", "Sheets read calls per minute for the whole Google Cloud project", n(&c.SheetsProjectReadsPerMinute, sheets.DefaultProjectReadsPerMinute), false, false},
+		{"sheets-recheck-max", "MAILROOM_SHEETS_RECHECK_MAX", "longest wait between two checks of a form whose sheet is gone, unshared, missing its tab or full (the first after a twentieth of it, doubling)", d(&c.SheetsRecheckMax, sheets.DefaultRecheckMax), false, false},
+		{"webhook-max-age", "MAILROOM_WEBHOOK_MAX_AGE", "how long a webhook batch is retried before it goes to the dead letters", d(&c.WebhookMaxAge, webhooks.DefaultMaxAge), false, false},
 		{"webhook-allow-private", "MAILROOM_WEBHOOK_ALLOW_PRIVATE", "allow webhook URLs that resolve to loopback, private or link-local addresses (a receiver on this host or network)", b(&c.WebhookAllowPrivate, false), false, false},
 		{"events-retention", "MAILROOM_EVENTS_RETENTION", "how long events are kept for GET /api/v1/events (older ones are pruned in the background)", d(&c.EventsRetention, 168*time.Hour), false, false},
 		{"sheets-retention", "MAILROOM_SHEETS_RETENTION", "a submission whose row is in its sheet is deleted this long after it came; 0 keeps them", d(&c.SheetsRetention, 30*24*time.Hour), false, false},
-		{"sheets-max-waiting", "MAILROOM_SHEETS_MAX_WAITING", "rows that may wait to be written for one form (a form in error keeps them); past it the form refuses submissions with 409 form_backlog_full", n(&c.SheetsMaxWaiting, 10000), false, false},
+		{"sheets-max-waiting", "MAILROOM_SHEETS_MAX_WAITING", "rows that may wait to be written for one form (a form in error keeps them); past it the form refuses submissions with 409 form_backlog_full", n(&c.SheetsMaxWaiting, sheets.DefaultMaxWaiting), false, false},
 		{"submissions-per-form", "MAILROOM_SUBMISSIONS_PER_FORM", "submissions one form accepts at once (a burst); the allowance refills at this many per --submissions-window, and past it submissions are answered 429", n(&c.SubmissionsPerForm, sheets.DefaultSubmitsPerForm), false, false},
 		{"submissions-per-user", "MAILROOM_SUBMISSIONS_PER_USER", "the same for all the forms of one user together", n(&c.SubmissionsPerUser, sheets.DefaultSubmitsPerUser), false, false},
 		{"submissions-window", "MAILROOM_SUBMISSIONS_WINDOW", "the time in which a submission allowance refills from empty", d(&c.SubmissionsWindow, sheets.DefaultSubmitWindow), false, false},
 		{"submissions-user-bytes", "MAILROOM_SUBMISSIONS_USER_BYTES", "bytes the submissions of one user's forms may take in the data file, waiting or written and kept (e.g. 2GiB); past it they are answered 429; 0: a tenth of the data dir's free space at start, between 64MiB and 4GiB", sz(&c.SubmissionsUserBytes, 0), false, false},
-		{"sheets-quota-window", "MAILROOM_SHEETS_QUOTA_WINDOW", "the window of --sheets-writes-per-minute (tests compress the minute)", d(&c.SheetsQuotaWindow, time.Minute), false, true},
-		{"retry-initial", "MAILROOM_RETRY_INITIAL", "first retry delay of a failed task", d(&c.RetryInitial, 30*time.Second), false, false},
-		{"retry-multiplier", "MAILROOM_RETRY_MULTIPLIER", "growth of the retry delay per failure", f(&c.RetryMultiplier, 2), false, false},
-		{"retry-max", "MAILROOM_RETRY_MAX", "longest retry delay", d(&c.RetryMax, 5*time.Minute), false, false},
+		{"sheets-quota-window", "MAILROOM_SHEETS_QUOTA_WINDOW", "the window of --sheets-writes-per-minute (tests compress the minute)", d(&c.SheetsQuotaWindow, sheets.DefaultQuotaWindow), false, true},
+		{"retry-initial", "MAILROOM_RETRY_INITIAL", "first retry delay of a failed task", d(&c.RetryInitial, queue.DefaultRetryInitial), false, false},
+		{"retry-multiplier", "MAILROOM_RETRY_MULTIPLIER", "growth of the retry delay per failure", f(&c.RetryMultiplier, queue.DefaultRetryMultiplier), false, false},
+		{"retry-max", "MAILROOM_RETRY_MAX", "longest retry delay", d(&c.RetryMax, queue.DefaultRetryMax), false, false},
 		{"max-retries", "MAILROOM_MAX_RETRIES", "retries after the first failed attempt before a task is dead-lettered", n(&c.MaxRetries, 3), false, false},
 		{"concurrency-message-added", "MAILROOM_CONCURRENCY_MESSAGE_ADDED", "workers of the message-added queue", n(&c.ConcurrencyMessageAdded, 3), false, false},
 		{"concurrency-state", "MAILROOM_CONCURRENCY_STATE", "workers of each state-change queue", n(&c.ConcurrencyState, 5), false, false},
 		{"gmail-poll-interval", "MAILROOM_GMAIL_POLL_INTERVAL", "each account whose pushes arrive is also synced this often without a push", d(&c.GmailPollInterval, gmail.DefaultPollInterval), false, false},
 		{"gmail-fast-poll-interval", "MAILROOM_GMAIL_FAST_POLL_INTERVAL", "an account whose pushes have stopped (a poll found changes no push announced) or never came is synced this often", d(&c.GmailFastPollInterval, gmail.DefaultFastPollInterval), false, false},
-		{"gmail-watch-renew", "MAILROOM_GMAIL_WATCH_RENEW", "how often users.watch is renewed", d(&c.GmailWatchRenew, 24*time.Hour), false, false},
+		{"gmail-watch-renew", "MAILROOM_GMAIL_WATCH_RENEW", "how often users.watch is renewed", d(&c.GmailWatchRenew, gmail.DefaultWatchRenew), false, false},
 		{"gmail-quota-prices", "MAILROOM_GMAIL_QUOTA_PRICES", "Google's Gmail price list in force for the project: 2026 (projects created since May 1, 2026: messages.get 20, threads.get 40, 6000 units a user a minute) or 2025 (projects that used the API between November 2025 and April 2026: the earlier table, 15000 a user a minute); every budget, page, metric and estimate uses it", s(&c.GmailQuotaPrices, google.DefaultPrices), false, false},
 		{"gmail-user-units-per-minute", "MAILROOM_GMAIL_USER_UNITS_PER_MINUTE", "Gmail quota units per minute per Google account, shared by every pipeline; 0: the price list's (6000 for 2026, 15000 for 2025)", n(&c.GmailUserUnits, 0), false, false},
-		{"gmail-project-units-per-minute", "MAILROOM_GMAIL_PROJECT_UNITS_PER_MINUTE", "Gmail quota units per minute for the whole project, shared fairly between accounts", n(&c.GmailProjectUnits, 1200000), false, false},
-		{"gmail-quota-window", "MAILROOM_GMAIL_QUOTA_WINDOW", "the window of the Gmail units per minute (tests compress the minute)", d(&c.GmailQuotaWindow, time.Minute), false, true},
+		{"gmail-project-units-per-minute", "MAILROOM_GMAIL_PROJECT_UNITS_PER_MINUTE", "Gmail quota units per minute for the whole project, shared fairly between accounts", n(&c.GmailProjectUnits, google.DefaultProjectUnitsPerMinute), false, false},
+		{"gmail-quota-window", "MAILROOM_GMAIL_QUOTA_WINDOW", "the window of the Gmail units per minute (tests compress the minute)", d(&c.GmailQuotaWindow, google.DefaultWindow), false, true},
 		{"demo", "MAILROOM_DEMO", "run with a built-in simulated Google and a traffic generator", b(&c.Demo, false), false, false},
 		{"demo-scale", "MAILROOM_DEMO_SCALE", "share of the demo's mailbox sizes (tests use a small one)", f(&c.DemoScale, 1), false, true},
 		{"broker-addr", "MAILROOM_BROKER_ADDR", "expose the embedded broker on this loopback address (for redis-cli); empty: no port", s(&c.BrokerAddr, ""), false, false},
 		{"broker-password", "MAILROOM_BROKER_PASSWORD", "password of the exposed embedded broker", s(&c.BrokerPassword, ""), true, false},
-		{"relay-cap", "MAILROOM_RELAY_CAP", "most tasks of one queue held in the broker; the rest wait in bbolt", n(&c.RelayCap, 1000), false, false},
+		{"relay-cap", "MAILROOM_RELAY_CAP", "most tasks of one queue held in the broker; the rest wait in bbolt", n(&c.RelayCap, queue.DefaultRelayCap), false, false},
 		{"gogc", "MAILROOM_GOGC", "garbage collector target percent (GOGC) for the process; 0 keeps Go's default", n(&c.GOGC, 400), false, false},
 		{"memory-limit", "MAILROOM_MEMORY_LIMIT", "soft memory limit of the Go heap (GOMEMLIMIT), e.g. 64MiB; 0: none", sz(&c.MemoryLimit, 64<<20), false, false},
-		{"task-poll-interval", "MAILROOM_TASK_POLL_INTERVAL", "how often an idle queue server looks for work", d(&c.TaskPollInterval, 100*time.Millisecond), false, false},
-		{"delayed-check-interval", "MAILROOM_DELAYED_CHECK_INTERVAL", "how often scheduled and retrying tasks are made ready", d(&c.DelayedCheckInterval, time.Second), false, false},
-		{"task-server-linger", "MAILROOM_TASK_SERVER_LINGER", "a queue's task server stops this long after the queue last had work, and starts again when work comes", d(&c.TaskServerLinger, 10*time.Second), false, false},
-		{"task-servers-always-on", "MAILROOM_TASK_SERVERS_ALWAYS_ON", "keep every queue's task server running even with nothing to do (more idle CPU; for comparison)", b(&c.TaskServersAlwaysOn, false), false, false},
-		{"shutdown-timeout", "MAILROOM_SHUTDOWN_TIMEOUT", "how long running tasks may take to finish at shutdown", d(&c.ShutdownTimeout, 10*time.Second), false, false},
+		{"task-poll-interval", "MAILROOM_TASK_POLL_INTERVAL", "how often an idle queue server looks for work", d(&c.TaskPollInterval, queue.DefaultPollInterval), false, false},
+		{"delayed-check-interval", "MAILROOM_DELAYED_CHECK_INTERVAL", "how often scheduled and retrying tasks are made ready", d(&c.DelayedCheckInterval, queue.DefaultDelayedCheckInterval), false, false},
+		{"task-server-linger", "MAILROOM_TASK_SERVER_LINGER", "a queue's task server stops this long after the queue last had work, and starts again when work comes", d(&c.TaskServerLinger, queue.DefaultServerLinger), false, false},
+		{"task-servers-always-on", "MAILROOM_TASK_SERVERS_ALWAYS_ON", "keep every queue's task server running even with nothing to do, as before servers slept: the baseline of mailroom bench idle (benchmarks; more idle CPU and nothing gained)", b(&c.TaskServersAlwaysOn, false), false, true},
+		{"shutdown-timeout", "MAILROOM_SHUTDOWN_TIMEOUT", "how long running tasks may take to finish at shutdown", d(&c.ShutdownTimeout, queue.DefaultShutdownTimeout), false, false},
 		{"log-level", "MAILROOM_LOG_LEVEL", "debug, info, warn or error", s(&c.LogLevel, "info"), false, false},
 		{"log-format", "MAILROOM_LOG_FORMAT", "text or json", s(&c.LogFormat, "text"), false, false},
 		{"debug-tasks", "MAILROOM_DEBUG_TASKS", "enable the debug:record task type and its API (tests, benchmarks)", b(&c.DebugTasks, false), false, true},

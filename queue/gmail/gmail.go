@@ -146,10 +146,17 @@ type Config struct {
 	Now func() time.Time
 }
 
-// Defaults of the settings the flag table reads.
+// Defaults of Config, which serve's flag table reads.
 const (
-	DefaultPollInterval     = 15 * time.Minute
-	DefaultFastPollInterval = 2 * time.Minute
+	DefaultPollInterval       = 15 * time.Minute
+	DefaultFastPollInterval   = 2 * time.Minute
+	DefaultTrailingRead       = 3 * time.Second
+	DefaultWatchRenew         = 24 * time.Hour
+	DefaultTombstoneRetention = 30 * 24 * time.Hour
+	DefaultHistoryPageSize    = 500
+	DefaultFullSyncWorkers    = 8
+	DefaultFullSyncSlice      = 25
+	DefaultGoogleTimeout      = 10 * time.Second
 )
 
 func (c *Config) defaults() {
@@ -160,25 +167,25 @@ func (c *Config) defaults() {
 		c.FastPollInterval = DefaultFastPollInterval
 	}
 	if c.TrailingRead <= 0 {
-		c.TrailingRead = 3 * time.Second
+		c.TrailingRead = DefaultTrailingRead
 	}
 	if c.WatchRenew <= 0 {
-		c.WatchRenew = 24 * time.Hour
+		c.WatchRenew = DefaultWatchRenew
 	}
 	if c.TombstoneRetention <= 0 {
-		c.TombstoneRetention = 30 * 24 * time.Hour
+		c.TombstoneRetention = DefaultTombstoneRetention
 	}
 	if c.HistoryPageSize <= 0 {
-		c.HistoryPageSize = 500
+		c.HistoryPageSize = DefaultHistoryPageSize
 	}
 	if c.FullSyncWorkers <= 0 {
-		c.FullSyncWorkers = 8
+		c.FullSyncWorkers = DefaultFullSyncWorkers
 	}
 	if c.FullSyncSlice <= 0 {
-		c.FullSyncSlice = 25
+		c.FullSyncSlice = DefaultFullSyncSlice
 	}
 	if c.GoogleTimeout <= 0 {
-		c.GoogleTimeout = 10 * time.Second
+		c.GoogleTimeout = DefaultGoogleTimeout
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

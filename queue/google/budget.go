@@ -25,6 +25,9 @@ const (
 	DailyBillingThreshold        = 80_000_000
 )
 
+// DefaultWindow is BudgetConfig.Window's default: Google's minute.
+const DefaultWindow = time.Minute
+
 // Priority orders the Gmail calls of one account inside its budget.
 type Priority int
 
@@ -156,7 +159,7 @@ func (c *BudgetConfig) defaults() {
 		c.ProjectUnits = DefaultProjectUnitsPerMinute
 	}
 	if c.Window <= 0 {
-		c.Window = time.Minute
+		c.Window = DefaultWindow
 	}
 	if c.Margin < 0 {
 		c.Margin = 0

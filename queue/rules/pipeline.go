@@ -63,32 +63,41 @@ type Config struct {
 	Registerer prometheus.Registerer
 }
 
+// Defaults of Config, which serve's flag table reads.
+const (
+	DefaultDebounce       = 60 * time.Second
+	DefaultMaxWait        = 10 * time.Minute
+	DefaultTick           = 10 * time.Second
+	DefaultBatchSize      = 50
+	DefaultSaveLimit      = 20
+	DefaultSaveWindow     = 60 * time.Second
+	DefaultPublishPerTick = 100
+	DefaultBodyFetchers   = 8
+	DefaultGmailCalls     = 4
+	DefaultWriteDelay     = 2 * time.Second
+)
+
 func (c *Config) defaults() {
 	def := func(d *time.Duration, v time.Duration) {
 		if *d <= 0 {
 			*d = v
 		}
 	}
-	def(&c.Debounce, 60*time.Second)
-	def(&c.MaxWait, 10*time.Minute)
-	def(&c.Tick, 10*time.Second)
-	def(&c.SaveWindow, 60*time.Second)
-	def(&c.WriteDelay, 2*time.Second)
-	if c.BatchSize <= 0 {
-		c.BatchSize = 50
+	def(&c.Debounce, DefaultDebounce)
+	def(&c.MaxWait, DefaultMaxWait)
+	def(&c.Tick, DefaultTick)
+	def(&c.SaveWindow, DefaultSaveWindow)
+	def(&c.WriteDelay, DefaultWriteDelay)
+	n := func(p *int, v int) {
+		if *p <= 0 {
+			*p = v
+		}
 	}
-	if c.SaveLimit <= 0 {
-		c.SaveLimit = 20
-	}
-	if c.PublishPerTick <= 0 {
-		c.PublishPerTick = 100
-	}
-	if c.BodyFetchers <= 0 {
-		c.BodyFetchers = 8
-	}
-	if c.GmailCalls <= 0 {
-		c.GmailCalls = 4
-	}
+	n(&c.BatchSize, DefaultBatchSize)
+	n(&c.SaveLimit, DefaultSaveLimit)
+	n(&c.PublishPerTick, DefaultPublishPerTick)
+	n(&c.BodyFetchers, DefaultBodyFetchers)
+	n(&c.GmailCalls, DefaultGmailCalls)
 	if c.Now == nil {
 		c.Now = time.Now
 	}

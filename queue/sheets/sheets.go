@@ -88,6 +88,22 @@ type enqueuer interface {
 	Pending(tx *store.Tx, typ, key string) bool
 }
 
+// Defaults of Config, which serve's flag table reads.
+const (
+	DefaultFlushDelay             = 10 * time.Second
+	DefaultThreshold              = 500
+	DefaultWritesPerMinute        = 60
+	DefaultReadsPerMinute         = 60
+	DefaultProjectWritesPerMinute = 300
+	DefaultProjectReadsPerMinute  = 300
+	DefaultQuotaWindow            = time.Minute
+	DefaultCallTimeout            = 30 * time.Second
+	DefaultRecheckMax             = 10 * time.Minute
+	DefaultMaxWaiting             = 10000
+	// DefaultBrokerTick is serve's MAILROOM_DELAYED_CHECK_INTERVAL.
+	DefaultBrokerTick = queue.DefaultDelayedCheckInterval
+)
+
 // Defaults of the submission limits (see Config).
 const (
 	DefaultSubmitsPerForm = 5000
@@ -189,34 +205,34 @@ type Config struct {
 
 func (c *Config) defaults() {
 	if c.FlushDelay <= 0 {
-		c.FlushDelay = 10 * time.Second
+		c.FlushDelay = DefaultFlushDelay
 	}
 	if c.Threshold <= 0 {
-		c.Threshold = 500
+		c.Threshold = DefaultThreshold
 	}
 	if c.WritesPerMinute <= 0 {
-		c.WritesPerMinute = 60
+		c.WritesPerMinute = DefaultWritesPerMinute
 	}
 	if c.ReadsPerMinute <= 0 {
-		c.ReadsPerMinute = 60
+		c.ReadsPerMinute = DefaultReadsPerMinute
 	}
 	if c.ProjectWritesPerMinute <= 0 {
-		c.ProjectWritesPerMinute = 300
+		c.ProjectWritesPerMinute = DefaultProjectWritesPerMinute
 	}
 	if c.ProjectReadsPerMinute <= 0 {
-		c.ProjectReadsPerMinute = 300
+		c.ProjectReadsPerMinute = DefaultProjectReadsPerMinute
 	}
 	if c.QuotaWindow <= 0 {
-		c.QuotaWindow = time.Minute
+		c.QuotaWindow = DefaultQuotaWindow
 	}
 	if c.CallTimeout <= 0 {
-		c.CallTimeout = 30 * time.Second
+		c.CallTimeout = DefaultCallTimeout
 	}
 	if c.BrokerTick <= 0 {
-		c.BrokerTick = time.Second
+		c.BrokerTick = DefaultBrokerTick
 	}
 	if c.RecheckMax <= 0 {
-		c.RecheckMax = 10 * time.Minute
+		c.RecheckMax = DefaultRecheckMax
 	}
 	if c.SubmitsPerForm <= 0 {
 		c.SubmitsPerForm = DefaultSubmitsPerForm
@@ -231,7 +247,7 @@ func (c *Config) defaults() {
 		c.MaxUserBytes = MaxDefaultUserBytes
 	}
 	if c.MaxWaiting <= 0 {
-		c.MaxWaiting = 10000
+		c.MaxWaiting = DefaultMaxWaiting
 	}
 	if c.GrowStep <= 0 {
 		c.GrowStep = max(1000, 4*c.Threshold)

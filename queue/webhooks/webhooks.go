@@ -60,6 +60,9 @@ type InvalidError struct {
 
 func (e *InvalidError) Error() string { return e.Field + ": " + e.Message }
 
+// DefaultMaxAge is Config.MaxAge's default, which serve's flag table reads.
+const DefaultMaxAge = 72 * time.Hour
+
 // Config configures the pipeline. Zero values take the defaults named.
 type Config struct {
 	// MaxAge is how long a batch is retried before it goes to the dead
@@ -81,6 +84,24 @@ type Config struct {
 	Now   func() time.Time
 	// Resolver resolves webhook hosts at creation. Nil: net.DefaultResolver.
 	Resolver *net.Resolver
+}
+
+func (c *Config) defaults() {
+	if c.MaxAge <= 0 {
+		c.MaxAge = DefaultMaxAge
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = 10 * time.Second
+	}
+	if c.Settle <= 0 {
+		c.Settle = 20 * time.Millisecond
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Resolver == nil {
+		c.Resolver = net.DefaultResolver
+	}
 }
 
 // Deps are what the pipeline works with.
@@ -117,21 +138,7 @@ func New(cfg Config, deps Deps) (*Pipeline, error) {
 	if deps.DB == nil || deps.Queue == nil {
 		return nil, errors.New("webhooks: a store and a queue are required")
 	}
-	if cfg.MaxAge <= 0 {
-		cfg.MaxAge = 72 * time.Hour
-	}
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = 10 * time.Second
-	}
-	if cfg.Settle <= 0 {
-		cfg.Settle = 20 * time.Millisecond
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	if cfg.Resolver == nil {
-		cfg.Resolver = net.DefaultResolver
-	}
+	cfg.defaults()
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
