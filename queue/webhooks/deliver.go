@@ -319,7 +319,11 @@ func (p *Pipeline) nothingToPost(t *queue.Task, pl deliverPayload) error {
 func (p *Pipeline) delivered(t *queue.Task, pl deliverPayload, events []store.Event, attempt store.Delivery) error {
 	now := p.cfg.Now()
 	var planned bool
-	err := p.db.Update(func(tx *store.Tx) error {
+	// Shared with the other batches finishing now (one commit for the
+	// deliveries of many webhooks); fn may run twice, and sets all it
+	// reports each time.
+	err := p.acks.Do(func(tx *store.Tx) error {
+		planned = false
 		w, err := tx.WebhookGet(pl.WebhookID)
 		if errors.Is(err, store.ErrNotFound) {
 			return t.Ack(tx)
