@@ -141,7 +141,7 @@ func (qs *queueServer) wake() error {
 		Queues:                   map[string]int{qs.name: 1},
 		RetryDelayFunc:           q.retryDelay,
 		IsFailure:                func(err error) bool { _, limited := RetryAfter(err); return !limited },
-		TaskCheckInterval:        q.cfg.PollInterval,
+		TaskCheckInterval:        qs.poll(),
 		DelayedTaskCheckInterval: q.cfg.DelayedCheckInterval,
 		ShutdownTimeout:          q.cfg.ShutdownTimeout,
 		Logger:                   asynqLogger{q.log.With("queue", qs.name)},
@@ -158,6 +158,15 @@ func (qs *queueServer) wake() error {
 	default:
 	}
 	return nil
+}
+
+// poll is how often the queue's server looks for work: Config.PollInterval,
+// or its types' Poll when shorter.
+func (qs *queueServer) poll() time.Duration {
+	if p := qs.qi.Poll; p > 0 {
+		return min(p, qs.set.q.cfg.PollInterval)
+	}
+	return qs.set.q.cfg.PollInterval
 }
 
 // sleepIfIdle stops the queue's server when the relay has had nothing in

@@ -304,3 +304,43 @@ func processCPU(b *testing.B) time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// TestTypePollShortensTheWaitBetweenTasks: a queue whose type sets Poll
+// (webhooks) is polled that often while awake, so a task recorded as the
+// one before finishes starts at once, not after Config.PollInterval.
+func TestTypePollShortensTheWaitBetweenTasks(t *testing.T) {
+	db := storetest.Open(t)
+	b := brokertest.Embedded(t)
+	table := queue.NewTable(queue.TableConfig{MaxRetries: 3, ConcurrencyMessageAdded: 1, ConcurrencyState: 1})
+	ran := make(chan struct{}, 1)
+	for _, tt := range table.Types() {
+		_ = table.Handle(tt.Name, func(context.Context, *queue.Task) error { ran <- struct{}{}; return nil })
+	}
+	q, err := queue.New(queue.Config{PollInterval: 2 * time.Second, DelayedCheckInterval: time.Second}, db, b.RedisConnOpt(), table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = q.Stop(context.Background()) })
+	const n = 5
+	start := time.Now()
+	for range n {
+		if err := db.Update(func(tx *store.Tx) error {
+			_, _, err := q.Enqueue(tx, queue.TypeWebhooksDeliver, struct{}{})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-ran:
+		case <-time.After(10 * time.Second):
+			t.Fatal("a webhooks:deliver task did not run within 10s")
+		}
+	}
+	// At the 2s poll the four after the first wait 1-3s each.
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("%d tasks one after another took %s, want well under the 2s poll each", n, took)
+	}
+}

@@ -40,6 +40,10 @@ const (
 // at the longest backoff (MAILROOM_RETRY_MAX, 5 minutes) it is years.
 const WebhookMaxRetries = 1 << 20
 
+// WebhookPoll is how often the webhooks queue's server, while awake, looks
+// for the next batch.
+const WebhookPoll = 10 * time.Millisecond
+
 // Task is one run of a durable task.
 type Task struct {
 	ID      string // the outbox record id, also the broker's task id
@@ -64,6 +68,11 @@ type TaskType struct {
 	MaxRetries int
 	// Timeout bounds one run.
 	Timeout time.Duration
+	// Poll, when set and shorter than Config.PollInterval, is how often
+	// the queue's awake server looks for work: for a queue whose tasks
+	// follow one another (a webhook's next batch is recorded as its last
+	// one finishes), the poll is the wait between them.
+	Poll    time.Duration
 	Handler Handler
 	// OnDead, when set, runs in the transaction that moves a task of this
 	// type to the dead letters, so that what its owner counts about it
@@ -114,7 +123,9 @@ func NewTable(cfg TableConfig) *Table {
 		{Name: TypeSheetsFlush, Queue: "sheets-flush", Concurrency: 16, MaxRetries: r, Timeout: 2 * time.Minute},
 		// A webhook's batch is retried until MAILROOM_WEBHOOK_MAX_AGE has
 		// passed (its handler then gives it up), not a number of times.
-		{Name: TypeWebhooksDeliver, Queue: "webhooks", Concurrency: 8, MaxRetries: WebhookMaxRetries, Timeout: time.Minute},
+		// Its server polls often while awake: a webhook's batches follow
+		// one another, each waiting for the poll (it sleeps when idle).
+		{Name: TypeWebhooksDeliver, Queue: "webhooks", Concurrency: 8, MaxRetries: WebhookMaxRetries, Timeout: time.Minute, Poll: WebhookPoll},
 	}
 	if cfg.Debug {
 		c := cfg.DebugConcurrency
@@ -179,6 +190,8 @@ type QueueInfo struct {
 	Name        string
 	Types       []string
 	Concurrency int
+	// Poll is the shortest Poll of its types (zero: none set).
+	Poll time.Duration
 }
 
 // Queues groups the rows by queue, in table order.
@@ -194,6 +207,9 @@ func (t *Table) Queues() []QueueInfo {
 		}
 		out[i].Types = append(out[i].Types, r.Name)
 		out[i].Concurrency = max(out[i].Concurrency, r.Concurrency)
+		if r.Poll > 0 && (out[i].Poll == 0 || r.Poll < out[i].Poll) {
+			out[i].Poll = r.Poll
+		}
 	}
 	return out
 }

@@ -251,7 +251,7 @@ func (p eventsPhase) summary() string {
 		if !s.ok {
 			verdict = "late"
 		}
-		parts = append(parts, fmt.Sprintf("%.0f asked, %.0f offered → %.0f delivered, %.0f in its window, p99 %s (%s)", s.asked, s.offered, s.delivered, s.window, s.p99.Round(time.Millisecond), verdict))
+		parts = append(parts, fmt.Sprintf("%.0f asked, %.0f offered → %.0f delivered, %.0f in its window, p99 %s (change to event %s, event to 2xx %s) (%s)", s.asked, s.offered, s.delivered, s.window, s.p99.Round(time.Millisecond), s.toEvent.Round(time.Millisecond), s.toHook.Round(time.Millisecond), verdict))
 	}
 	drained := "its backlog drained before the next phase"
 	if !p.drained {
@@ -281,7 +281,7 @@ func (b *eventsBench) ramp(ctx context.Context, o Options, start float64) (event
 		if prev != nil {
 			b.tally.judge(prev)
 			ph.add(*prev)
-			o.progress("     %.0f offered → %.0f delivered, p99 %s", prev.offered, prev.delivered, prev.p99.Round(time.Millisecond))
+			o.progress("     %.0f offered → %.0f delivered, p99 %s (to event %s, event to 2xx %s)", prev.offered, prev.delivered, prev.p99.Round(time.Millisecond), prev.toEvent.Round(time.Millisecond), prev.toHook.Round(time.Millisecond))
 			if !prev.ok {
 				prev = nil
 				break
@@ -323,7 +323,10 @@ type eventsStep struct {
 	delivered float64 // the step's events all delivered ÷ its length (0 unless all were)
 	window    float64 // events completed within the step's window ÷ its length
 	p99       time.Duration
-	ok        bool
+	// p99 of the two legs of a change's latency: to its event's
+	// occurredAt (the sync that recorded it), and from there to the 2xx.
+	toEvent, toHook time.Duration
+	ok              bool
 }
 
 // eventsTally reads what reached the receiver, incrementally: per change
@@ -339,6 +342,8 @@ type eventsTally struct {
 
 	keys    map[string]*keyTally
 	lat     map[int][]time.Duration // step -> latencies
+	toEvent map[int][]time.Duration // step -> change to its event's occurredAt
+	toHook  map[int][]time.Duration // step -> occurredAt to the 2xx
 	changes map[int]int             // step -> changes at every webhook
 	forms   map[int]int             // step -> form events at every webhook
 	doneAt  []time.Time             // when each change or form event was complete
@@ -352,7 +357,7 @@ type keyTally struct {
 }
 
 func newEventsTally(recv *hookReceiver, log *changeLog, expected func(string, time.Time) int, stepAt func(time.Time) int) *eventsTally {
-	return &eventsTally{recv: recv, log: log, expected: expected, stepAt: stepAt, keys: map[string]*keyTally{}, lat: map[int][]time.Duration{}, changes: map[int]int{}, forms: map[int]int{}}
+	return &eventsTally{recv: recv, log: log, expected: expected, stepAt: stepAt, keys: map[string]*keyTally{}, lat: map[int][]time.Duration{}, toEvent: map[int][]time.Duration{}, toHook: map[int][]time.Duration{}, changes: map[int]int{}, forms: map[int]int{}}
 }
 
 // update reads the deliveries that arrived since the last call.
@@ -393,6 +398,8 @@ func (t *eventsTally) count(k string, d hookDelivery, c eventChange, form bool) 
 	}
 	kt.hooks++
 	t.lat[c.step] = append(t.lat[c.step], d.at.Sub(c.at))
+	t.toEvent[c.step] = append(t.toEvent[c.step], d.occurredAt.Sub(c.at))
+	t.toHook[c.step] = append(t.toHook[c.step], d.at.Sub(d.occurredAt))
 	if kt.hooks != kt.want {
 		return
 	}
@@ -423,6 +430,7 @@ func (t *eventsTally) judge(s *eventsStep) {
 	s.window = float64(inWindow) / length
 	if lat := t.lat[s.id]; len(lat) > 0 {
 		s.p99 = percentile(lat, 0.99)
+		s.toEvent, s.toHook = percentile(t.toEvent[s.id], 0.99), percentile(t.toHook[s.id], 0.99)
 	}
 	allThere := t.changes[s.id] >= s.changes && formsLeft == 0
 	if allThere {

@@ -52,91 +52,118 @@ func (p *Pipeline) Run(ctx context.Context) {
 }
 
 // pass plans a batch for each webhook that has none in flight and events
-// waiting, and measures the oldest undelivered event.
+// waiting, and measures the oldest undelivered event. It reads every
+// webhook in one read, and writes the plans, if any, in one transaction:
+// a pass costs one commit however many webhooks there are.
 func (p *Pipeline) pass(ctx context.Context) error {
-	var hooks []store.Webhook
-	if err := p.db.View(func(tx *store.Tx) (err error) { hooks, err = tx.Webhooks(); return err }); err != nil {
-		return err
-	}
 	now := p.cfg.Now()
 	var oldest time.Duration
-	for _, w := range hooks {
-		if ctx.Err() != nil {
-			return nil
-		}
-		age, err := p.plan(w, now)
+	var todo []store.Webhook // webhooks with a plan to write
+	err := p.db.View(func(tx *store.Tx) error {
+		hooks, err := tx.Webhooks()
 		if err != nil {
-			return fmt.Errorf("webhook %s: %w", w.ID, err)
+			return err
 		}
-		oldest = max(oldest, age)
+		for _, w := range hooks {
+			age, write, err := look(tx, w, now)
+			if err != nil {
+				return fmt.Errorf("webhook %s: %w", w.ID, err)
+			}
+			oldest = max(oldest, age)
+			if write {
+				todo = append(todo, w)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	p.mu.Lock()
 	p.oldest = oldest
 	p.mu.Unlock()
-	return nil
+	if len(todo) == 0 || ctx.Err() != nil {
+		return nil
+	}
+	return p.db.Update(func(tx *store.Tx) error {
+		for _, w := range todo {
+			cur, err := tx.WebhookGet(w.ID)
+			if errors.Is(err, store.ErrNotFound) {
+				continue // deleted meanwhile
+			}
+			if err != nil {
+				return err
+			}
+			if cur.Batch != nil || cur.Cursor != w.Cursor || cur.Generation != w.Generation {
+				continue // changed meanwhile: the next pass sees it
+			}
+			if _, err := p.planTx(tx, &cur, now); err != nil {
+				return fmt.Errorf("webhook %s: %w", w.ID, err)
+			}
+		}
+		return nil
+	})
 }
 
-// plan records w's next batch and its task when none is in flight, and
-// returns the age of w's oldest undelivered event. It reads first and
-// writes only when there is something to record.
-func (p *Pipeline) plan(w store.Webhook, now time.Time) (time.Duration, error) {
-	var events []store.Event
-	var after, next, head uint64
-	err := p.db.View(func(tx *store.Tx) (err error) {
-		after = w.Cursor
-		if w.Batch != nil {
-			after = w.Batch.After
-		}
-		after = max(after, tx.EventsPruned()) // older than the retention: gone for every reader
-		if head = tx.EventsHead(); after > head {
-			return nil // a cursor from nowhere: clamped below
-		}
-		q := w.Query(after, MaxBatch)
-		q.Scan = 10 * MaxBatch
-		events, next, err = tx.Events(q)
-		return err
-	})
+// look reads what w has yet to receive: the age of its oldest undelivered
+// event, and whether a pass has something to write for it (a batch to
+// plan, a cursor to move past events it does not take, or one to clamp).
+func look(tx *store.Tx, w store.Webhook, now time.Time) (age time.Duration, write bool, err error) {
+	after := w.Cursor
+	if w.Batch != nil {
+		after = w.Batch.After
+	}
+	after = max(after, tx.EventsPruned()) // older than the retention: gone for every reader
+	if after > tx.EventsHead() {
+		return 0, w.Batch == nil, nil // a cursor from nowhere: clamped
+	}
+	q := w.Query(after, 1)
+	q.Scan = 10 * MaxBatch
+	events, next, err := tx.Events(q)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
-	if after > head {
-		return 0, p.clampCursor(w)
-	}
-	var age time.Duration
 	if len(events) > 0 {
 		age = now.Sub(events[0].OccurredAt)
 	}
-	switch {
-	case w.Batch != nil: // one batch at a time, in order
-		return age, nil
-	case len(events) == 0 && next < w.Cursor+skipAhead:
-		return age, nil
+	// One batch at a time, in order; and a webhook of rare types moves
+	// its cursor only once it lags skipAhead behind.
+	write = w.Batch == nil && (len(events) > 0 || next >= w.Cursor+skipAhead)
+	return age, write, nil
+}
+
+// planTx records, in tx, w's next batch and its webhooks:deliver task; w
+// must have none in flight. With no event waiting for w it moves w's
+// cursor past those it does not take once they reach skipAhead, and a
+// cursor past the newest event back to the newest (clampCursor). It
+// reports whether it planned a batch.
+func (p *Pipeline) planTx(tx *store.Tx, w *store.Webhook, now time.Time) (bool, error) {
+	after := max(w.Cursor, tx.EventsPruned())
+	if head := tx.EventsHead(); after > head {
+		return false, p.clampCursor(tx, w, head)
 	}
-	return age, p.db.Update(func(tx *store.Tx) error {
-		cur, err := tx.WebhookGet(w.ID)
-		if errors.Is(err, store.ErrNotFound) {
-			return nil // deleted meanwhile
+	q := w.Query(after, MaxBatch)
+	q.Scan = 10 * MaxBatch
+	events, next, err := tx.Events(q)
+	if err != nil {
+		return false, err
+	}
+	if len(events) == 0 {
+		if next < w.Cursor+skipAhead {
+			return false, nil
 		}
-		if err != nil {
-			return err
-		}
-		if cur.Batch != nil || cur.Cursor != w.Cursor || cur.Generation != w.Generation {
-			return nil // changed meanwhile: the next pass sees it
-		}
-		if len(events) == 0 {
-			cur.Cursor = next // nothing for this webhook up to there
-			return tx.WebhookPut(cur)
-		}
-		last := events[len(events)-1].Seq
-		cur.Batch = &store.WebhookBatch{
-			ID: fmt.Sprintf("msg_%s_%d_%d", cur.ID, cur.Generation, last), After: after, Through: last,
-			Count: len(events), CreatedAt: now.UTC(),
-		}
-		if _, _, err := p.q.Enqueue(tx, queue.TypeWebhooksDeliver, deliverPayload{WebhookID: cur.ID, Batch: *cur.Batch}); err != nil {
-			return err
-		}
-		return tx.WebhookPut(cur)
-	})
+		w.Cursor = next // nothing for this webhook up to there
+		return false, tx.WebhookPut(*w)
+	}
+	last := events[len(events)-1].Seq
+	w.Batch = &store.WebhookBatch{
+		ID: fmt.Sprintf("msg_%s_%d_%d", w.ID, w.Generation, last), After: after, Through: last,
+		Count: len(events), CreatedAt: now.UTC(),
+	}
+	if _, _, err := p.q.Enqueue(tx, queue.TypeWebhooksDeliver, deliverPayload{WebhookID: w.ID, Batch: *w.Batch}); err != nil {
+		return false, err
+	}
+	return true, tx.WebhookPut(*w)
 }
 
 // clampCursor moves a webhook's cursor that is past the newest event (a
@@ -144,26 +171,10 @@ func (p *Pipeline) plan(w store.Webhook, now time.Time) (time.Duration, error) {
 // restored from before its events) back to the newest event: the webhook
 // takes what happens next, and is never left reading after nowhere. With a
 // batch in flight it waits: that batch's task finds nothing to post.
-func (p *Pipeline) clampCursor(w store.Webhook) error {
-	if w.Batch != nil {
-		return nil
-	}
-	return p.db.Update(func(tx *store.Tx) error {
-		cur, err := tx.WebhookGet(w.ID)
-		if errors.Is(err, store.ErrNotFound) {
-			return nil // deleted meanwhile
-		}
-		if err != nil {
-			return err
-		}
-		head := tx.EventsHead()
-		if cur.Batch != nil || cur.Generation != w.Generation || cur.Cursor <= head {
-			return nil // changed meanwhile: the next pass sees it
-		}
-		p.log.Warn("webhook cursor is past the newest event; moved to the newest", "webhook_id", cur.ID, "cursor", cur.Cursor, "newest", head)
-		cur.Cursor = head
-		return tx.WebhookPut(cur)
-	})
+func (p *Pipeline) clampCursor(tx *store.Tx, w *store.Webhook, head uint64) error {
+	p.log.Warn("webhook cursor is past the newest event; moved to the newest", "webhook_id", w.ID, "cursor", w.Cursor, "newest", head)
+	w.Cursor = head
+	return tx.WebhookPut(*w)
 }
 
 // skipAhead is how far past a webhook's cursor the events it does not
@@ -277,6 +288,7 @@ func batchEvents(tx *store.Tx, w store.Webhook, b store.WebhookBatch) ([]store.E
 // the webhook moves past the batch.
 func (p *Pipeline) nothingToPost(t *queue.Task, pl deliverPayload) error {
 	p.log.Warn("webhook batch has no event left; nothing posted", "webhook_id", pl.WebhookID, "batch", pl.Batch.ID)
+	var planned bool
 	err := p.db.Update(func(tx *store.Tx) error {
 		w, err := tx.WebhookGet(pl.WebhookID)
 		if errors.Is(err, store.ErrNotFound) {
@@ -290,10 +302,13 @@ func (p *Pipeline) nothingToPost(t *queue.Task, pl deliverPayload) error {
 			if err := tx.WebhookPut(w); err != nil {
 				return err
 			}
+			if planned, err = p.planNext(tx, &w, true, p.cfg.Now()); err != nil {
+				return err
+			}
 		}
 		return t.Ack(tx)
 	})
-	if err == nil {
+	if err == nil && !planned {
 		p.Kick()
 	}
 	return err
@@ -303,7 +318,12 @@ func (p *Pipeline) nothingToPost(t *queue.Task, pl deliverPayload) error {
 // task.
 func (p *Pipeline) delivered(t *queue.Task, pl deliverPayload, events []store.Event, attempt store.Delivery) error {
 	now := p.cfg.Now()
-	err := p.db.Update(func(tx *store.Tx) error {
+	var planned bool
+	// Shared with the other batches finishing now (one commit for the
+	// deliveries of many webhooks); fn may run twice, and sets all it
+	// reports each time.
+	err := p.acks.Do(func(tx *store.Tx) error {
+		planned = false
 		w, err := tx.WebhookGet(pl.WebhookID)
 		if errors.Is(err, store.ErrNotFound) {
 			return t.Ack(tx)
@@ -314,13 +334,17 @@ func (p *Pipeline) delivered(t *queue.Task, pl deliverPayload, events []store.Ev
 		if _, err := tx.DeliveryAppend(attempt); err != nil {
 			return err
 		}
-		if w.Batch != nil && w.Batch.ID == pl.Batch.ID {
+		moved := w.Batch != nil && w.Batch.ID == pl.Batch.ID
+		if moved {
 			w.Cursor, w.Batch = max(w.Cursor, pl.Batch.Through), nil
 		}
 		w.LastDeliveryAt, w.LastError, w.LastErrorAt = now.UTC(), "", time.Time{}
 		w.FailingSince, w.AlertedAt = time.Time{}, time.Time{}
 		w.Delivered += len(events)
 		if err := tx.WebhookPut(w); err != nil {
+			return err
+		}
+		if planned, err = p.planNext(tx, &w, moved, now); err != nil {
 			return err
 		}
 		return t.Ack(tx)
@@ -332,8 +356,21 @@ func (p *Pipeline) delivered(t *queue.Task, pl deliverPayload, events []store.Ev
 	for _, e := range events {
 		p.metrics.latency.Observe(now.Sub(e.OccurredAt).Seconds())
 	}
-	p.Kick()
+	if !planned {
+		p.Kick()
+	}
 	return nil
+}
+
+// planNext plans w's next batch in the transaction that finished its
+// batch (moved: the batch was w's, and w's cursor moved past it), so that
+// the next batch's task is recorded at once rather than at the
+// scheduler's next pass. It reports whether it planned one.
+func (p *Pipeline) planNext(tx *store.Tx, w *store.Webhook, moved bool, now time.Time) (bool, error) {
+	if !moved || w.Batch != nil {
+		return false, nil
+	}
+	return p.planTx(tx, w, now)
 }
 
 // noteFailure records a failed attempt on its webhook and in the delivery

@@ -122,6 +122,9 @@ type Pipeline struct {
 	log     *slog.Logger
 	metrics metrics
 	kick    chan struct{}
+	// acks commits finished batches, those finishing together in one
+	// transaction.
+	acks *store.GroupCommit
 
 	mu     sync.Mutex
 	oldest time.Duration // the oldest undelivered event's age, as of the last pass
@@ -143,7 +146,7 @@ func New(cfg Config, deps Deps) (*Pipeline, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	p := &Pipeline{cfg: cfg, db: deps.DB, q: deps.Queue, client: deps.Client, log: log.With("component", "webhooks"), kick: make(chan struct{}, 1)}
+	p := &Pipeline{cfg: cfg, db: deps.DB, q: deps.Queue, client: deps.Client, log: log.With("component", "webhooks"), kick: make(chan struct{}, 1), acks: &store.GroupCommit{DB: deps.DB}}
 	if p.client == nil {
 		p.client = newClient(cfg.Timeout, cfg.AllowPrivate)
 	}

@@ -528,3 +528,25 @@ func TestAlertAfterAnHourOfFailures(t *testing.T) {
 	waitFor(t, r, want)
 	testkit.Eventually(t, 10*time.Second, "the failure cleared", func() bool { return failingSince().IsZero() })
 }
+
+// TestNextBatchPlannedAsOneFinishes: a webhook's next batch is recorded in
+// the transaction that finishes the one before, not at the scheduler's
+// next pass: with passes an hour apart, one pass delivers a backlog of
+// three batches, in order.
+func TestNextBatchPlannedAsOneFinishes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{AllowPrivate: true, Settle: time.Hour})
+	r := newReceiver(t)
+	e.hook(r, CreateRequest{})
+	want := e.emit(2*MaxBatch+50, "u1", store.EventFormState)
+	// The scheduler now waits out its hour: this pass is the only one.
+	if err := e.p.pass(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, r, want)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.sizes) != 3 {
+		t.Errorf("%d POSTs of %v events, want 3", len(r.sizes), r.sizes)
+	}
+}
