@@ -257,3 +257,29 @@ func waitAlert(t *testing.T, ch <-chan string, want string) string {
 		}
 	}
 }
+
+// TestFailedWatchRenewalAlerts: a users.watch that Google refuses (the
+// topic lost its publisher grant: 403) goes to the dead letters and the
+// alert names it. With serve's retries (30 s, 1 and 2 minutes, then the
+// dead letter) that is within 4 minutes of the first failure, well within
+// 15; the test shortens the retries.
+func TestFailedWatchRenewalAlerts(t *testing.T) {
+	t.Parallel()
+	alerts := make(chan string, 16)
+	hook := alertHook(t, alerts)
+	fake := googlefake.StartForTest(t, googlefake.Options{PushAudience: pushAudience})
+	if _, err := fake.InjectFault(googlefake.Fault{Method: googlefake.MethodWatch, Code: http.StatusForbidden, Reason: "forbidden",
+		Message: "User not authorized to perform this action."}); err != nil {
+		t.Fatal(err)
+	}
+	ta := apptest.Start(t, withGoogle(fake, func(cfg *app.Config) {
+		cfg.AlertWebhookURL = hook
+		cfg.GmailWatchRenew = 2 * time.Second
+	}))
+	fake.AddAccount(gmailAddr)
+	connectAccount(ta, fake, createUser(ta, "owner@example.com"), gmailAddr)
+	text := waitAlert(t, alerts, "gmail:watch-renew")
+	if !strings.Contains(text, "not authorized") {
+		t.Errorf("the alert %q does not say what Google answered", text)
+	}
+}

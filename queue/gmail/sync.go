@@ -216,9 +216,9 @@ type syncEnd struct {
 // during the pass is read again at once, up to maxSyncPasses; a history
 // that Gmail answered below the pushed id (it lags its push) is read again
 // a little later (lagDelay), keeping the wanted id. A sync after pushes
-// that found changes is followed by one trailing read TrailingRead later,
+// that found changes is followed by a trailing read TrailingRead later,
 // which catches a change whose own push Gmail dropped (at most one a
-// second per user).
+// second per user), and so on until a trailing read finds none.
 func (p *Pipeline) finishSync(t *queue.Task, accountID string, run store.SyncRun, end syncEnd) (done bool, acc store.Account, err error) {
 	run.FinishedAt = p.now()
 	err = p.db.Update(func(tx *store.Tx) error {
@@ -307,7 +307,10 @@ func (p *Pipeline) enqueueNextRead(tx *store.Tx, acc store.Account, behind bool,
 	switch {
 	case behind:
 		trigger, at = triggerLag, p.now().Add(lagDelay(p.now().Sub(acc.WantedAt)))
-	case end.records > 0 && (end.trigger == triggerPush || end.trigger == triggerLag):
+	case end.records > 0 && (end.trigger == triggerPush || end.trigger == triggerLag || end.trigger == triggerTrailing):
+		// A trailing read that found changes is followed by another (a
+		// push brings a waiting trailing read forward, and it runs as
+		// one): the chain ends with a read that finds nothing.
 		trigger, at = triggerTrailing, p.now().Add(p.cfg.TrailingRead)
 	default:
 		return nil
