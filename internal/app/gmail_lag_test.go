@@ -157,6 +157,9 @@ func TestStoppedPushesAlertAndPollFaster(t *testing.T) {
 	testkit.Eventually(t, 10*time.Second, "a push recorded", func() bool { return account(ta, accID).Pushes == "arriving" })
 
 	fake.ExpireSubscription()
+	// Past the trailing read after the last push (3 s): what comes now only
+	// a poll finds.
+	time.Sleep(4 * time.Second)
 	for i := range 3 {
 		newMail(t, fake, fmt.Sprintf("unannounced %d", i))
 	}
