@@ -24,6 +24,7 @@ func TestBrokerHasOneOwner(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a redis-server and mailroom processes")
 	}
+	t.Parallel()
 	url := brokertest.RedisServer(t)
 	dirA := t.TempDir()
 	a := startProc(t, dirA, "MAILROOM_REDIS_URL="+url, "MAILROOM_INSTANCE=mail-a")
