@@ -19,8 +19,8 @@ build: ## build bin/mailroom (static, assets embedded, version stamped)
 run: build ## run the appliance with demo data in ./data and print where to log in
 	MAILROOM_DATA_DIR=$(DATA) ./bin/mailroom serve --demo
 
-test: fmt-check vet ## gofmt and vet, then every test (browser and redis-server tests skip loudly when missing, fail under CI=true; then the soak's 2-minute CI version on its own, so its load does not slow the timed tests)
-	$(GO) test -count=1 -timeout 9m $$($(GO) list ./... | grep -v /internal/soak)
+test: fmt-check vet ## gofmt and vet, then every test, four parallel tests a package (most wait on timers and the emulator, not the CPU; browser and redis-server tests skip loudly when missing, fail under CI=true), then the soak's 2-minute CI version on its own, so its load does not slow the timed tests
+	$(GO) test -count=1 -timeout 9m -parallel 4 $$($(GO) list ./... | grep -v /internal/soak)
 	$(GO) test -count=1 -timeout 9m ./internal/soak/
 	$(GO) test -count=1 -run '^$$' -bench . -benchtime 1x ./... > /dev/null
 
