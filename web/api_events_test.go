@@ -376,5 +376,5 @@ func TestCursorsChecked(t *testing.T) {
 	}
 	expired := store.EventCursor(1)
 	wantError("the feed after a pruned cursor", request(t, se.h, "GET", "/api/v1/events?after="+expired, nil, admin), http.StatusGone, "cursor_expired")
-	wantError("a replay after a pruned cursor", request(t, se.h, "POST", replay, map[string]any{"after": expired}, alice), http.StatusGone, "cursor_expired")
+	wantError("a replay after a pruned cursor", request(t, se.h, "POST", replay, map[string]any{"after": expired}, alice), http.StatusBadRequest, "cursor_expired")
 }

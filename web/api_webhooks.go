@@ -73,7 +73,9 @@ func mapWebhooksError(err error) *httpError {
 	case errors.Is(err, webhooks.ErrNotFound):
 		return &httpError{Status: http.StatusNotFound, Code: "not_found", Message: "There is no such webhook.", Err: err}
 	case errors.Is(err, store.ErrCursorExpired):
-		return &httpError{Status: http.StatusGone, Code: "cursor_expired", Field: "after", Message: "The events after this cursor are older than MAILROOM_EVENTS_RETENTION and no longer kept.", Err: err}
+		// A replay's cursor must name a kept event (CONTRACT.md): 400, where
+		// the feed answers 410 for the same cursor.
+		return &httpError{Status: http.StatusBadRequest, Code: "cursor_expired", Field: "after", Message: `The events after this cursor are older than MAILROOM_EVENTS_RETENTION and no longer kept; replay {"since": a time} or from a newer cursor.`, Err: err}
 	}
 	return nil
 }
