@@ -236,7 +236,10 @@ func (p *Pipeline) finishSync(t *queue.Task, accountID string, run store.SyncRun
 		done = true
 		acc.LastSyncAt = run.FinishedAt
 		behind = p.catchUp(&acc, &run, behind)
-		if end.trigger == triggerPoll && end.records > 0 {
+		// A poll that read changes past every pushed id found changes no
+		// push announced (a push that came meanwhile, and whose sync the
+		// poll's task became, raised the wanted id over them).
+		if end.trigger == triggerPoll && end.records > 0 && run.ToHistoryID > acc.WantedHistoryID {
 			acc.UnannouncedAt = run.FinishedAt
 			p.metrics.unannounced.Inc()
 		}
