@@ -340,6 +340,7 @@ func TestEventsFormsAndDeadLetters(t *testing.T) {
 
 	evs := feedAfter(ta, head.Next, "")
 	var got []string
+	var rowsOf [][]string // the submission ids of each entry of got (rows_written)
 	for _, e := range evs {
 		var d struct {
 			ID, Type, State string
@@ -351,13 +352,24 @@ func TestEventsFormsAndDeadLetters(t *testing.T) {
 		}
 		switch e.Type {
 		case "form.rows_written":
-			got = append(got, fmt.Sprintf("%s %v", e.Type, d.SubmissionIDs))
+			// Rows written in a row are one step, however many flushes
+			// they took (a slow submit can straddle the flush delay).
+			ids := d.SubmissionIDs
+			if n := len(got); n > 0 && len(rowsOf[n-1]) > 0 {
+				ids = slices.Concat(rowsOf[n-1], ids)
+				got, rowsOf = got[:n-1], rowsOf[:n-1]
+			}
+			got = append(got, fmt.Sprintf("%s %v", e.Type, ids))
+			rowsOf = append(rowsOf, ids)
 		case "form.state":
 			got = append(got, e.Type+" "+d.State)
+			rowsOf = append(rowsOf, nil)
 		case "form.created", "form.deleted":
 			got = append(got, e.Type)
+			rowsOf = append(rowsOf, nil)
 		case "deadletter.added", "deadletter.redriven", "deadletter.discarded":
 			got = append(got, e.Type+" "+d.Type)
+			rowsOf = append(rowsOf, nil)
 		}
 		// The debug task's dead letters are work of no user's.
 		if !strings.HasPrefix(e.Type, "deadletter.") && (e.UserID != userID || e.FormID != f.ID) {
