@@ -117,13 +117,20 @@ const cursorPrefix = "cur_"
 
 // EventCursor is the opaque cursor of the position after event seq (0:
 // before the first event).
-func EventCursor(seq uint64) string {
-	return cursorPrefix + base64.RawURLEncoding.EncodeToString(u64(seq))
-}
+func EventCursor(seq uint64) string { return seqCursor(cursorPrefix, seq) }
 
 // ParseEventCursor reads a cursor EventCursor made.
-func ParseEventCursor(s string) (uint64, bool) {
-	rest, ok := strings.CutPrefix(s, cursorPrefix)
+func ParseEventCursor(s string) (uint64, bool) { return parseSeqCursor(cursorPrefix, s) }
+
+// seqCursor is an opaque cursor of a sequence number: prefix, then the
+// number's 8 bytes in unpadded URL-safe base64.
+func seqCursor(prefix string, seq uint64) string {
+	return prefix + base64.RawURLEncoding.EncodeToString(u64(seq))
+}
+
+// parseSeqCursor reads a cursor seqCursor made with prefix.
+func parseSeqCursor(prefix, s string) (uint64, bool) {
+	rest, ok := strings.CutPrefix(s, prefix)
 	if !ok {
 		return 0, false
 	}

@@ -10,8 +10,9 @@ import (
 // write waiting (its own included) at once; writers arriving meanwhile wait
 // for the next. Each writer returns once its write is durable. Unlike
 // Batch it never waits 10 ms for company, so a lone writer's write costs
-// one commit's time, and concurrent writers share one. (queue/gmail keeps
-// a copy of its own.)
+// one commit's time, and concurrent writers share one. The Gmail
+// pipeline's event handlers and push intake and the webhooks pipeline use
+// it.
 type GroupCommit struct {
 	DB *DB
 

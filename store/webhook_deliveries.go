@@ -2,7 +2,6 @@ package store
 
 import (
 	"bytes"
-	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -51,21 +50,11 @@ const deliveryCursorPrefix = "dlc_"
 
 // DeliveryCursor is the opaque cursor of the position before attempt seq
 // (newest first: the next page holds older attempts).
-func DeliveryCursor(seq uint64) string {
-	return deliveryCursorPrefix + base64.RawURLEncoding.EncodeToString(u64(seq))
-}
+func DeliveryCursor(seq uint64) string { return seqCursor(deliveryCursorPrefix, seq) }
 
 // ParseDeliveryCursor reads a cursor DeliveryCursor made.
 func ParseDeliveryCursor(s string) (uint64, bool) {
-	rest, ok := strings.CutPrefix(s, deliveryCursorPrefix)
-	if !ok {
-		return 0, false
-	}
-	raw, err := base64.RawURLEncoding.DecodeString(rest)
-	if err != nil || len(raw) != 8 {
-		return 0, false
-	}
-	return binary.BigEndian.Uint64(raw), true
+	return parseSeqCursor(deliveryCursorPrefix, s)
 }
 
 func createDeliveryBuckets(tx *bolt.Tx) error {

@@ -224,7 +224,7 @@ type Pipeline struct {
 	rules    RuleApplier
 	log      *slog.Logger
 	metrics  *metrics
-	writes   *groupCommit
+	writes   *store.GroupCommit
 
 	mu          sync.Mutex
 	pushAlerted bool                       // an alert says pushes stopped (maintain)
@@ -249,7 +249,7 @@ func New(cfg Config, deps Deps) (*Pipeline, error) {
 		cfg: cfg, db: deps.DB, accounts: deps.Accounts, google: deps.Accounts.Google(), queue: deps.Queue, verifier: deps.Verifier, rules: deps.Rules,
 		log:      cfg.Logger.With("component", "gmail"),
 		metrics:  m,
-		writes:   &groupCommit{db: deps.DB},
+		writes:   &store.GroupCommit{DB: deps.DB},
 		labelsAt: map[string]time.Time{},
 		known:    map[string]map[string]bool{},
 	}, nil
