@@ -40,10 +40,9 @@ soak-short: ## the soak for 90 s on both brokers at once (about 4 minutes with t
 test-short: ## quick tests only
 	$(GO) test -short -count=1 ./...
 
-bench: build ## run every benchmark scenario and write bench/RESULTS.md
+bench: build ## run every benchmark scenario and write bench/RESULTS.md whole (a failed scenario is a FAILED row, and make fails)
 	@mkdir -p bench
-	./bin/mailroom bench --markdown > bench/RESULTS.md.tmp && mv bench/RESULTS.md.tmp bench/RESULTS.md
-	@cat bench/RESULTS.md
+	./bin/mailroom bench --markdown > bench/RESULTS.md.tmp; rc=$$?; mv bench/RESULTS.md.tmp bench/RESULTS.md; cat bench/RESULTS.md; exit $$rc
 
 fmt: ## format the code
 	gofmt -w $$(git ls-files '*.go')

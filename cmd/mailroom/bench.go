@@ -69,7 +69,7 @@ func benchCommand(ctx context.Context, args []string, getenv func(string) string
 	if err != nil {
 		return &usageError{err}
 	}
-	opts := bench.Options{RedisURL: *redisURL, Progress: stderr, Quick: *quick, GC: gc}
+	opts := bench.Options{RedisURL: *redisURL, Progress: stderr, Quick: *quick, GC: gc, Commit: commit}
 	if *cpuProfile != "" {
 		stop, err := bench.StartCPUProfile(*cpuProfile)
 		if err != nil {
@@ -77,19 +77,20 @@ func benchCommand(ctx context.Context, args []string, getenv func(string) string
 		}
 		defer stop()
 	}
-	results, err := bench.Run(ctx, chosen, opts)
-	if err != nil {
-		return err
-	}
+	// A failed scenario is printed as such beside the others' figures, and
+	// the exit status still says the run failed.
+	results, runErr := bench.Run(ctx, chosen, opts)
 	switch {
 	case *asJSON:
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(results)
+		if err := enc.Encode(results); err != nil {
+			return err
+		}
 	case *markdown:
 		bench.PrintMarkdown(stdout, results)
 	default:
 		bench.PrintTable(stdout, results)
 	}
-	return nil
+	return runErr
 }

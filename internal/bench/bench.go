@@ -5,6 +5,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -31,6 +32,9 @@ type Options struct {
 	// Exe is the mailroom binary that runs a scenario's helper processes
 	// (empty: this one; tests name a built binary).
 	Exe string
+	// Commit is the commit of the code measured (the binary's stamp), which
+	// each result carries.
+	Commit string
 }
 
 func (o Options) progress(format string, args ...any) {
@@ -56,6 +60,13 @@ type Result struct {
 	Metrics  []Metric `json:"metrics"`
 	Notes    []string `json:"notes,omitempty"`
 	Elapsed  float64  `json:"elapsedSeconds"`
+	// Commit and Finished say which code the figures measured and when
+	// the scenario's run ended, so a row quoted elsewhere names its run.
+	Commit   string    `json:"commit"`
+	Finished time.Time `json:"finished"`
+	// Error is why the scenario did not finish (its figures are then
+	// missing, and the run's exit status says it failed).
+	Error string `json:"error,omitempty"`
 }
 
 func (r *Result) add(name string, value float64, unit string) {
@@ -121,21 +132,30 @@ func Choose(names []string) ([]Scenario, error) {
 }
 
 // Run runs the chosen scenarios in order, with progress lines, and
-// returns their results.
+// returns their results. A scenario that fails is reported as such and the
+// others still run (a whole `make bench` is long); the error returned then
+// names every scenario that failed.
 func Run(ctx context.Context, chosen []Scenario, opts Options) ([]Result, error) {
 	var results []Result
+	var failed []error
 	for _, s := range chosen {
 		opts.progress("== %s: %s", s.Name, s.Title)
 		start := time.Now()
 		r, err := s.Run(ctx, opts)
 		if err != nil {
-			return nil, fmt.Errorf("bench %s: %w", s.Name, err)
+			r = Result{Error: err.Error()}
+			failed = append(failed, fmt.Errorf("bench %s: %w", s.Name, err))
+			opts.progress("   FAILED: %v", err)
 		}
 		r.Scenario, r.Title, r.Elapsed = s.Name, s.Title, time.Since(start).Seconds()
+		r.Commit, r.Finished = opts.Commit, time.Now().UTC()
 		opts.progress("   done in %.1fs", r.Elapsed)
 		results = append(results, r)
+		if ctx.Err() != nil {
+			break
+		}
 	}
-	return results, nil
+	return results, errors.Join(failed...)
 }
 
 func metString(m Metric) string {
@@ -153,6 +173,9 @@ func PrintTable(w io.Writer, results []Result) {
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SCENARIO\tFIGURE\tVALUE\tUNIT\tTARGET\t")
 	for _, r := range results {
+		if r.Error != "" {
+			fmt.Fprintf(tw, "%s\tFAILED: %s\t\t\t\t\n", r.Scenario, r.Error)
+		}
 		for _, m := range r.Metrics {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s %s\t\n", r.Scenario, m.Name, formatFigure(m.Value), m.Unit, m.Target, metString(m))
 		}
@@ -165,12 +188,20 @@ func PrintTable(w io.Writer, results []Result) {
 	}
 }
 
+// PrintMarkdown writes bench/RESULTS.md: every figure with the commit and
+// the time of the scenario's own run, then each scenario's notes.
 func PrintMarkdown(w io.Writer, results []Result) {
-	fmt.Fprintln(w, "| scenario | figure | value | unit | target |")
-	fmt.Fprintln(w, "| --- | --- | ---: | --- | --- |")
+	fmt.Fprintln(w, "Written whole by `make bench` (`mailroom bench --markdown`); the run column is the commit measured and when its scenario ended (UTC).")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| scenario | figure | value | unit | target | run |")
+	fmt.Fprintln(w, "| --- | --- | ---: | --- | --- | --- |")
 	for _, r := range results {
+		run := r.Commit + " " + r.Finished.Format("2006-01-02 15:04")
+		if r.Error != "" {
+			fmt.Fprintf(w, "| %s | FAILED: %s |  |  |  | %s |\n", r.Scenario, strings.ReplaceAll(r.Error, "|", "/"), run)
+		}
 		for _, m := range r.Metrics {
-			fmt.Fprintf(w, "| %s | %s | %s | %s | %s %s |\n", r.Scenario, m.Name, formatFigure(m.Value), m.Unit, m.Target, metString(m))
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s %s | %s |\n", r.Scenario, m.Name, formatFigure(m.Value), m.Unit, m.Target, metString(m), run)
 		}
 	}
 	for _, r := range results {
