@@ -90,6 +90,11 @@ func TestSheetsQuotaAcrossRestart(t *testing.T) {
 	if status != http.StatusTooManyRequests {
 		t.Fatalf("form creation right after the restart: %d %s; want 429 (the read window counts as spent)", status, raw)
 	}
+	// Asked at once: on a busy machine the pages below can take the window.
+	retry := retryAfterOf(t, ta, userID, accountID)
+	if retry < 1 || retry > int(window/time.Second)+2 {
+		t.Fatalf("Retry-After %d s; want at most about one window (%s)", retry, window)
+	}
 	var shown struct{ Quota sheetsQuota }
 	ta.JSON(http.MethodGet, "/api/v1/forms/"+forms[0].ID, nil, http.StatusOK, &shown)
 	if until, err := time.Parse(time.RFC3339, shown.Quota.SpentUntil); err != nil || until.Before(stopped.Add(window-time.Second)) ||
@@ -98,10 +103,6 @@ func TestSheetsQuotaAcrossRestart(t *testing.T) {
 	}
 	if page := adminGet(t, ta, "/admin/forms"); !strings.Contains(page, "data-quota-spent") {
 		t.Error("the Forms page does not say the quota counts were lost and count as spent")
-	}
-	retry := retryAfterOf(t, ta, userID, accountID)
-	if retry < 1 || retry > int(window/time.Second)+2 {
-		t.Fatalf("Retry-After %d s; want at most about one window (%s)", retry, window)
 	}
 	// Until one window after the first run stopped, the row waits.
 	testkit.Eventually(t, 2*window, "almost one window after the stop", func() bool { return time.Since(stopped) > window-500*time.Millisecond })

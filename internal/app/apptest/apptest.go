@@ -48,9 +48,6 @@ func Config(t testing.TB) *app.Config {
 	cfg.DelayedCheckInterval = 100 * time.Millisecond
 	cfg.ShutdownTimeout = 5 * time.Second
 	cfg.LogLevel = "warn"
-	// Tests send bursts far over a real form's submission limits; the
-	// limits' own tests set them.
-	cfg.SubmissionsPerForm, cfg.SubmissionsPerUser = 1<<30, 1<<30
 	return cfg
 }
 
