@@ -195,3 +195,53 @@ func decodeEv(t *testing.T, payload []byte) gmail.Event {
 	}
 	return ev
 }
+
+// TestBodyReadOnlyWhenARuleReadsBodies: with no rule that reads bodies,
+// a full sync and new mail make no read of format full (each get costs
+// the metadata price); with one, a new message the mirror already holds
+// is read once more, with its body (the mirror keeps none), at the body's
+// price.
+func TestBodyReadOnlyWhenARuleReadsBodies(t *testing.T) {
+	t.Parallel()
+	pr := google.MustPrices(google.DefaultPrices)
+	for _, c := range []struct {
+		name  string
+		rules gmail.RuleApplier
+		want  int // units of messages.get by message-added
+	}{
+		{"no body rule", gmail.NoRules{}, 0},
+		{"a body rule", bodyRules{}, pr.MessagesGetBody},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, envOptions{noStart: true, rules: c.rules})
+			acc := e.connect(ann, 0)
+			e.syncNow()
+			id, err := e.fake.Gmail.AddMessage(ann, googlefake.Message{From: "bob@example.com", To: ann, Subject: "new", Body: "text"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.notify(ann)
+			for _, r := range e.records(queue.TypeGmailSync) {
+				if err := e.run(r, r.Payload); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// A resync stores the message before its message-added runs.
+			if err := e.p.Resync(context.Background(), acc.ID); err != nil {
+				t.Fatal(err)
+			}
+			e.runFullSyncOnce()
+			gets := func() int { return e.fake.Gmail.QuotaUnitsByMethod(ann)[googlefake.MethodMessagesGet] }
+			if got := gets(); got != pr.MessagesGet {
+				t.Fatalf("the full sync's get cost %d units, want the metadata price %d", got, pr.MessagesGet)
+			}
+			if n := e.runEvents(id); n != 1 {
+				t.Fatalf("ran %d events, want message-added", n)
+			}
+			if got := gets() - pr.MessagesGet; got != c.want {
+				t.Errorf("message-added's reads cost %d units, want %d", got, c.want)
+			}
+		})
+	}
+}
