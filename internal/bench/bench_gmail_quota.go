@@ -19,10 +19,13 @@ import (
 
 // The gmail-quota scenario (issue 12; its names begin with gq): one
 // account's full sync, a reclassify of three rules and live mail share
-// Google's 6,000 units a minute per user, on the strict emulator, with time
-// compressed by gqSize.scale (Gmail's quota minute with it, emulator and
-// budget alike, as TestRuleSaveStory compresses it). The same run measures
-// the design before the budget (two separate limiters) as the baseline.
+// the per-user quota of Google's price list in force (6,000 units a minute
+// under 2026's, 15,000 under 2025's), on the strict emulator charging that
+// list, with time compressed by gqSize.scale (Gmail's quota minute with
+// it, emulator and budget alike, as TestRuleSaveStory compresses it). At
+// the 2026 prices the same run measures the design before the budget (two
+// separate limiters) as the baseline; gmail-quota-2025 runs mailroom alone
+// at the 2025 prices.
 
 const (
 	gqMailbox  = "quota@example.com"
@@ -30,21 +33,25 @@ const (
 	gqTopic    = "projects/mailroom-bench/topics/gmail"
 )
 
-// gqSize is the scenario's mailbox and time compression.
+// gqSize is the scenario's mailbox, time compression and price list.
 type gqSize struct {
 	threads int // story threads: every fifth has a reply
 	scale   int // time compression: Gmail's minute lasts 60 s ÷ scale
+	// prices is Google's price list the emulator charges and the app runs
+	// with (MAILROOM_GMAIL_QUOTA_PRICES); the floor is priced by it.
+	prices google.Prices
 }
 
-func gqSizeOf(o Options) gqSize {
+func gqSizeOf(o Options, prices string) gqSize {
+	pr := google.MustPrices(prices)
 	if o.Quick {
-		return gqSize{threads: 400, scale: 20} // 480 messages
+		return gqSize{threads: 400, scale: 20, prices: pr} // 480 messages
 	}
 	// In real time: compressed, the fixed costs that do not shrink with
 	// the minute (HTTP, bbolt commits, the event tasks that bring the
 	// label pass's changes into the mirror) weighed 5x more than a user
 	// sees them (bench/RESULTS.md before 2026-12-04's second run).
-	return gqSize{threads: 8333, scale: 1} // 10,000 messages
+	return gqSize{threads: 8333, scale: 1, prices: pr} // 10,000 messages
 }
 
 // gqRules are the three rules saved during the full sync: each matches
@@ -141,9 +148,11 @@ func newQuotaEnv(ctx context.Context, size gqSize, old bool) (e *gqEnv, err erro
 			e.close()
 		}
 	}()
-	// Google's defaults (6,000 units a minute per user, 1,200,000 per
-	// project, 20 requests in flight per user), the minute compressed.
-	e.fake = googlefake.New(googlefake.Options{GmailQuotaWindow: e.scaled(time.Minute), PushAudience: gqAudience})
+	// Google's defaults at the price list (6,000 units a minute per user
+	// under 2026's, 15,000 under 2025's; 1,200,000 per project, 20
+	// requests in flight per user), the minute compressed.
+	e.fake = googlefake.New(googlefake.Options{GmailQuotaWindow: e.scaled(time.Minute), PushAudience: gqAudience,
+		GmailQuotaPrices: size.prices.Name})
 	if _, err := e.fake.Start(); err != nil {
 		return nil, err
 	}
@@ -178,7 +187,7 @@ func (e *gqEnv) configure(c *app.Config) {
 	c.GoogleAPIURL, c.GoogleTokenURL, c.GoogleCertsURL = e.fake.URL(), e.fake.TokenURL(), e.fake.CertsURL()
 	c.PushAudience, c.PushServiceAccount, c.PubSubTopic = gqAudience, googlefake.DefaultPushServiceAccount, gqTopic
 	c.GmailPollInterval, c.ShutdownTimeout = time.Hour, 2*time.Second
-	c.GmailQuotaWindow = e.scaled(time.Minute)
+	c.GmailQuotaWindow, c.GmailQuotaPrices = e.scaled(time.Minute), e.size.prices.Name
 	c.ReclassifyDebounce, c.ReclassifyMaxWait, c.ReclassifyTick = e.scaled(time.Minute), e.scaled(10*time.Minute), e.scaled(10*time.Second)
 	c.RetryInitial, c.RetryMax = e.scaled(30*time.Second), e.scaled(5*time.Minute)
 	c.DelayedCheckInterval = e.scaled(time.Second)

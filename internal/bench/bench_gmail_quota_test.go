@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"mailroom/internal/testkit"
@@ -27,7 +28,8 @@ func TestBenchGmailQuotaQuick(t *testing.T) {
 		got[m.Name] = m.Value
 	}
 	for _, name := range []string{"mailroom", "old limiters"} {
-		for _, fig := range []string{"time until the mirror and every label are final", "Google's floor of time (the floor's units at 6,000 a minute: minutes of one user's quota)", "time ÷ Google's floor of time",
+		for _, fig := range []string{"time until the mirror and every label are final", "Google's floor of time at the quota's rate (the floor's units at 6,000 a minute: minutes of one user's quota)",
+			"the least time Google's sliding minute allows (the floor's units, the first minute's all at once)", "time ÷ that least time", "time ÷ the floor's time at the quota's rate",
 			"Gmail units spent", "Google's floor of units (the least Google's table and call limits allow)", "Gmail calls (refused ones included)",
 			"quota refusals ÷ Gmail calls", "p99 push to label of a new matching message", "new messages matching a rule saved before they arrived (measured)"} {
 			if _, ok := got[name+": "+fig]; !ok {
@@ -48,5 +50,36 @@ func TestBenchGmailQuotaQuick(t *testing.T) {
 	}
 	for _, n := range r.Notes {
 		t.Log(n)
+	}
+}
+
+// TestBenchGmailQuota2025Quick runs gmail-quota-2025 in its quick form:
+// mailroom alone, the emulator charging the 2025 prices and the app
+// running on them, its mirror and labels final, its floor priced by that
+// list (no old limiters' run).
+func TestBenchGmailQuota2025Quick(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the benchmark scenario")
+	}
+	r, err := benchGmailQuota2025(context.Background(), Options{Quick: true, Progress: testkit.LogWriter(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, m := range r.Metrics {
+		got[m.Name] = m.Value
+		if strings.HasPrefix(m.Name, "old limiters") {
+			t.Errorf("an old limiters' figure at the 2025 prices: %s", m.Name)
+		}
+	}
+	if got["mailroom: mirror and every label final (1 yes, 0 not by the deadline)"] != 1 {
+		t.Error("mailroom's mirror and labels did not end final")
+	}
+	spent, floor := got["mailroom: Gmail units spent"], got["mailroom: Google's floor of units (the least Google's table and call limits allow)"]
+	if floor == 0 || spent < floor {
+		t.Errorf("%v units spent, Google's floor %v: the work was not done, or the floor is wrong", spent, floor)
+	}
+	if _, ok := got["mailroom: the most units spent in any minute ÷ the account's 15,000 (1: the limit bound)"]; !ok {
+		t.Error("the run is not measured against 2025's 15,000 a minute")
 	}
 }

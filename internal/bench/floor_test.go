@@ -87,3 +87,49 @@ func TestGmailFloorIssueMailbox(t *testing.T) {
 		t.Errorf("floor %d units, want %d (message by message %d)", f.units, want, byMessage)
 	}
 }
+
+// TestGmailQuotaFiguresJudgeTheLeastTime: the gmail-quota figures judge
+// the time on the least time Google's sliding minute allows for the
+// floor's units at the run's price list (target 1.10), and show the
+// floor's time at the quota's rate beside it without a target; work that
+// fits in the first minute has no least time and its time no target.
+func TestGmailQuotaFiguresJudgeTheLeastTime(t *testing.T) {
+	find := func(r Result, name string) (Metric, bool) {
+		for _, m := range r.Metrics {
+			if m.Name == name {
+				return m, true
+			}
+		}
+		return Metric{}, false
+	}
+	// 2026: 18,000 units at 6,000 a minute: 3 minutes at the rate, 2 the
+	// least; 2.2 minutes taken.
+	size := gqSizeOf(Options{}, google.Prices2026)
+	run := gqRun{final: true, elapsed: 132 * time.Second, floor: gmailFloor{units: 18000}, units: 18000, calls: 1}
+	var r Result
+	gqFigures(&r, "mailroom", run, size, true)
+	m, ok := find(r, "mailroom: time ÷ that least time")
+	if !ok || m.Target != "<= 1.1" || m.Met == nil || !*m.Met || m.Value < 1.0999 || m.Value > 1.1001 {
+		t.Errorf("time ÷ least time: %+v (found %v), want 1.1 judged <= 1.1 and met", m, ok)
+	}
+	m, ok = find(r, "mailroom: time ÷ the floor's time at the quota's rate")
+	if !ok || m.Target != "" || m.Value < 0.7333 || m.Value > 0.7334 {
+		t.Errorf("time ÷ the floor's time at the rate: %+v (found %v), want 2.2/3 without a target", m, ok)
+	}
+	if _, ok := find(r, "mailroom: Google's floor of time at the quota's rate (the floor's units at 6,000 a minute: minutes of one user's quota)"); !ok {
+		t.Error("no floor of time at 6,000 a minute")
+	}
+	// 2025: 10,000 units fit in the first minute of 15,000: no least time.
+	size = gqSizeOf(Options{}, google.Prices2025)
+	if size.prices.UserUnitsPerMinute != 15000 || size.prices.MessagesGet != 5 {
+		t.Fatalf("the 2025 run's prices: %+v", size.prices)
+	}
+	r = Result{}
+	gqFigures(&r, "mailroom", gqRun{final: true, elapsed: 30 * time.Second, floor: gmailFloor{units: 10000}, units: 10000, calls: 1}, size, true)
+	if m, ok := find(r, "mailroom: time ÷ that least time"); ok {
+		t.Errorf("work within the first minute has a least-time ratio: %+v", m)
+	}
+	if _, ok := find(r, "mailroom: the most units spent in any minute ÷ the account's 15,000 (1: the limit bound)"); !ok {
+		t.Error("the 2025 run does not name its 15,000 a minute")
+	}
+}

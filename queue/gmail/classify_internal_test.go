@@ -20,7 +20,7 @@ func TestClassify(t *testing.T) {
 		{ID: 11, LabelsAdded: lc("a", "UNREAD", "Label_1")},    // unread a (wins over 10), labeled a
 		{ID: 12, LabelsAdded: lc("b", "TRASH")},                // trashed b
 		{ID: 13, Added: []google.MessageRef{ref("c")}},         // added c
-		{ID: 14, LabelsRemoved: lc("c", "UNREAD")},             // dropped: c is added here
+		{ID: 14, LabelsRemoved: lc("c", "UNREAD")},             // read c: kept though c is added here
 		{ID: 15, LabelsRemoved: lc("a", "Label_1", "STARRED")}, // labeled a: Label_1 removed, STARRED removed
 		{ID: 16, LabelsRemoved: lc("b", "TRASH")},              // restored b (wins over 12)
 		{ID: 17, Added: []google.MessageRef{ref("d")}},         // added d, then
@@ -39,6 +39,7 @@ func TestClassify(t *testing.T) {
 			LabelChange{ID: "Label_1", Added: false, HistoryID: 15}, LabelChange{ID: "STARRED", Added: false, HistoryID: 15}),
 		ev(queue.TypeGmailMessageRestored, "b", 16),
 		ev(queue.TypeGmailMessageAdded, "c", 13),
+		ev(queue.TypeGmailMessageRead, "c", 14),
 		ev(queue.TypeGmailMessageDeleted, "d", 19),
 		ev(queue.TypeGmailMessageRead, "e", 20),
 	}

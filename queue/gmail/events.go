@@ -45,9 +45,12 @@ const (
 // classify turns history records into events, de-duplicated: for the same
 // message and attribute the later record wins (its event keeps the place of
 // the first), a labeled event gathers the latest change of each label, and
-// a message added or deleted within the records gets no state events (the
-// fetch of message-added sees its state after all of them; a deleted one
-// has none).
+// a message deleted within the records gets no state events (it has none).
+// A message added within them keeps its state events: message-added does
+// not read a message the mirror already holds (the full sync may have
+// stored it before these changes), so the changes must come from the
+// records themselves; applied to a message read after them, they change
+// nothing (each attribute keeps its newest history id).
 func classify(accountID string, recs []google.HistoryRecord) []typedEvent {
 	type key struct{ msg, attr string }
 	var out []typedEvent
@@ -119,7 +122,7 @@ func classify(accountID string, recs []google.HistoryRecord) []typedEvent {
 			kept = append(kept, te)
 			continue
 		}
-		if _, lifecycle := idx[key{te.Event.MessageID, attrExists}]; !lifecycle {
+		if i, lifecycle := idx[key{te.Event.MessageID, attrExists}]; !lifecycle || out[i].Type != queue.TypeGmailMessageDeleted {
 			kept = append(kept, te)
 		}
 	}

@@ -150,13 +150,15 @@ func (p *Pipeline) enqueueFullSync(tx *store.Tx, accountID, trigger string) erro
 // messages up; 10 against 5 under 2025's, from two). Grouping over the whole
 // listing, not page by page, is what keeps a thread whose messages fall on
 // several pages from being fetched twice. A threads.get answers the
-// thread's messages as they are now: those the listing did not name (mail
-// that came after it) are left out, as a messages.get of each listed id
-// would have left them: the history sync beside the full sync, reading
-// from the start's history id, brings them as message-added events, so
-// they pass the live path (their rules at once) and are never stored
-// twice over by two writers that would have to agree on who announces
-// them.
+// thread's messages as they are now, those the listing did not name (mail
+// that came after it) among them: they are paid for, so they are stored
+// too. The history sync beside the full sync, reading from the start's
+// history id, brings them as message-added events all the same; those
+// find them in the mirror and read nothing (their rules still run at
+// once), and a message message-added read first is noted as this full
+// sync's, which then skips it: a message is read once whichever of the
+// two comes first (the mirror announces it, message.added, once, when
+// its first snapshot is stored).
 //
 // It runs in slices (runs of gmail:full-sync): the first begins it
 // (startFullSync); each lists what is left to list (FullSyncStart's
@@ -438,8 +440,8 @@ const storeChunk = 25
 // their groups. An error (a run handed back for quota among them) stops
 // further fetches, lets those in flight end and stores every group fetched
 // before it returns, so a later run fetches none of them again. Messages
-// deleted meanwhile (404, or missing from their thread) are left out, and
-// so are the messages a threads.get answers that the listing did not name
+// deleted meanwhile (404, or missing from their thread) are left out; the
+// messages a threads.get answers that the listing did not name are kept
 // (see the full sync's description above). n is how many messages it
 // fetched.
 func (p *Pipeline) fetchAndStore(ctx context.Context, gm *google.Gmail, accountID string, requested uint64, groups []store.FullSyncGroup) (n int, err error) {
@@ -523,23 +525,19 @@ func (p *Pipeline) fetchAndStore(ctx context.Context, gm *google.Gmail, accountI
 
 // fetchGroup fetches the listed messages ids of a thread (threadID empty:
 // not known), leaving out those gone: with one threads.get where that costs
-// less than a messages.get of each at the prices in force (three or more
-// at 2026's, two or more at 2025's), each else with messages.get.
+// no more than a messages.get of each at the prices in force
+// (google.Prices.UseThread: two or more at both lists, a tie at two under
+// 2026's), each else with messages.get. A threads.get's answer is kept
+// whole: the thread's messages that came after the listing too.
 func (p *Pipeline) fetchGroup(ctx context.Context, gm *google.Gmail, accountID, threadID string, ids []string) ([]google.Message, error) {
 	var out []google.Message
 	if threadID != "" && p.google.Prices().UseThread(len(ids)) {
-		var msgs []google.Message
-		err := bulkCall(ctx, func() (err error) { msgs, err = gm.GetThread(ctx, threadID); return err })
+		err := bulkCall(ctx, func() (err error) { out, err = gm.GetThread(ctx, threadID); return err })
 		if errors.Is(err, google.ErrNotFound) {
 			return nil, nil // the whole thread was deleted meanwhile
 		}
 		if err != nil {
 			return nil, err
-		}
-		for _, m := range msgs {
-			if slices.Contains(ids, m.ID) {
-				out = append(out, m)
-			}
 		}
 		p.metrics.fetched.Add(float64(len(out)))
 		return out, nil

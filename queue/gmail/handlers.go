@@ -120,6 +120,16 @@ func (p *Pipeline) applied(typ string, ev Event, changed bool) {
 // snippet; the body too when a rule reads bodies), merge it into the stored
 // message, then hand it to the rules. The task is acked after the rules
 // ran, so a crash in between runs both again (both are idempotent).
+//
+// A content read is the dearest Gmail call (20 units under the 2026 price
+// list), so none is made that the mirror can spare: a message the mirror
+// already holds (the full sync beside the history sync stored it, or an
+// earlier delivery of this event did) is not read again unless a rule
+// needs its body, which the mirror does not keep. Its state since that
+// snapshot comes from the history records, as state events (classify
+// keeps them for added messages). A message read here while the
+// account's full sync runs is noted as that full sync's, so the full sync
+// does not read it again.
 func (p *Pipeline) handleAdded(ctx context.Context, t *queue.Task) error {
 	ctx = google.WithPriority(ctx, google.PriorityLive)
 	ev, err := decodeEvent(t)
@@ -142,6 +152,9 @@ func (p *Pipeline) handleAdded(ctx context.Context, t *queue.Task) error {
 	if err != nil {
 		return fmt.Errorf("gmail: ask rules whether bodies are needed: %w", err)
 	}
+	if existing.Fetched && !withBody {
+		return p.applyRules(ctx, t, ev, existing, "", false)
+	}
 	gm, err := p.client(ctx, acc)
 	if err != nil {
 		return err
@@ -156,29 +169,49 @@ func (p *Pipeline) handleAdded(ctx context.Context, t *queue.Task) error {
 		return err
 	}
 	p.learnLabels(ctx, acc.ID, f.LabelIDs)
-	var m store.Message
-	var changed bool
+	m, changed, err := p.storeAdded(acc.ID, f)
+	if err != nil {
+		return err
+	}
+	return p.applyRules(ctx, t, ev, m, f.Body, changed)
+}
+
+// storeAdded merges a message read by message-added into the mirror and,
+// while the account's full sync runs, notes it as read for that full sync
+// (which then skips it), in one transaction.
+func (p *Pipeline) storeAdded(accountID string, f google.Message) (m store.Message, changed bool, err error) {
 	err = p.writes.Do(func(tx *store.Tx) error {
-		if !tx.AccountExists(acc.ID) {
-			return store.ErrNotFound
+		acc, err := tx.AccountGet(accountID)
+		if err != nil {
+			return err
 		}
-		m, err = tx.MessageGet(acc.ID, ev.MessageID)
+		m, err = tx.MessageGet(accountID, f.ID)
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
 			return err
 		}
 		if changed = m.MergeFetched(snapshot(f)); changed {
-			return tx.MessagePut(acc.ID, m)
+			if err := tx.MessagePut(accountID, m); err != nil {
+				return err
+			}
+		}
+		if acc.FullSyncStart != nil {
+			return tx.FullSyncNoteFetched(accountID, []string{f.ID})
 		}
 		return nil
 	})
 	if errors.Is(err, store.ErrNotFound) {
-		return queue.Permanent(fmt.Errorf("%w: %s", ErrAccountGone, acc.ID))
+		return m, false, queue.Permanent(fmt.Errorf("%w: %s", ErrAccountGone, accountID))
 	}
 	if err != nil {
-		return fmt.Errorf("gmail: store message %s: %w", ev.MessageID, err)
+		return m, false, fmt.Errorf("gmail: store message %s: %w", f.ID, err)
 	}
+	return m, changed, nil
+}
+
+// applyRules hands a new message, as stored, to the user's rules.
+func (p *Pipeline) applyRules(ctx context.Context, t *queue.Task, ev Event, m store.Message, body string, changed bool) error {
 	if m.Visible() {
-		if err := p.rules.ApplyNew(ctx, acc.ID, m, f.Body); err != nil {
+		if err := p.rules.ApplyNew(ctx, ev.AccountID, m, body); err != nil {
 			return fmt.Errorf("gmail: apply rules to message %s: %w", m.ID, err)
 		}
 	}
