@@ -44,6 +44,12 @@ const WebhookMaxRetries = 1 << 20
 // for the next batch.
 const WebhookPoll = 10 * time.Millisecond
 
+// WebhookConcurrency is how many webhook batches are posted at once. A
+// webhook has one batch in flight at a time and its worker mostly waits
+// on the receiver, so the workers bound how many webhooks are served at
+// once: with 8, 100 webhooks took turns, 8 at a time.
+const WebhookConcurrency = 128
+
 // Task is one run of a durable task.
 type Task struct {
 	ID      string // the outbox record id, also the broker's task id
@@ -125,7 +131,7 @@ func NewTable(cfg TableConfig) *Table {
 		// passed (its handler then gives it up), not a number of times.
 		// Its server polls often while awake: a webhook's batches follow
 		// one another, each waiting for the poll (it sleeps when idle).
-		{Name: TypeWebhooksDeliver, Queue: "webhooks", Concurrency: 8, MaxRetries: WebhookMaxRetries, Timeout: time.Minute, Poll: WebhookPoll},
+		{Name: TypeWebhooksDeliver, Queue: "webhooks", Concurrency: WebhookConcurrency, MaxRetries: WebhookMaxRetries, Timeout: time.Minute, Poll: WebhookPoll},
 	}
 	if cfg.Debug {
 		c := cfg.DebugConcurrency

@@ -156,3 +156,20 @@ func TestEventsTallyCountsOnce(t *testing.T) {
 		t.Fatalf("both webhooks: step ok %v, delivered %v/s, drained %v; want ok, 1/s, drained", step.ok, step.delivered, tally.drained())
 	}
 }
+
+// TestRampWithoutALateStepIsAFloor: a ramp whose steps all kept up has not
+// found the capacity, and says so; one that ended on a late step has.
+func TestRampWithoutALateStepIsAFloor(t *testing.T) {
+	var kept eventsPhase
+	kept.add(eventsStep{asked: 100, offered: 100, delivered: 100, ok: true})
+	kept.add(eventsStep{asked: 150, offered: 150, delivered: 150, ok: true})
+	if !kept.unbounded || kept.best != 150 {
+		t.Errorf("all steps kept up: unbounded %v, best %v; want a floor of 150", kept.unbounded, kept.best)
+	}
+	var late eventsPhase
+	late.add(eventsStep{asked: 100, offered: 100, delivered: 100, ok: true})
+	late.add(eventsStep{asked: 150, offered: 150, ok: false})
+	if late.unbounded || late.best != 100 {
+		t.Errorf("a late last step: unbounded %v, best %v; want the capacity 100", late.unbounded, late.best)
+	}
+}
