@@ -15,6 +15,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"mailroom/queue/google"
 	"mailroom/queue/rules"
 	"mailroom/store"
 )
@@ -329,7 +330,7 @@ func (e *rulesHandlers) saveForm(c *gin.Context) {
 	)
 	switch {
 	case err == nil:
-		e.setFlash(c, "ok", fmt.Sprintf("Saved %q (version %d). Existing mail is relabelled %s.", saved.Rule.Spec.Label, saved.Rule.Version, firesIn(e.server.now(), saved.Pending.FiresAt)))
+		e.setFlash(c, "ok", fmt.Sprintf("Saved %q (version %d). Existing mail is relabelled %s.%s", saved.Rule.Spec.Label, saved.Rule.Version, firesIn(e.server.now(), saved.Pending.FiresAt), e.bodyCost(saved.Rule.Spec)))
 		redirect(c, "/admin/rules/"+uid)
 		return
 	case errors.As(err, &invalid):
@@ -565,4 +566,28 @@ func jobsChart(jobs []rules.Job) template.HTML {
 	}
 	b.WriteString(`</svg>`)
 	return template.HTML(b.String()) //nolint:gosec // numbers and escaped ids only
+}
+
+// bodyCost is the sentence a saved rule that reads bodies gets: at the
+// Gmail price list in force a body read can cost a multiple of a metadata
+// read, and applying the rule to old mail reads every thread's bodies.
+func (e *rulesHandlers) bodyCost(spec rules.Spec) string {
+	pr := google.MustPrices(google.DefaultPrices)
+	if o := e.server.deps.Setup; o != nil && o.GmailPrices.Name != "" {
+		pr = o.GmailPrices
+	}
+	if !spec.ReadsBodies() || pr.MessagesGetBody <= pr.MessagesGet {
+		return ""
+	}
+	return fmt.Sprintf(" It reads message bodies: at Google's %s prices a body read costs %d Gmail units against %d for the headers, so applying it to old mail costs %s as much.",
+		pr.Name, pr.MessagesGetBody, pr.MessagesGet, timesWord(pr.MessagesGetBody, pr.MessagesGet))
+}
+
+// timesWord says a/b in words: "three times", or "2.5 times".
+func timesWord(a, b int) string {
+	words := []string{2: "twice", 3: "three times", 4: "four times", 5: "five times"}
+	if a%b == 0 && a/b < len(words) {
+		return words[a/b]
+	}
+	return fmt.Sprintf("%.1f times", float64(a)/float64(b))
 }

@@ -233,3 +233,27 @@ func TestJobFailedBatchesShown(t *testing.T) {
 		t.Errorf("page lacks the failed batch count")
 	}
 }
+
+// A rule that reads bodies says, when saved, what applying it to old mail
+// costs at the Gmail price list in force (2026 by default: a body read is
+// 60 units against 20); one on headers says nothing of it.
+func TestSavedBodyRuleSaysItsCost(t *testing.T) {
+	t.Parallel()
+	e, _, uid := rulesEnv(t, rules.Config{})
+	s := login(t, e.h)
+	save := func(label, field string) string {
+		form := url.Values{"csrf": {s.csrf}, "label": {label}, "match": {"all"}, "field": {field}, "op": {"contains"}, "value": {"invoice"}}
+		w := request(t, e.h, http.MethodPost, "/admin/rules/"+uid+"/save", form, s.headers())
+		if w.Code != http.StatusSeeOther {
+			t.Fatalf("save %s: %d %s", label, w.Code, w.Body.String())
+		}
+		return request(t, e.h, http.MethodGet, "/admin/rules/"+uid, nil, s.withCookies(w)).Body.String()
+	}
+	const cost = "It reads message bodies: at Google&#39;s 2026 prices a body read costs 60 Gmail units against 20 for the headers, so applying it to old mail costs three times as much."
+	if page := save("Bills", "body"); !strings.Contains(page, cost) {
+		t.Errorf("a body rule's save does not say its cost:\n%s", page)
+	}
+	if page := save("Subjects", "subject"); strings.Contains(page, "reads message bodies") {
+		t.Error("a subject rule's save speaks of bodies")
+	}
+}

@@ -607,9 +607,7 @@ func (p *Pipeline) compileUncached(r store.Rule) (*compiledRule, error) {
 		if c.match, err = Compile(rule.Spec); err != nil {
 			return nil, queue.Permanent(fmt.Errorf("rules: compile rule %s version %d: %w", r.ID, r.Version, err))
 		}
-		for _, cond := range rule.Spec.Conditions {
-			c.needBody = c.needBody || cond.Field == FieldBody || cond.Field == FieldAny
-		}
+		c.needBody = rule.Spec.ReadsBodies()
 	}
 	return c, nil
 }

@@ -130,6 +130,18 @@ var reservedLabels = []string{
 	"CATEGORY_PERSONAL", "CATEGORY_SOCIAL", "CATEGORY_PROMOTIONS", "CATEGORY_UPDATES", "CATEGORY_FORUMS",
 }
 
+// ReadsBodies reports whether the rule needs a message's body (a body or
+// "any" condition): Gmail prices a body read above a metadata read, so
+// applying it to old mail costs more.
+func (s Spec) ReadsBodies() bool {
+	for _, c := range s.Conditions {
+		if c.Field == FieldBody || c.Field == FieldAny {
+			return true
+		}
+	}
+	return false
+}
+
 // Normalize trims the label and fills the default match mode ("all").
 func (s *Spec) Normalize() {
 	s.Label = strings.TrimSpace(s.Label)
