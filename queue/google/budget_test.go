@@ -15,7 +15,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"mailroom/internal/googlefake"
-	"mailroom/queue"
 	"mailroom/queue/broker"
 	"mailroom/queue/broker/brokertest"
 )
@@ -332,7 +331,7 @@ func TestBudgetAdaptsToGoogle(t *testing.T) {
 		if g := spend(t, bud, "a", 500, PriorityLive); !g.OK {
 			t.Fatal(g)
 		}
-		if err := bud.Refused(ctx, "a", RefusedUser, 10*time.Second); err != nil {
+		if err := bud.Refused(ctx, "a", ScopeAccount, 10*time.Second); err != nil {
 			t.Fatal(err)
 		}
 		if g := spend(t, bud, "a", 1, PriorityLive); g.OK || g.Wait != 10*time.Second {
@@ -359,7 +358,7 @@ func TestBudgetAdaptsToGoogle(t *testing.T) {
 		if g := spend(t, bud, "b", 900, PriorityLive); !g.OK {
 			t.Fatal(g)
 		}
-		if err := bud.Refused(ctx, "b", RefusedProject, time.Second); err != nil {
+		if err := bud.Refused(ctx, "b", ScopeProject, time.Second); err != nil {
 			t.Fatal(err)
 		}
 		clk.Advance(time.Second)
@@ -513,7 +512,7 @@ func TestGmailCallsSpendTheBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = gm2.Labels(ctx)
-	if d, limited := queue.RetryAfter(err); !limited || !errors.Is(err, ErrQuotaWait) || d < 50*time.Second {
+	if d, limited := RetryAfter(err); !limited || !errors.Is(err, ErrQuotaWait) || d < 50*time.Second {
 		t.Errorf("second call: %v (wait %s), want a rate-limited ErrQuotaWait of about a minute", err, d)
 	}
 }
@@ -538,7 +537,7 @@ func TestGmailRefusalShrinksTheBudget(t *testing.T) {
 		}
 	}
 	_, _, err = gm.ListMessages(ctx, "", 10)
-	d, limited := queue.RetryAfter(err)
+	d, limited := RetryAfter(err)
 	if !limited || d < 50*time.Second || d > 61*time.Second {
 		t.Fatalf("refused call: %v (wait %s), want rate limited until the emulator's window frees (~60s)", err, d)
 	}
@@ -632,14 +631,14 @@ func TestBudgetProjectWaitIsNamed(t *testing.T) {
 			t.Fatal(err)
 		}
 		err := bud.Spend(ctx, "a", 60) // past a's 100 (less the live reserve)
-		if _, limited := queue.RetryAfter(err); !limited || !errors.Is(err, ErrQuotaWait) || errors.Is(err, ErrProjectQuotaWait) {
+		if _, limited := RetryAfter(err); !limited || !errors.Is(err, ErrQuotaWait) || errors.Is(err, ErrProjectQuotaWait) {
 			t.Fatalf("a over its own budget: %v", err)
 		}
 		if err := bud.Spend(ctx, "b", 60); err != nil {
 			t.Fatal(err)
 		}
 		err = bud.Spend(ctx, "c", 60) // past the project's 150
-		if _, limited := queue.RetryAfter(err); !limited || !errors.Is(err, ErrProjectQuotaWait) || !errors.Is(err, ErrQuotaWait) {
+		if _, limited := RetryAfter(err); !limited || !errors.Is(err, ErrProjectQuotaWait) || !errors.Is(err, ErrQuotaWait) {
 			t.Fatalf("c over the project's budget: %v", err)
 		}
 	})
@@ -837,7 +836,7 @@ func TestBudgetRefusalShapes(t *testing.T) {
 						t.Fatal(err)
 					}
 					_, err := gm[who].Labels(ctx)
-					if d, limited := queue.RetryAfter(err); !limited || d < retry-2*time.Second || d > retry {
+					if d, limited := RetryAfter(err); !limited || d < retry-2*time.Second || d > retry {
 						t.Fatalf("%s refused in the shape %s: %v (wait %s), want rate limited for Google's %s", who, shape, err, d, retry)
 					}
 				}
@@ -894,7 +893,7 @@ func TestBudgetUnscopedRefusals(t *testing.T) {
 		refused := func(who string) (Usage, Usage) {
 			t.Helper()
 			spend(t, bud, who, 100, PriorityLive) // granted the first time
-			if err := bud.Refused(ctx, who, RefusedUnscoped, time.Second); err != nil {
+			if err := bud.Refused(ctx, who, ScopeUnscoped, time.Second); err != nil {
 				t.Fatal(err)
 			}
 			u, err := bud.Usage(ctx, who)
