@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"mailroom/queue"
 	"mailroom/queue/google"
 	"mailroom/queue/google/accounts"
 	"mailroom/queue/sheets"
@@ -32,6 +33,8 @@ func (a *App) wireAccounts(context.Context) (pipeline, error) {
 		budget, err = google.NewBudget(google.BudgetConfig{
 			Prices: cfg.GmailPrices(), UserUnits: cfg.GmailUserUnitsInForce(), ProjectUnits: cfg.GmailProjectUnits, Window: cfg.GmailQuotaWindow,
 			SpentUntil: spentUntil, Fallback: fallback, Share: share,
+			// A call waiting for quota gives its task back when its queue stops.
+			Wait:   queue.Wait,
 			Logger: a.log, Registerer: a.registry,
 		}, store)
 		if err != nil {

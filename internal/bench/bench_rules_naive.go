@@ -12,6 +12,7 @@ import (
 	"mailroom/internal/app"
 	"mailroom/queue"
 	"mailroom/queue/google"
+	"mailroom/queue/googleerr"
 	"mailroom/queue/rules"
 	"mailroom/store"
 )
@@ -112,7 +113,7 @@ func (n *naiveReclassify) handle(ctx context.Context, t *queue.Task) error {
 	}
 	gm, label, err := n.labelOf(ctx, pl.Spec.Label)
 	if err != nil {
-		return err
+		return googleerr.ToQueue(err)
 	}
 	var add, remove []string
 	for _, m := range msgs {
@@ -127,12 +128,12 @@ func (n *naiveReclassify) handle(ctx context.Context, t *queue.Task) error {
 	}
 	if len(add) > 0 {
 		if err := gm.BatchModify(ctx, add, []string{label}, nil); err != nil {
-			return err
+			return googleerr.ToQueue(err)
 		}
 	}
 	if len(remove) > 0 {
 		if err := gm.BatchModify(ctx, remove, nil, []string{label}); err != nil {
-			return err
+			return googleerr.ToQueue(err)
 		}
 	}
 	n.done.Add(1)

@@ -11,6 +11,7 @@ import (
 
 	"mailroom/queue"
 	"mailroom/queue/google"
+	"mailroom/queue/googleerr"
 	"mailroom/store"
 )
 
@@ -186,7 +187,7 @@ func (p *Pipeline) stopWatch(ctx context.Context, acc store.Account) error {
 	if err != nil {
 		return err
 	}
-	return gm.Stop(ctx)
+	return googleerr.ToQueue(gm.Stop(ctx))
 }
 
 // AccountView is an account as the API shows it.

@@ -12,6 +12,7 @@ import (
 
 	"mailroom/queue"
 	"mailroom/queue/google"
+	"mailroom/queue/googleerr"
 	"mailroom/store"
 )
 
@@ -188,7 +189,7 @@ func (p *Pipeline) startFullSync(ctx context.Context, gm *google.Gmail, acc stor
 	}
 	prof, err := gm.ProfileInfo(ctx)
 	if err != nil {
-		return store.FullSyncStart{}, err
+		return store.FullSyncStart{}, googleerr.ToQueue(err)
 	}
 	if !sameAddress(prof.Email, acc.Email) {
 		return store.FullSyncStart{}, queue.Permanent(fmt.Errorf("gmail: the token of account %s is for %s, not %s", acc.ID, prof.Email, acc.Email))
@@ -259,7 +260,7 @@ func (p *Pipeline) listPage(ctx context.Context, gm *google.Gmail, accountID str
 		refs, next, err = gm.ListMessages(ctx, "", listPageSize)
 	}
 	if err != nil {
-		return st, false, err
+		return st, false, googleerr.ToQueue(err)
 	}
 	todo, err := p.notFetchedYet(accountID, refs)
 	if err != nil {
@@ -417,7 +418,7 @@ const fullSyncProjectWait = 2 * time.Minute
 func bulkCall(ctx context.Context, fn func() error) error {
 	waited := time.Duration(0)
 	for {
-		err := fn()
+		err := googleerr.ToQueue(fn())
 		wait, limited := queue.RetryAfter(err)
 		if !limited || !errors.Is(err, google.ErrProjectQuotaWait) || waited+wait > fullSyncProjectWait {
 			return err
@@ -562,7 +563,7 @@ func (p *Pipeline) fetch(ctx context.Context, gm *google.Gmail, accountID, id st
 	if err == nil {
 		p.metrics.fetched.Inc()
 	}
-	return m, err
+	return m, googleerr.ToQueue(err)
 }
 
 // errNewerFullSync: a newer full sync began while a run of an older one

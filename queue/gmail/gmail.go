@@ -28,6 +28,7 @@ import (
 	"mailroom/queue"
 	"mailroom/queue/google"
 	"mailroom/queue/google/accounts"
+	"mailroom/queue/googleerr"
 	"mailroom/queue/lifecycle"
 	"mailroom/store"
 )
@@ -308,7 +309,8 @@ func (p *Pipeline) FastPollInterval() time.Duration {
 // client returns the account's Gmail adapter (the accounts service keeps
 // it, with the account's token).
 func (p *Pipeline) client(ctx context.Context, acc store.Account) (*google.Gmail, error) {
-	return p.accounts.Client(ctx, acc)
+	gm, err := p.accounts.Client(ctx, acc)
+	return gm, googleerr.ToQueue(err)
 }
 
 // forgetClient drops the account's connection and this pipeline's label

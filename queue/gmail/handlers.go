@@ -9,6 +9,7 @@ import (
 
 	"mailroom/queue"
 	"mailroom/queue/google"
+	"mailroom/queue/googleerr"
 	"mailroom/store"
 )
 
@@ -236,7 +237,7 @@ func (p *Pipeline) message(accountID, id string) (store.Message, error) {
 func (p *Pipeline) refreshLabels(ctx context.Context, gm *google.Gmail, accountID string) error {
 	labels, err := gm.Labels(ctx)
 	if err != nil {
-		return err
+		return googleerr.ToQueue(err)
 	}
 	names := make(map[string]string, len(labels))
 	for _, l := range labels {
@@ -357,7 +358,7 @@ func (p *Pipeline) handleWatchRenew(ctx context.Context, t *queue.Task) error {
 	}
 	_, exp, err := gm.Watch(ctx, p.cfg.PubSubTopic)
 	if err != nil {
-		return err
+		return googleerr.ToQueue(err)
 	}
 	err = p.db.Update(func(tx *store.Tx) error {
 		a, err := tx.AccountGet(acc.ID)

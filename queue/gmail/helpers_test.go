@@ -91,6 +91,9 @@ func newEnv(t *testing.T, o envOptions) *env {
 	if o.budget.Registerer == nil {
 		o.budget.Registerer = e.reg
 	}
+	if o.budget.Wait == nil {
+		o.budget.Wait = queue.Wait // as the app gives it
+	}
 	budget, err := google.NewBudget(o.budget, b.Client())
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 
 	"mailroom/queue"
 	"mailroom/queue/google"
+	"mailroom/queue/googleerr"
 	"mailroom/store"
 )
 
@@ -331,7 +332,7 @@ func (p *Pipeline) historySync(ctx context.Context, gm *google.Gmail, accountID 
 	for {
 		page, err := gm.History(ctx, start, token, p.cfg.HistoryPageSize)
 		if err != nil {
-			return err
+			return googleerr.ToQueue(err)
 		}
 		// The last page ends at the mailbox's history id; an earlier one at
 		// its last record (an empty one moves nothing).

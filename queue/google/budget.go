@@ -12,8 +12,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
-
-	"mailroom/queue"
 )
 
 // Google's documented project limits: 1,200,000 units per project per
@@ -108,9 +106,14 @@ type BudgetConfig struct {
 	// Default none.
 	Margin time.Duration
 	// MaxWait is the longest a call waits in its task for budget; a longer
-	// wait hands the task back (rate limited: no failure, no attempt).
-	// Default 20 s.
+	// wait is a refusal (Refused, wrapping ErrQuotaWait), which a pipeline
+	// hands back to its queue (no failure, no attempt). Default 20 s.
 	MaxWait time.Duration
+	// Wait pauses a call that waits in its task for budget for d; its
+	// error ends the wait and is returned as it is. The app gives the task
+	// engine's wait (queue.Wait), which gives a task back when its queue
+	// begins to stop. Default: a timer, ended by ctx.
+	Wait func(ctx context.Context, d time.Duration) error
 	// MaxInFlight is the most Gmail calls of one account this process has
 	// in flight at once (Google answers 429 beyond its own number).
 	// Default 8.
@@ -172,6 +175,9 @@ func (c *BudgetConfig) defaults() {
 	}
 	if c.MaxInFlight <= 0 {
 		c.MaxInFlight = 8
+	}
+	if c.Wait == nil {
+		c.Wait = sleep
 	}
 	if c.Recover <= 0 {
 		c.Recover = 10 * c.Window
@@ -646,8 +652,8 @@ func (b *Budget) Settle(ctx context.Context, account string, units int, at time.
 }
 
 // Spend takes units of the account's budget at ctx's priority, waiting in
-// the task while the wait is short, and returns a rate-limited error
-// (ErrQuotaWait) naming the wait once waiting would pass MaxWait.
+// the task while the wait is short, and returns a refusal (Refused,
+// wrapping ErrQuotaWait) naming the wait once waiting would pass MaxWait.
 func (b *Budget) Spend(ctx context.Context, account string, units int) error {
 	_, err := b.spend(ctx, account, units)
 	return err
@@ -668,17 +674,29 @@ func (b *Budget) spend(ctx context.Context, account string, units int) (time.Tim
 		reserved = g.Reserved
 		b.waits.Inc()
 		if waited+g.Wait > b.cfg.MaxWait {
-			cause := ErrQuotaWait
+			cause, scope := ErrQuotaWait, ScopeAccount
 			if g.Reason == refusalReasons[reasonProject] || g.Reason == refusalReasons[reasonProjectPace] {
-				cause = ErrProjectQuotaWait
+				cause, scope = ErrProjectQuotaWait, ScopeProject
 			}
-			return time.Time{}, queue.RateLimited(fmt.Errorf("google: account %s, %s call of %d units: %s: %w",
-				account, p, units, g.Reason, cause), g.Wait)
+			return time.Time{}, &Refused{Err: fmt.Errorf("google: account %s, %s call of %d units: %s: %w",
+				account, p, units, g.Reason, cause), RetryAfter: g.Wait, Scope: scope}
 		}
-		if err := queue.Wait(ctx, g.Wait); err != nil {
+		if err := b.cfg.Wait(ctx, g.Wait); err != nil {
 			return time.Time{}, err
 		}
 		waited += g.Wait
+	}
+}
+
+// sleep is BudgetConfig.Wait's default: a timer, ended by ctx.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
 	}
 }
 
@@ -709,41 +727,22 @@ func (b *Budget) acquire(ctx context.Context, account string) (release func(), e
 	}
 }
 
-// Refusal kinds for Refused: whose quota Google refused a call for, as
-// its answer says (see refusalScope).
-const (
-	// RefusedUser: the account's per-user limit (userRateLimitExceeded, or
-	// a rateLimitExceeded whose text names the user).
-	RefusedUser = 1
-	// RefusedProject: the project's limit (text naming the project's
-	// per-minute quota, not a user's).
-	RefusedProject = 2
-	// RefusedConcurrent: 429 too many concurrent requests for the user.
-	RefusedConcurrent = 3
-	// RefusedUnscoped: a refusal that names no scope ("Rate Limit
-	// Exceeded", "Resource has been exhausted (e.g. check quota).").
-	RefusedUnscoped = 4
-)
-
-// refusalKinds name the kinds in logs.
-var refusalKinds = []string{"", "the account's", "the project's", "concurrent requests", "no scope named"}
-
 // unscopedKey is the log of the accounts refused without a scope named,
 // with when: a hash in the budget's Redis Cluster slot.
 const unscopedKey = budgetPrefix + "p:unscoped"
 
 // Refused records that Google refused a call of the account for quota.
-// A refusal of the account (RefusedUser) shrinks the account's budget to
+// A refusal of the account (ScopeAccount) shrinks the account's budget to
 // 90% of what it spent in the window (at least 1% of the setting) and
 // blocks the account's calls until retry has passed; the project's budget
 // is untouched, so one busy mailbox never slows the others. A refusal of
-// the project (RefusedProject) does the same to the project's budget and
+// the project (ScopeProject) does the same to the project's budget and
 // every account's calls: no account is singled out for the project's
-// limit. RefusedConcurrent blocks the account until retry without
+// limit. ScopeConcurrent blocks the account until retry without
 // shrinking anything (its calls in flight, not its units, were too many).
 // A budget shrunk grows back by 10% a window (Recover).
 //
-// A refusal that names no scope (RefusedUnscoped) could be either. It is
+// A refusal that names no scope (ScopeUnscoped) could be either. It is
 // charged to the account, unless another account was refused without a
 // scope within the window, and then to the project. This keeps both
 // promises as well as an answer that says nothing allows: a single busy
@@ -756,25 +755,19 @@ const unscopedKey = budgetPrefix + "p:unscoped"
 // at the first unscoped refusal would let one mailbox shrink every
 // account's budget (the fault of issue 21); never charging it would leave
 // each account to learn the project's limit alone, one refusal each.
-func (b *Budget) Refused(ctx context.Context, account string, kind int, retry time.Duration) error {
+func (b *Budget) Refused(ctx context.Context, account string, kind Scope, retry time.Duration) error {
 	now := b.cfg.Now()
 	until := now.Add(retry).UnixMilli()
 	keys := append(b.keys(account, now), unscopedKey)
-	res, err := b.run(ctx, refusedScript, keys, now, kind, until, account).Int64Slice()
+	res, err := b.run(ctx, refusedScript, keys, now, int(kind), until, account).Int64Slice()
 	if err != nil {
 		return fmt.Errorf("google: gmail quota refusal of account %s: %w", account, err)
 	}
 	if len(res) != 2 {
 		return fmt.Errorf("google: gmail quota refusal of account %s: script answered %v", account, res)
 	}
-	name := func(k int) string {
-		if k > 0 && k < len(refusalKinds) {
-			return refusalKinds[k]
-		}
-		return strconv.Itoa(k)
-	}
-	b.log.Warn("Google refused a Gmail call for quota", "account_id", account, "refused", name(kind),
-		"charged_to", name(int(res[1])), "retry_after", retry.String(), "budget_now", res[0])
+	b.log.Warn("Google refused a Gmail call for quota", "account_id", account, "refused", kind.String(),
+		"charged_to", Scope(res[1]).String(), "retry_after", retry.String(), "budget_now", res[0])
 	return nil
 }
 

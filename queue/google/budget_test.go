@@ -15,7 +15,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"mailroom/internal/googlefake"
-	"mailroom/queue"
 	"mailroom/queue/broker"
 	"mailroom/queue/broker/brokertest"
 )
@@ -332,7 +331,7 @@ func TestBudgetAdaptsToGoogle(t *testing.T) {
 		if g := spend(t, bud, "a", 500, PriorityLive); !g.OK {
 			t.Fatal(g)
 		}
-		if err := bud.Refused(ctx, "a", RefusedUser, 10*time.Second); err != nil {
+		if err := bud.Refused(ctx, "a", ScopeAccount, 10*time.Second); err != nil {
 			t.Fatal(err)
 		}
 		if g := spend(t, bud, "a", 1, PriorityLive); g.OK || g.Wait != 10*time.Second {
@@ -359,7 +358,7 @@ func TestBudgetAdaptsToGoogle(t *testing.T) {
 		if g := spend(t, bud, "b", 900, PriorityLive); !g.OK {
 			t.Fatal(g)
 		}
-		if err := bud.Refused(ctx, "b", RefusedProject, time.Second); err != nil {
+		if err := bud.Refused(ctx, "b", ScopeProject, time.Second); err != nil {
 			t.Fatal(err)
 		}
 		clk.Advance(time.Second)
@@ -502,7 +501,7 @@ func TestGmailCallsSpendTheBudget(t *testing.T) {
 	if got := fake.Gmail.QuotaUnits(ann); got != 84 || spent != 84 {
 		t.Errorf("emulator counted %d units, the budget spent %v; want 84 each", got, spent)
 	}
-	// A call that cannot wait long enough hands its task back.
+	// A call that cannot wait long enough is refused (its task is handed back).
 	short, err := NewBudget(BudgetConfig{UserUnits: 1, Window: time.Minute, MaxWait: time.Millisecond}, brokertest.Embedded(t).Client())
 	if err != nil {
 		t.Fatal(err)
@@ -513,13 +512,13 @@ func TestGmailCallsSpendTheBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = gm2.Labels(ctx)
-	if d, limited := queue.RetryAfter(err); !limited || !errors.Is(err, ErrQuotaWait) || d < 50*time.Second {
-		t.Errorf("second call: %v (wait %s), want a rate-limited ErrQuotaWait of about a minute", err, d)
+	if d, limited := RetryAfter(err); !limited || !errors.Is(err, ErrQuotaWait) || d < 50*time.Second {
+		t.Errorf("second call: %v (wait %s), want a refusal (ErrQuotaWait) of about a minute", err, d)
 	}
 }
 
 // A refusal by Google (the emulator's limit below the budget's) becomes a
-// rate-limited error with Google's retry time and shrinks the budget.
+// refusal (Refused) with Google's retry time and shrinks the budget.
 func TestGmailRefusalShrinksTheBudget(t *testing.T) {
 	ctx := WithPriority(context.Background(), PriorityLive)
 	fake := googlefake.StartForTest(t, googlefake.Options{GmailUserUnitsPerMinute: 10})
@@ -538,9 +537,9 @@ func TestGmailRefusalShrinksTheBudget(t *testing.T) {
 		}
 	}
 	_, _, err = gm.ListMessages(ctx, "", 10)
-	d, limited := queue.RetryAfter(err)
+	d, limited := RetryAfter(err)
 	if !limited || d < 50*time.Second || d > 61*time.Second {
-		t.Fatalf("refused call: %v (wait %s), want rate limited until the emulator's window frees (~60s)", err, d)
+		t.Fatalf("refused call: %v (wait %s), want refused until the emulator's window frees (~60s)", err, d)
 	}
 	if n := gatheredLabel(t, reg, "mailroom_google_rate_limited_total", "gmail"); n != 1 {
 		t.Errorf("mailroom_google_rate_limited_total{api=gmail} = %v, want 1", n)
@@ -632,14 +631,14 @@ func TestBudgetProjectWaitIsNamed(t *testing.T) {
 			t.Fatal(err)
 		}
 		err := bud.Spend(ctx, "a", 60) // past a's 100 (less the live reserve)
-		if _, limited := queue.RetryAfter(err); !limited || !errors.Is(err, ErrQuotaWait) || errors.Is(err, ErrProjectQuotaWait) {
+		if _, limited := RetryAfter(err); !limited || !errors.Is(err, ErrQuotaWait) || errors.Is(err, ErrProjectQuotaWait) {
 			t.Fatalf("a over its own budget: %v", err)
 		}
 		if err := bud.Spend(ctx, "b", 60); err != nil {
 			t.Fatal(err)
 		}
 		err = bud.Spend(ctx, "c", 60) // past the project's 150
-		if _, limited := queue.RetryAfter(err); !limited || !errors.Is(err, ErrProjectQuotaWait) || !errors.Is(err, ErrQuotaWait) {
+		if _, limited := RetryAfter(err); !limited || !errors.Is(err, ErrProjectQuotaWait) || !errors.Is(err, ErrQuotaWait) {
 			t.Fatalf("c over the project's budget: %v", err)
 		}
 	})
@@ -830,15 +829,15 @@ func TestBudgetRefusalShapes(t *testing.T) {
 					}
 				}
 				// refuse makes Google refuse who's next call in the shape and
-				// checks the answer is rate limited for Google's retry time.
+				// checks the answer is refused for Google's retry time.
 				refuse := func(who string) {
 					t.Helper()
 					if _, err := fake.InjectFault(googlefake.Fault{Account: who, Refusal: shape, RetryAfter: retry, Times: 1}); err != nil {
 						t.Fatal(err)
 					}
 					_, err := gm[who].Labels(ctx)
-					if d, limited := queue.RetryAfter(err); !limited || d < retry-2*time.Second || d > retry {
-						t.Fatalf("%s refused in the shape %s: %v (wait %s), want rate limited for Google's %s", who, shape, err, d, retry)
+					if d, limited := RetryAfter(err); !limited || d < retry-2*time.Second || d > retry {
+						t.Fatalf("%s refused in the shape %s: %v (wait %s), want refused for Google's %s", who, shape, err, d, retry)
 					}
 				}
 				usage := func(who string) Usage {
@@ -894,7 +893,7 @@ func TestBudgetUnscopedRefusals(t *testing.T) {
 		refused := func(who string) (Usage, Usage) {
 			t.Helper()
 			spend(t, bud, who, 100, PriorityLive) // granted the first time
-			if err := bud.Refused(ctx, who, RefusedUnscoped, time.Second); err != nil {
+			if err := bud.Refused(ctx, who, ScopeUnscoped, time.Second); err != nil {
 				t.Fatal(err)
 			}
 			u, err := bud.Usage(ctx, who)
@@ -965,4 +964,36 @@ func TestBudgetWaitingMarkOutlivesSmallerGrants(t *testing.T) {
 			t.Errorf("waiting %v (%v) after the refused call's size was served, want none", u.Waiting, err)
 		}
 	})
+}
+
+// A call waiting in its task for budget waits through BudgetConfig.Wait
+// (the app gives the queue's, which hands the task back when its queue
+// stops), and the wait's error comes back as it is; without one, a timer
+// that ctx ends.
+func TestSpendWaitsThroughTheWaitHook(t *testing.T) {
+	t.Parallel()
+	errStop := errors.New("the queue stops")
+	var waited []time.Duration
+	hook := func(_ context.Context, d time.Duration) error {
+		waited = append(waited, d)
+		return errStop
+	}
+	b := brokertest.Embedded(t)
+	bud, _ := newBudget(t, b, BudgetConfig{UserUnits: 100, Pace: -1, MaxWait: 2 * time.Minute, Wait: hook})
+	ctx := WithPriority(context.Background(), PriorityLive)
+	if err := bud.Spend(ctx, "a", 100); err != nil {
+		t.Fatal(err)
+	}
+	if err := bud.Spend(ctx, "a", 1); !errors.Is(err, errStop) || len(waited) != 1 || waited[0] <= 0 {
+		t.Fatalf("spend over the window: %v after waits %v, want the hook's error after one wait", err, waited)
+	}
+	plain, _ := newBudget(t, b, BudgetConfig{UserUnits: 100, Pace: -1, MaxWait: 2 * time.Minute})
+	if err := plain.Spend(ctx, "b", 100); err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if err := plain.Spend(cctx, "b", 1); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("spend over the window without a hook: %v, want ctx's error", err)
+	}
 }

@@ -12,12 +12,10 @@ import (
 
 	"golang.org/x/oauth2"
 	"google.golang.org/api/googleapi"
-
-	"mailroom/queue"
 )
 
 // Sentinel errors. Classified errors wrap them, so errors.Is finds them
-// through the queue's error classes.
+// through the error classes below.
 var (
 	// ErrRevoked: the account's grant is gone (invalid_grant, or 401 even
 	// after a refresh). Retrying cannot fix it; the user must reconnect.
@@ -36,36 +34,127 @@ var (
 	ErrNoOAuthClient = errors.New("no Google OAuth client is configured (set MAILROOM_GOOGLE_CLIENT_ID and MAILROOM_GOOGLE_CLIENT_SECRET): Google refreshes no token without one")
 )
 
+// Error classes. Every error of a Google call is classified (Classify) as
+// one of these, or returned as it is (context cancellation, the budget's
+// store): the adapter speaks no task engine's language. A pipeline maps
+// them to its engine's classes where its tasks take them. Each class's
+// Error is its cause's, and Unwrap gives the cause, so errors.Is and
+// errors.As see through it.
+
+// Refused is a call refused for quota, by Google or by the budget before
+// it was sent: it did nothing, and may be made again after RetryAfter.
+type Refused struct {
+	Err error
+	// RetryAfter is how long until the call may be made again: Google's
+	// retry time when it named one.
+	RetryAfter time.Duration
+	// Scope is whose quota refused it; ScopeUnscoped when the answer does
+	// not say (and for the token endpoint's refusals).
+	Scope Scope
+}
+
+func (e *Refused) Error() string { return e.Err.Error() }
+func (e *Refused) Unwrap() error { return e.Err }
+
+// Permanent is an error that making the call again cannot fix: a revoked
+// grant, a 404, another 4xx.
+type Permanent struct{ Err error }
+
+func (e *Permanent) Error() string { return e.Err.Error() }
+func (e *Permanent) Unwrap() error { return e.Err }
+
+// Transient is an error that may pass: a 5xx, a timeout or a network
+// error. The call may be made again later.
+type Transient struct{ Err error }
+
+func (e *Transient) Error() string { return e.Err.Error() }
+func (e *Transient) Unwrap() error { return e.Err }
+
+// RetryAfter returns the wait of a refusal (Refused) in err's chain.
+func RetryAfter(err error) (time.Duration, bool) {
+	var r *Refused
+	if errors.As(err, &r) {
+		return r.RetryAfter, true
+	}
+	return 0, false
+}
+
+// IsPermanent reports whether err's chain holds a Permanent.
+func IsPermanent(err error) bool {
+	var p *Permanent
+	return errors.As(err, &p)
+}
+
+// IsTransient reports whether err's chain holds a Transient.
+func IsTransient(err error) bool {
+	var t *Transient
+	return errors.As(err, &t)
+}
+
+// Scope is whose quota a refusal was for, as the answer says (see
+// refusalScope). Its values are the budget script's refusal kinds.
+type Scope int
+
+// Scopes.
+const (
+	// ScopeAccount: the account's per-user limit (userRateLimitExceeded,
+	// or a rateLimitExceeded whose text names the user); for the budget's
+	// own refusals, the account's window.
+	ScopeAccount Scope = 1
+	// ScopeProject: the project's limit (text naming the project's
+	// per-minute quota, not a user's); for the budget, the project's
+	// window.
+	ScopeProject Scope = 2
+	// ScopeConcurrent: 429 too many concurrent requests for the user.
+	ScopeConcurrent Scope = 3
+	// ScopeUnscoped: a refusal that names no scope ("Rate Limit
+	// Exceeded", "Resource has been exhausted (e.g. check quota).").
+	ScopeUnscoped Scope = 4
+)
+
+// String names the scope in logs.
+func (s Scope) String() string {
+	switch s {
+	case ScopeAccount:
+		return "the account's"
+	case ScopeProject:
+		return "the project's"
+	case ScopeConcurrent:
+		return "concurrent requests"
+	case ScopeUnscoped:
+		return "no scope named"
+	}
+	return strconv.Itoa(int(s))
+}
+
 // defaultRateWait is the wait of a rate limit without Retry-After.
 const defaultRateWait = 5 * time.Second
 
-// Classify maps an error of a Google call to the queue's error classes:
+// Classify puts an error of a Google call in its class:
 //
-//   - 429, and 403 with a rate-limit reason: queue.RateLimited with the
-//     server's Retry-After (5 s without one);
-//   - 5xx, timeouts and network errors: retryable (returned as they are);
-//   - invalid_grant from the token endpoint and 401: permanent, wrapping
+//   - 429, and 403 with a rate-limit reason: Refused, with the server's
+//     retry time (5 s without one) and the scope its text names;
+//   - 5xx, and network errors: Transient;
+//   - invalid_grant from the token endpoint and 401: Permanent, wrapping
 //     ErrRevoked;
-//   - 404: permanent, wrapping ErrNotFound;
-//   - 400 "Invalid label": permanent, wrapping ErrInvalidLabel;
-//   - other 4xx: permanent.
+//   - 404: Permanent, wrapping ErrNotFound;
+//   - 400 "Invalid label": Permanent, wrapping ErrInvalidLabel;
+//   - other 4xx: Permanent.
 //
-// Context cancellation is returned as it is.
+// Context cancellation, an error already classified and any other error
+// are returned as they are.
 func Classify(err error) error {
-	if err == nil {
-		return nil
-	}
-	if queue.IsPermanent(err) {
+	if err == nil || IsPermanent(err) || IsTransient(err) {
 		return err
 	}
-	if _, limited := queue.RetryAfter(err); limited {
+	if _, refused := RetryAfter(err); refused {
 		return err
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
 	if errors.Is(err, ErrRevoked) || errors.Is(err, ErrNoOAuthClient) {
-		return queue.Permanent(err)
+		return &Permanent{Err: err}
 	}
 	var re *oauth2.RetrieveError
 	if errors.As(err, &re) {
@@ -75,33 +164,37 @@ func Classify(err error) error {
 		}
 		switch {
 		case re.ErrorCode == "invalid_grant" || re.ErrorCode == "unauthorized_client":
-			return queue.Permanent(fmt.Errorf("%w: %w", ErrRevoked, err))
+			return &Permanent{Err: fmt.Errorf("%w: %w", ErrRevoked, err)}
 		case status == http.StatusTooManyRequests:
-			return queue.RateLimited(err, retryAfter(re.Response.Header))
+			return &Refused{Err: err, RetryAfter: retryAfter(re.Response.Header), Scope: ScopeUnscoped}
 		case status >= 500 || status == 0:
-			return err
+			return &Transient{Err: err}
 		default:
-			return queue.Permanent(err)
+			return &Permanent{Err: err}
 		}
 	}
 	var ge *googleapi.Error
 	if errors.As(err, &ge) {
 		switch {
 		case ge.Code == http.StatusTooManyRequests || (ge.Code == http.StatusForbidden && rateLimitReason(ge)):
-			return queue.RateLimited(err, retryHint(ge))
+			return &Refused{Err: err, RetryAfter: retryHint(ge), Scope: refusalScope(ge)}
 		case ge.Code >= 500:
-			return err
+			return &Transient{Err: err}
 		case ge.Code == http.StatusUnauthorized:
-			return queue.Permanent(fmt.Errorf("%w: %w", ErrRevoked, err))
+			return &Permanent{Err: fmt.Errorf("%w: %w", ErrRevoked, err)}
 		case ge.Code == http.StatusNotFound:
-			return queue.Permanent(fmt.Errorf("%w: %w", ErrNotFound, err))
+			return &Permanent{Err: fmt.Errorf("%w: %w", ErrNotFound, err)}
 		case ge.Code == http.StatusBadRequest && invalidLabel(ge.Message):
-			return queue.Permanent(fmt.Errorf("%w: %w", ErrInvalidLabel, err))
+			return &Permanent{Err: fmt.Errorf("%w: %w", ErrInvalidLabel, err)}
 		default:
-			return queue.Permanent(err)
+			return &Permanent{Err: err}
 		}
 	}
-	return err // network errors and the rest: retryable
+	var ne net.Error
+	if errors.As(err, &ne) {
+		return &Transient{Err: err}
+	}
+	return err // the rest: unclassified (a retry may help)
 }
 
 // invalidLabel reports whether a 400's message is Gmail's answer to an
@@ -142,20 +235,20 @@ func retryAfterMessage(msg string) (time.Time, bool) {
 	return t, err == nil
 }
 
-// quotaRefusal tells what kind of quota refusal a classified error of a
-// Gmail call is (RefusedUser, RefusedProject, RefusedConcurrent,
-// RefusedUnscoped; 0: none) and its wait (Google's retry time when it
-// named one: see retryHint). A wait for our own budget is none.
-func quotaRefusal(err error) (kind int, wait time.Duration) {
-	wait, limited := queue.RetryAfter(err)
+// quotaRefusal tells whose quota Google refused a classified error of a
+// Gmail call for (0: it is no refusal of Google's) and its wait (Google's
+// retry time when it named one: see retryHint). A wait for our own
+// budget is none.
+func quotaRefusal(err error) (Scope, time.Duration) {
+	var r *Refused
 	var ge *googleapi.Error
-	if !limited || !errors.As(err, &ge) {
+	if !errors.As(err, &r) || !errors.As(err, &ge) {
 		return 0, 0
 	}
 	if ge.Code != http.StatusTooManyRequests && ge.Code != http.StatusForbidden {
 		return 0, 0
 	}
-	return refusalScope(ge), wait
+	return r.Scope, r.RetryAfter
 }
 
 // refusalScope reads whose quota Google refused a call for from what the
@@ -176,19 +269,19 @@ func quotaRefusal(err error) (kind int, wait time.Duration) {
 // this order:
 //
 //   - text naming concurrent requests ("Too many concurrent requests for
-//     user", a 429): RefusedConcurrent, the account's calls in flight;
+//     user", a 429): ScopeConcurrent, the account's calls in flight;
 //   - text naming a user ("per user", "User-rate", "User Rate", "for
 //     user", or a quota limit "…PerUser" in the details), or the reason
-//     userRateLimitExceeded: RefusedUser;
+//     userRateLimitExceeded: ScopeAccount;
 //   - text naming the project's quota without a user (a per-minute or
-//     per-project limit, or the consumer whose quota it is): RefusedProject;
+//     per-project limit, or the consumer whose quota it is): ScopeProject;
 //   - anything else names no scope (403 or 429 rateLimitExceeded "Rate
 //     Limit Exceeded", 429 RESOURCE_EXHAUSTED "Resource has been exhausted
 //     (e.g. check quota).", mxngls/gmail-cleaner issue 5 and
 //     elie222/inbox-zero issue 379, seen on one busy mailbox):
-//     RefusedUnscoped, which the budget charges to the account unless
+//     ScopeUnscoped, which the budget charges to the account unless
 //     other accounts are refused the same way (see Budget.Refused).
-func refusalScope(ge *googleapi.Error) int {
+func refusalScope(ge *googleapi.Error) Scope {
 	text := refusalText(ge)
 	has := func(subs ...string) bool {
 		for _, s := range subs {
@@ -204,13 +297,13 @@ func refusalScope(ge *googleapi.Error) int {
 	}
 	switch {
 	case has("concurrent"):
-		return RefusedConcurrent
+		return ScopeConcurrent
 	case has("per user", "user-rate", "user rate", "for user", "peruser") || userReason:
-		return RefusedUser
+		return ScopeAccount
 	case has("per minute", "perminute", "per project", "perproject", "for consumer"):
-		return RefusedProject
+		return ScopeProject
 	}
-	return RefusedUnscoped
+	return ScopeUnscoped
 }
 
 // refusalText is everything a refusal says about itself, lower-cased: its

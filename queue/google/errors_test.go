@@ -11,8 +11,6 @@ import (
 
 	"golang.org/x/oauth2"
 	"google.golang.org/api/googleapi"
-
-	"mailroom/queue"
 )
 
 func TestClassify(t *testing.T) {
@@ -25,7 +23,8 @@ func TestClassify(t *testing.T) {
 	}
 	type class int
 	const (
-		retryable class = iota
+		retryable class = iota // unclassified
+		transient
 		permanent
 		limited
 	)
@@ -45,28 +44,30 @@ func TestClassify(t *testing.T) {
 		{"403 user rate", gerr(403, "userRateLimitExceeded", nil), limited, nil, defaultRateWait},
 		{"403 quota", gerr(403, "quotaExceeded", nil), limited, nil, defaultRateWait},
 		{"403 forbidden", gerr(403, "forbidden", nil), permanent, nil, 0},
-		{"500", gerr(500, "backendError", nil), retryable, nil, 0},
-		{"503", gerr(503, "", nil), retryable, nil, 0},
+		{"500", gerr(500, "backendError", nil), transient, nil, 0},
+		{"503", gerr(503, "", nil), transient, nil, 0},
 		{"401", gerr(401, "authError", nil), permanent, ErrRevoked, 0},
 		{"404", gerr(404, "notFound", nil), permanent, ErrNotFound, 0},
 		{"400", gerr(400, "invalidArgument", nil), permanent, nil, 0},
 		{"400 invalid label", fmt.Errorf("call: %w", &googleapi.Error{Code: 400, Message: "Invalid label: Label_7"}), permanent, ErrInvalidLabel, 0},
 		{"invalid_grant", oerr(400, "invalid_grant"), permanent, ErrRevoked, 0},
-		{"token endpoint 503", oerr(503, ""), retryable, nil, 0},
+		{"token endpoint 503", oerr(503, ""), transient, nil, 0},
 		{"token endpoint 429", oerr(429, ""), limited, nil, defaultRateWait},
-		{"network", &net.OpError{Op: "dial", Err: errors.New("refused")}, retryable, nil, 0},
+		{"network", &net.OpError{Op: "dial", Err: errors.New("refused")}, transient, nil, 0},
 		{"deadline", context.DeadlineExceeded, retryable, nil, 0},
 	}
 	for _, tc := range cases {
 		got := Classify(tc.err)
-		wait, isLimited := queue.RetryAfter(got)
+		wait, isLimited := RetryAfter(got)
 		switch {
 		case tc.class == limited && (!isLimited || wait != tc.wait):
 			t.Errorf("%s: %v, want rate limited %s", tc.name, got, tc.wait)
-		case tc.class == permanent && !queue.IsPermanent(got):
+		case tc.class == permanent && !IsPermanent(got):
 			t.Errorf("%s: %v, want permanent", tc.name, got)
-		case tc.class == retryable && (queue.IsPermanent(got) || isLimited):
-			t.Errorf("%s: %v, want retryable", tc.name, got)
+		case tc.class == transient && (!IsTransient(got) || IsPermanent(got) || isLimited):
+			t.Errorf("%s: %v, want transient", tc.name, got)
+		case tc.class == retryable && (IsTransient(got) || IsPermanent(got) || isLimited):
+			t.Errorf("%s: %v, want unclassified", tc.name, got)
 		case tc.is != nil && !errors.Is(got, tc.is):
 			t.Errorf("%s: %v does not wrap %v", tc.name, got, tc.is)
 		}
@@ -89,7 +90,7 @@ func TestClassify(t *testing.T) {
 func TestRefreshWithoutOAuthClient(t *testing.T) {
 	t.Parallel()
 	_, err := New(Config{}).TokenSource(Token{RefreshToken: "1//r"}, nil).Token()
-	if !errors.Is(err, ErrNoOAuthClient) || !queue.IsPermanent(Classify(err)) || errors.Is(err, ErrRevoked) {
+	if !errors.Is(err, ErrNoOAuthClient) || !IsPermanent(Classify(err)) || errors.Is(err, ErrRevoked) {
 		t.Fatalf("refresh without a client: %v; want a permanent ErrNoOAuthClient, not a revoked grant", err)
 	}
 	_, err = New(Config{TokenURL: "http://127.0.0.1:1/token"}).TokenSource(Token{RefreshToken: "1//r"}, nil).Token()
@@ -114,32 +115,32 @@ func TestQuotaRefusalScope(t *testing.T) {
 	cases := []struct {
 		name string
 		err  error
-		kind int
+		kind Scope
 		wait time.Duration // 0: about 30 s (the message's time)
 	}{
-		{"403 userRateLimitExceeded (documented)", refusal(403, "userRateLimitExceeded", "usageLimits", "User-rate limit exceeded.  Retry after "+at, nil), RefusedUser, 0},
+		{"403 userRateLimitExceeded (documented)", refusal(403, "userRateLimitExceeded", "usageLimits", "User-rate limit exceeded.  Retry after "+at, nil), ScopeAccount, 0},
 		{"403 rateLimitExceeded, Queries per minute per user", refusal(403, "rateLimitExceeded", "usageLimits",
-			"Quota exceeded for quota metric 'Queries' and limit 'Queries per minute per user' of service 'gmail.googleapis.com' for consumer 'project_number:1'.", nil), RefusedUser, defaultRateWait},
+			"Quota exceeded for quota metric 'Queries' and limit 'Queries per minute per user' of service 'gmail.googleapis.com' for consumer 'project_number:1'.", nil), ScopeAccount, defaultRateWait},
 		{"429 Queries per minute per user", refusal(429, "rateLimitExceeded", "usageLimits",
-			"Quota exceeded for quota metric 'Queries' and limit 'Queries per minute per user' of service 'gmail.googleapis.com' for consumer 'project_number:1'.", nil), RefusedUser, defaultRateWait},
+			"Quota exceeded for quota metric 'Queries' and limit 'Queries per minute per user' of service 'gmail.googleapis.com' for consumer 'project_number:1'.", nil), ScopeAccount, defaultRateWait},
 		// Under the May 2026 quotas, which count units.
 		{"403 rateLimitExceeded, Total Query Cost, Units per minute per user", refusal(403, "rateLimitExceeded", "usageLimits",
-			"Quota exceeded for quota metric 'Total Query Cost' and limit 'Units per minute per user' of service 'gmail.googleapis.com' for consumer 'project_number:1'.", nil), RefusedUser, defaultRateWait},
+			"Quota exceeded for quota metric 'Total Query Cost' and limit 'Units per minute per user' of service 'gmail.googleapis.com' for consumer 'project_number:1'.", nil), ScopeAccount, defaultRateWait},
 		{"429 Total Query Cost, Units per minute per user", refusal(429, "rateLimitExceeded", "usageLimits",
-			"Quota exceeded for quota metric 'Total Query Cost' and limit 'Units per minute per user'", nil), RefusedUser, defaultRateWait},
+			"Quota exceeded for quota metric 'Total Query Cost' and limit 'Units per minute per user'", nil), ScopeAccount, defaultRateWait},
 		{"403 rateLimitExceeded, Total Query Cost, the project's Units per minute", refusal(403, "rateLimitExceeded", "usageLimits",
-			"Quota exceeded for quota metric 'Total Query Cost' and limit 'Units per minute' of service 'gmail.googleapis.com' for consumer 'project_number:1'.", nil), RefusedProject, defaultRateWait},
-		{"403 rateLimitExceeded, User-rate limit, Retry after", refusal(403, "rateLimitExceeded", "usageLimits", "User-rate limit exceeded.  Retry after "+at, nil), RefusedUser, 0},
+			"Quota exceeded for quota metric 'Total Query Cost' and limit 'Units per minute' of service 'gmail.googleapis.com' for consumer 'project_number:1'.", nil), ScopeProject, defaultRateWait},
+		{"403 rateLimitExceeded, User-rate limit, Retry after", refusal(403, "rateLimitExceeded", "usageLimits", "User-rate limit exceeded.  Retry after "+at, nil), ScopeAccount, 0},
 		{"403 userRateLimitExceeded, User Rate Limit Exceeded", refusal(403, "userRateLimitExceeded", "usageLimits",
-			"User Rate Limit Exceeded. Rate of requests for user exceed configured project quota.", http.Header{"Retry-After": {"9"}}), RefusedUser, 9 * time.Second},
+			"User Rate Limit Exceeded. Rate of requests for user exceed configured project quota.", http.Header{"Retry-After": {"9"}}), ScopeAccount, 9 * time.Second},
 		{"403 rateLimitExceeded, the project's per-minute quota", refusal(403, "rateLimitExceeded", "usageLimits",
-			"Quota exceeded for quota metric 'Queries' and limit 'Queries per minute' of service 'gmail.googleapis.com' for consumer 'project_number:1'.", nil), RefusedProject, defaultRateWait},
-		{"403 rateLimitExceeded, Rate Limit Exceeded (documented project)", refusal(403, "rateLimitExceeded", "usageLimits", "Rate Limit Exceeded", nil), RefusedUnscoped, defaultRateWait},
-		{"429 Resource has been exhausted", refusal(429, "rateLimitExceeded", "global", "Resource has been exhausted (e.g. check quota).", http.Header{"Retry-After": {"3"}}), RefusedUnscoped, 3 * time.Second},
-		{"429 Too many concurrent requests for user", refusal(429, "rateLimitExceeded", "usageLimits", "Too many concurrent requests for user", nil), RefusedConcurrent, defaultRateWait},
+			"Quota exceeded for quota metric 'Queries' and limit 'Queries per minute' of service 'gmail.googleapis.com' for consumer 'project_number:1'.", nil), ScopeProject, defaultRateWait},
+		{"403 rateLimitExceeded, Rate Limit Exceeded (documented project)", refusal(403, "rateLimitExceeded", "usageLimits", "Rate Limit Exceeded", nil), ScopeUnscoped, defaultRateWait},
+		{"429 Resource has been exhausted", refusal(429, "rateLimitExceeded", "global", "Resource has been exhausted (e.g. check quota).", http.Header{"Retry-After": {"3"}}), ScopeUnscoped, 3 * time.Second},
+		{"429 Too many concurrent requests for user", refusal(429, "rateLimitExceeded", "usageLimits", "Too many concurrent requests for user", nil), ScopeConcurrent, defaultRateWait},
 		{"a limit PerUser in ErrorInfo", Classify(&googleapi.Error{Code: 429, Message: "Quota exceeded.", Details: []any{
 			map[string]any{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "RATE_LIMIT_EXCEEDED",
-				"metadata": map[string]any{"quota_limit": "QueriesPerMinutePerUser", "quota_metric": "gmail.googleapis.com/default"}}}}), RefusedUser, defaultRateWait},
+				"metadata": map[string]any{"quota_limit": "QueriesPerMinutePerUser", "quota_metric": "gmail.googleapis.com/default"}}}}), ScopeAccount, defaultRateWait},
 	}
 	for _, tc := range cases {
 		kind, wait := quotaRefusal(tc.err)
@@ -153,7 +154,7 @@ func TestQuotaRefusalScope(t *testing.T) {
 	if kind, _ := quotaRefusal(Classify(&googleapi.Error{Code: 500})); kind != 0 {
 		t.Errorf("a 500 is a quota refusal of kind %d", kind)
 	}
-	if kind, _ := quotaRefusal(queue.RateLimited(ErrQuotaWait, time.Second)); kind != 0 {
+	if kind, _ := quotaRefusal(&Refused{Err: ErrQuotaWait, RetryAfter: time.Second, Scope: ScopeAccount}); kind != 0 {
 		t.Errorf("a wait for our own budget is a quota refusal of kind %d", kind)
 	}
 }

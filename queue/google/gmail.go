@@ -13,9 +13,9 @@ import (
 )
 
 // Gmail is the Gmail API of one account. Its methods return classified
-// errors (see Classify): a caller returns them to the queue as they are, or
-// checks them with errors.Is against ErrNotFound, ErrRevoked and
-// ErrHistoryTooOld.
+// errors (see Classify): a caller maps them to its task engine's classes
+// (queue/googleerr), and checks them with errors.Is against ErrNotFound,
+// ErrRevoked and ErrHistoryTooOld.
 //
 // When the Client has a Budget, every call first spends its units (Google's
 // per-method cost) from the account's budget at the priority of its

@@ -1,7 +1,9 @@
 // Package google is mailroom's thin adapter over Google's APIs: Gmail v1
 // (and Sheets v4, in sheets.go), the OAuth 2 token source of a connected
-// account, the verifier of Pub/Sub push tokens, and the mapping of Google's
-// errors to the queue's error classes. It is the only importer of
+// account, the verifier of Pub/Sub push tokens, the Gmail budget, and
+// Google's errors in the adapter's own classes (Refused, Permanent,
+// Transient: see Classify), which know no task engine; a pipeline maps them
+// to its engine's (queue/googleerr). It is the only importer of
 // google.golang.org/api.
 //
 // Every constructor takes a base URL and an *http.Client, so tests and

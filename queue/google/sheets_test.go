@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"mailroom/internal/googlefake"
-	"mailroom/queue"
 )
 
 // The Sheets adapter shares the Gmail adapter's call rules: a 401 refreshes
@@ -43,7 +42,7 @@ func TestSheetsRefreshesThenReportsARevokedGrant(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = sh.WriteRange(ctx, book, "Sheet1!A2:B2", row)
-	if !errors.Is(err, ErrRevoked) || !queue.IsPermanent(err) {
+	if !errors.Is(err, ErrRevoked) || !IsPermanent(err) {
 		t.Errorf("after two 401s: %v, want permanent ErrRevoked", err)
 	}
 	if n := revoked.Load(); n != 1 {

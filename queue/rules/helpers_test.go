@@ -54,7 +54,7 @@ func newFixture(t testing.TB, cfg Config, start bool) *fixture {
 	f.fake = googlefake.StartForTest(t, googlefake.Options{GmailQuotaPrices: googlefake.GmailPrices2025})
 	// The Gmail budget at Google's defaults for that list, over the
 	// fixture's broker, as serve runs it.
-	budget, err := google.NewBudget(google.BudgetConfig{Prices: google.MustPrices(google.Prices2025)}, f.broker.Client())
+	budget, err := google.NewBudget(google.BudgetConfig{Prices: google.MustPrices(google.Prices2025), Wait: queue.Wait}, f.broker.Client())
 	if err != nil {
 		t.Fatal(err)
 	}

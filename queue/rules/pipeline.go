@@ -190,7 +190,7 @@ func New(cfg Config, deps Deps) (*Pipeline, error) {
 		cfg:      cfg,
 		db:       deps.DB,
 		limiter:  &Limiter{rdb: deps.Broker, limit: cfg.SaveLimit, window: cfg.SaveWindow, spent: cfg.SpentUntil},
-		gmail:    deps.Gmail,
+		gmail:    queueOpener(deps.Gmail),
 		log:      cfg.Logger.With("component", "rules"),
 		metrics:  m,
 		gate:     newGate(),

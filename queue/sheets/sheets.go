@@ -310,7 +310,7 @@ func New(cfg Config, deps Deps) (*Pipeline, error) {
 	p := &Pipeline{
 		cfg:     cfg,
 		db:      deps.DB,
-		clients: deps.Clients,
+		clients: queueClients{deps.Clients},
 		alerts:  deps.Alerts,
 		queue:   deps.Queue,
 		log:     cfg.Logger.With("component", "sheets"),

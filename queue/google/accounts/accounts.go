@@ -155,13 +155,13 @@ func (s *Service) usable(accountID string) (store.Account, error) {
 		return err
 	})
 	if errors.Is(err, store.ErrNotFound) {
-		return acc, queue.Permanent(fmt.Errorf("%w: %w", ErrAccountGone, err))
+		return acc, &google.Permanent{Err: fmt.Errorf("%w: %w", ErrAccountGone, err)}
 	}
 	if err != nil {
 		return acc, err
 	}
 	if acc.Status != store.AccountSyncing && acc.Status != store.AccountReady {
-		return acc, queue.Permanent(fmt.Errorf("gmail: account %s is %s: %w", acc.ID, acc.Status, google.ErrRevoked))
+		return acc, &google.Permanent{Err: fmt.Errorf("gmail: account %s is %s: %w", acc.ID, acc.Status, google.ErrRevoked)}
 	}
 	return acc, nil
 }
@@ -207,14 +207,14 @@ func (s *Service) Forget(accountID string) {
 func (s *Service) Token(acc store.Account) (google.Token, error) {
 	var tok google.Token
 	if len(acc.Token) == 0 {
-		return tok, queue.Permanent(fmt.Errorf("gmail: account %s: %w: no token stored", acc.ID, google.ErrRevoked))
+		return tok, &google.Permanent{Err: fmt.Errorf("gmail: account %s: %w: no token stored", acc.ID, google.ErrRevoked)}
 	}
 	plain, err := s.db.Unseal(acc.Token, acc.ID)
 	if err != nil {
-		return tok, queue.Permanent(fmt.Errorf("gmail: account %s: %w", acc.ID, err))
+		return tok, &google.Permanent{Err: fmt.Errorf("gmail: account %s: %w", acc.ID, err)}
 	}
 	if err := json.Unmarshal(plain, &tok); err != nil {
-		return tok, queue.Permanent(fmt.Errorf("gmail: account %s: decode token: %w", acc.ID, err))
+		return tok, &google.Permanent{Err: fmt.Errorf("gmail: account %s: decode token: %w", acc.ID, err)}
 	}
 	return tok, nil
 }

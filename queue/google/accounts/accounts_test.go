@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"mailroom/internal/googlefake"
-	"mailroom/queue"
 	"mailroom/queue/google"
 	"mailroom/queue/google/accounts"
 	"mailroom/store"
@@ -44,7 +43,7 @@ func TestAccountsServiceSharesOneConnectionPerAccount(t *testing.T) {
 	s := newService(t, db, fake)
 	ctx := context.Background()
 
-	if _, err := s.Gmail(ctx, "nope"); !queue.IsPermanent(err) || !errors.Is(err, accounts.ErrAccountGone) {
+	if _, err := s.Gmail(ctx, "nope"); !google.IsPermanent(err) || !errors.Is(err, accounts.ErrAccountGone) {
 		t.Fatalf("an unknown account: %v, want a permanent ErrAccountGone", err)
 	}
 
@@ -105,7 +104,7 @@ func TestAccountsServiceRevokedGrantPutsTheAccountInError(t *testing.T) {
 	if acc.Status != store.AccountError || acc.StatusReason == "" {
 		t.Fatalf("account after the revoked grant: status %q, reason %q; want error with what to do", acc.Status, acc.StatusReason)
 	}
-	if _, err := s.Sheets(ctx, id); !queue.IsPermanent(err) || !errors.Is(err, google.ErrRevoked) {
+	if _, err := s.Sheets(ctx, id); !google.IsPermanent(err) || !errors.Is(err, google.ErrRevoked) {
 		t.Fatalf("an account in error: %v, want a permanent ErrRevoked", err)
 	}
 }
