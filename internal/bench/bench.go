@@ -95,6 +95,7 @@ func Scenarios() []Scenario {
 		{"rules-throughput", "Reclassify of 100,000 threads against 20 rules", benchRulesThroughput},
 		{"gmail-quota", "A full sync of 10,000 messages, three rule saves and a new message a second on one account under Google's 6,000 Gmail units a minute: one budget vs the old two limiters", benchGmailQuota},
 		{"events", "Events a second one mailroom delivers with p99 change to 2xx within 1 s: mail changes and form rows on a rising ramp, 1, 10 and 100 webhooks, signatures verified, both brokers", benchEvents},
+		{"fleet", "Three mailrooms (own brokers) on one Google project through one Redis, 30 accounts' full syncs under the project's Gmail limit: units and time against Google's floor for the project, and fairness between mailrooms", benchFleet},
 		{"idle", "An idle serve's CPU and RSS, and CPU per 1,000 durable tasks: sleeping vs always-on task servers, both brokers", benchIdle},
 	}
 }
