@@ -73,8 +73,8 @@ func TestMoveUser(t *testing.T) {
 	// Every event of the user's the source made reaches the webhook before
 	// the source stops (the export refuses while one is undelivered).
 	before := feed(src, "&userId="+userID)[made:]
-	if len(before) < 2 {
-		t.Fatalf("the source made %d events for the user; want the rule's and the form's at least", len(before))
+	if len(before) == 0 {
+		t.Fatal("the source made no event for the user after the webhook; want form.created at least")
 	}
 	testkit.EventuallyNil(t, 10*time.Second, "the source's events delivered", func() error {
 		return sameEvents(hooks.ids(), eventIDs(before))
