@@ -193,26 +193,35 @@ func (q *Quota) project() int {
 	return q.projectLimit
 }
 
-// run runs the acquire script on the store in use; a fleet's Redis that
-// does not answer sends it, and the calls of the next google.FleetRetry,
-// to the fallback.
+// run runs the acquire script on the store in use (see try).
 func (q *Quota) run(ctx context.Context, keys []string, args func() []any) *redis.Cmd {
+	var cmd *redis.Cmd
+	_ = q.try(func(st scripter) error {
+		cmd = acquireScript.Run(ctx, st, keys, args()...)
+		return cmd.Err()
+	})
+	return cmd
+}
+
+// try runs fn on the store in use; a fleet's Redis that does not answer
+// sends it, and the calls of the next google.FleetRetry, to the fallback.
+func (q *Quota) try(fn func(scripter) error) error {
 	st := q.store()
-	cmd := acquireScript.Run(ctx, st, keys, args()...)
+	err := fn(st)
 	if q.fallback == nil || st == q.fallback {
-		return cmd
+		return err
 	}
-	if !google.Unreachable(cmd.Err()) {
+	if !google.Unreachable(err) {
 		if q.fleet.MarkUp() {
 			q.log.Info("the fleet's Redis answers again; the project's Sheets calls are shared through it", "kind", q.kind)
 		}
-		return cmd
+		return err
 	}
 	if q.fleet.MarkDown(q.now()) {
 		q.log.Warn("the fleet's Redis does not answer; counting this mailroom's share of the project's Sheets calls in its own broker",
-			"kind", q.kind, "share", q.project(), "err", cmd.Err())
+			"kind", q.kind, "share", q.project(), "err", err)
 	}
-	return acquireScript.Run(ctx, q.fallback, keys, args()...)
+	return fn(q.fallback)
 }
 
 // lostUntil returns until when the whole window counts as spent because
@@ -424,18 +433,21 @@ type QuotaUse struct {
 func (q *Quota) Usage(ctx context.Context, account string) (QuotaUse, error) {
 	from := fmt.Sprintf("(%d", q.now().Add(-q.window).UnixMilli())
 	keys := q.quotaKeys(account)
-	st := q.store()
-	used, err := st.ZCount(ctx, keys[0], from, "+inf").Result()
+	var used, waiting, project int64
+	err := q.try(func(st scripter) (err error) {
+		if used, err = st.ZCount(ctx, keys[0], from, "+inf").Result(); err != nil {
+			return fmt.Errorf("sheets: quota use of account %s: %w", account, err)
+		}
+		if waiting, err = st.ZCard(ctx, keys[1]).Result(); err != nil {
+			return fmt.Errorf("sheets: quota waiters of account %s: %w", account, err)
+		}
+		if project, err = st.ZCount(ctx, q.quotaKeys("")[0], from, "+inf").Result(); err != nil {
+			return fmt.Errorf("sheets: project quota use: %w", err)
+		}
+		return nil
+	})
 	if err != nil {
-		return QuotaUse{}, fmt.Errorf("sheets: quota use of account %s: %w", account, err)
-	}
-	waiting, err := st.ZCard(ctx, keys[1]).Result()
-	if err != nil {
-		return QuotaUse{}, fmt.Errorf("sheets: quota waiters of account %s: %w", account, err)
-	}
-	project, err := st.ZCount(ctx, q.quotaKeys("")[0], from, "+inf").Result()
-	if err != nil {
-		return QuotaUse{}, fmt.Errorf("sheets: project quota use: %w", err)
+		return QuotaUse{}, err
 	}
 	u := QuotaUse{Used: int(used), Limit: q.limit, Waiting: int(waiting), ProjectUsed: int(project), ProjectLimit: q.project(), FleetDown: q.FleetDown()}
 	if until := q.lostUntil(); !until.IsZero() {
