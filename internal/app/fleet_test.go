@@ -3,6 +3,7 @@ package app_test
 import (
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"mailroom/internal/app/apptest"
 	"mailroom/internal/googlefake"
 	"mailroom/internal/testkit"
+	"mailroom/queue/broker"
 	"mailroom/queue/broker/brokertest"
 )
 
@@ -92,5 +94,55 @@ func TestFleetSharesTheProject(t *testing.T) {
 	status, _ := apps["mail-b"].Do(http.MethodGet, "/readyz", nil)
 	if status != http.StatusOK {
 		t.Errorf("mail-b not ready: %d", status)
+	}
+}
+
+// TestFleetDownSheetsTakeTheirShare: two mailrooms share a fleet's Redis,
+// which then stops. Form rows are still written: the Sheets quotas fall
+// back to this mailroom's broker with the project's reads and writes
+// divided by the two mailrooms it last saw, as the Gmail budget does; the
+// form's quota shows that share, the Overview page says so and
+// mailroom_fleet_up is 0.
+func TestFleetDownSheetsTakeTheirShare(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs two mailrooms and a redis-server it stops")
+	}
+	t.Parallel()
+	fleetRedis := brokertest.StartRedisProcess(t)
+	fake := googlefake.StartForTest(t, googlefake.Options{})
+	fleet := func(name string) func(*app.Config) {
+		return func(cfg *app.Config) {
+			cfg.Instance, cfg.FleetRedisURL = name, fleetRedis.URL()
+			cfg.SheetsQuotaWindow = time.Minute
+			cfg.SheetsProjectWritesPerMinute, cfg.SheetsProjectReadsPerMinute = 200, 250
+		}
+	}
+	ta, userID, accountID, book := sheetsApp(t, fake, fleet("mail-a"))
+	apptest.Start(t, withGoogle(fake, fleet("mail-b")))
+	testkit.Eventually(t, 3*broker.FleetBeat, "mail-a to see mail-b", func() bool {
+		return scrapeMetrics(ta)["mailroom_fleet_mailrooms"] == 2
+	})
+	var f sheetsForm
+	ta.JSON(http.MethodPost, "/api/v1/forms", map[string]any{
+		"userId": userID, "accountId": accountID, "spreadsheetId": book, "sheet": "Responses", "columns": []string{"name"},
+	}, http.StatusCreated, &f)
+
+	fleetRedis.Stop()
+	for i := range 3 {
+		ta.JSON(http.MethodPost, "/api/v1/forms/"+f.ID+"/submissions", map[string]any{"answers": map[string]string{"name": fmt.Sprint("n", i)}}, http.StatusAccepted, nil)
+	}
+	testkit.Eventually(t, 15*time.Second, "3 rows written with the fleet's Redis down", func() bool { return getForm(ta, f.ID).RowsWritten == 3 })
+	var got struct {
+		Quota sheetsQuota `json:"quota"`
+	}
+	ta.JSON(http.MethodGet, "/api/v1/forms/"+f.ID, nil, http.StatusOK, &got)
+	if q := got.Quota; q.ProjectWrites.Limit != 100 || q.ProjectReads.Limit != 125 || q.ProjectWrites.LastMinute < 1 {
+		t.Errorf("the form's quota with the fleet's Redis down: %+v; want half the project's 200 writes and 250 reads, the writes counted", q)
+	}
+	if m := scrapeMetrics(ta); m["mailroom_fleet_up"] != 0 {
+		t.Errorf("mailroom_fleet_up %v with the fleet's Redis down, want 0", m["mailroom_fleet_up"])
+	}
+	if page := adminGet(t, ta, "/admin"); !strings.Contains(page, "1/2 of the project&#39;s Gmail units and of its Sheets reads and writes") {
+		t.Errorf("the Overview page does not say the Sheets share:\n%s", page)
 	}
 }

@@ -37,10 +37,10 @@ func (a *App) Problems() []web.Problem {
 			})
 		}
 	}
-	if a.fleet != nil && !a.fleet.Up() {
+	if a.fleet != nil && !a.fleetUp() {
 		out = append(out, web.Problem{
 			Title: "The fleet's Redis does not answer.",
-			Text: fmt.Sprintf("MAILROOM_FLEET_REDIS_URL does not answer: this mailroom spends 1/%d of the project's Gmail units from its own broker (the mailrooms it last saw: %s), and its Sheets writes wait until the fleet's Redis is back.",
+			Text: fmt.Sprintf("MAILROOM_FLEET_REDIS_URL does not answer: this mailroom spends 1/%d of the project's Gmail units and of its Sheets reads and writes from its own broker (the mailrooms it last saw: %s) until the fleet's Redis is back.",
 				a.fleet.Share(), strings.Join(a.fleet.Seen(), ", ")),
 		})
 	}
@@ -89,8 +89,21 @@ func (a *App) fleetStatus(ctx context.Context) (*web.FleetStatus, error) {
 		u = google.Usage{} // the fleet's Redis is down: its count is not known
 	}
 	f.ProjectUnits, f.ProjectLimit, f.MineUnits = u.ProjectUsed, b.Config().ProjectUnits, b.MineLastWindow()
-	f.Up = f.Up && !b.FleetDown()
+	f.Up = a.fleetUp()
 	return f, nil
+}
+
+// fleetUp reports whether the fleet's Redis answers: its last beat did,
+// and neither the Gmail budget nor the Sheets quotas have fallen back to
+// this mailroom's share.
+func (a *App) fleetUp() bool {
+	if !a.fleet.Up() {
+		return false
+	}
+	if a.accounts != nil && a.accounts.Google().Budget() != nil && a.accounts.Google().Budget().FleetDown() {
+		return false
+	}
+	return a.sheets == nil || !a.sheets.FleetDown()
 }
 
 // registerFleetMetrics exposes the fleet: the mailrooms seen, whether its
@@ -106,7 +119,7 @@ func (a *App) registerFleetMetrics() error {
 			}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "mailroom_fleet_up", Help: "1 while the fleet's Redis answers (or there is no fleet), 0 while this mailroom spends its share from its own broker."},
 			func() float64 {
-				if a.fleet == nil || a.fleet.Up() {
+				if a.fleet == nil || a.fleetUp() {
 					return 1
 				}
 				return 0

@@ -3,11 +3,14 @@ package app_test
 import (
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"mailroom/internal/app"
 	"mailroom/internal/app/apptest"
@@ -45,6 +48,14 @@ func TestMoveUser(t *testing.T) {
 	for i, box := range boxes {
 		waitMirror(src, fake, accIDs[i], box, 20*time.Second)
 	}
+	// The webhook takes the events made from its creation on.
+	made := len(feed(src, "&userId="+userID))
+	hooks := newHookReceiver(t)
+	var hook struct{ ID, Secret string }
+	src.JSON(http.MethodPost, "/api/v1/webhooks", map[string]any{"url": hooks.srv.URL + "/hook", "userId": userID}, http.StatusCreated, &hook)
+	hooks.mu.Lock()
+	hooks.secret = hook.Secret
+	hooks.mu.Unlock()
 	src.JSON(http.MethodPost, "/api/v1/users/"+userID+"/rules", map[string]any{
 		"label": "Moved", "match": "all", "conditions": []map[string]any{{"field": "subject", "op": "contains", "value": "zzz-none"}},
 	}, http.StatusCreated, nil)
@@ -59,10 +70,15 @@ func TestMoveUser(t *testing.T) {
 	for _, n := range []string{"a", "b", "c"} {
 		src.JSON(http.MethodPost, "/api/v1/forms/"+form.ID+"/submissions", map[string]any{"answers": map[string]any{"name": n}}, http.StatusAccepted, nil)
 	}
-	hooks := newHookReceiver(t)
-	var hook struct{ ID, Secret string }
-	src.JSON(http.MethodPost, "/api/v1/webhooks", map[string]any{"url": hooks.srv.URL + "/hook", "userId": userID}, http.StatusCreated, &hook)
-	hooks.secret = hook.Secret
+	// Every event of the user's the source made reaches the webhook before
+	// the source stops (the export refuses while one is undelivered).
+	before := feed(src, "&userId="+userID)[made:]
+	if len(before) == 0 {
+		t.Fatal("the source made no event for the user after the webhook; want form.created at least")
+	}
+	testkit.EventuallyNil(t, 10*time.Second, "the source's events delivered", func() error {
+		return sameEvents(hooks.ids(), eventIDs(before))
+	})
 	if err := src.Stop(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -106,6 +122,16 @@ func TestMoveUser(t *testing.T) {
 		t.Fatalf("push to the target: %d", st)
 	}
 	waitMirror(dst, fake, accIDs[1], boxes[1], 15*time.Second)
+	// The webhook goes on with the target's events from the import on:
+	// after the source's, each of the target's once, none of the source's
+	// again (docs/operations.md, "what a webhook receiver sees").
+	after := feed(dst, "&userId="+userID)
+	if len(after) < 4 {
+		t.Fatalf("the target made %d events for the user; want the 3 rows' and the new mail's", len(after))
+	}
+	testkit.EventuallyNil(t, 10*time.Second, "the source's events then the target's, each once", func() error {
+		return sameEvents(hooks.ids(), append(eventIDs(before), eventIDs(after)...))
+	})
 	if got := fake.Calls(googlefake.MethodMessagesList); got != lists {
 		t.Errorf("messages.list calls went from %d to %d: the target ran a full sync", lists, got)
 	}
@@ -123,6 +149,9 @@ func TestMoveUser(t *testing.T) {
 		t.Errorf("source account after the move: %+v", a)
 	}
 	time.Sleep(300 * time.Millisecond) // a flush of the source would be due by now
+	if err := sameEvents(hooks.ids(), append(eventIDs(before), eventIDs(after)...)); err != nil {
+		t.Errorf("the source started again delivered to the moved webhook: %v", err)
+	}
 	cells, err := fake.Sheets.Cells(book, "Responses")
 	if err != nil {
 		t.Fatal(err)
@@ -145,3 +174,12 @@ func TestMoveUser(t *testing.T) {
 }
 
 func contains(b []byte, s string) bool { return strings.Contains(string(b), s) }
+
+// sameEvents says how the event ids a receiver took differ from want, in
+// order: none missing, none twice, none else.
+func sameEvents(got, want []string) error {
+	if diff := cmp.Diff(want, got); diff != "" {
+		return fmt.Errorf("delivered event ids (-want +got):\n%s", diff)
+	}
+	return nil
+}

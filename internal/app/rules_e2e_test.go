@@ -299,8 +299,13 @@ func scrapeMetrics(ta *apptest.App) map[string]float64 {
 	if err != nil {
 		ta.T().Fatal(err)
 	}
+	return parseMetrics(string(raw))
+}
+
+// parseMetrics reads a /metrics answer into series → value.
+func parseMetrics(raw string) map[string]float64 {
 	out := map[string]float64{}
-	for _, line := range strings.Split(string(raw), "\n") {
+	for _, line := range strings.Split(raw, "\n") {
 		i := strings.LastIndexByte(line, ' ')
 		if line == "" || line[0] == '#' || i < 0 {
 			continue

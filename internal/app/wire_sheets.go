@@ -1,9 +1,9 @@
 package app
 
 import (
-	"github.com/redis/go-redis/v9"
-
 	"context"
+
+	"github.com/redis/go-redis/v9"
 
 	"mailroom/queue/sheets"
 )
@@ -21,11 +21,13 @@ func (a *App) wireSheets(context.Context) (pipeline, error) {
 		userBytes = sheets.DefaultUserBytes(free)
 	}
 	// The quotas are the project's: in the fleet's Redis when there is one
-	// (its windows outlive this process's broker).
-	var quotaStore redis.UniversalClient = a.broker.Client()
+	// (its windows outlive this process's broker), with this mailroom's
+	// share in its broker while that Redis does not answer.
+	var quotaStore, fallback redis.UniversalClient = a.broker.Client(), nil
+	var share func() int
 	spentUntil := a.watch.SpentUntil
 	if a.fleet != nil {
-		quotaStore, spentUntil = a.fleet.Client(), nil
+		quotaStore, fallback, share, spentUntil = a.fleet.Client(), a.broker.Client(), a.fleet.Share, nil
 	}
 	p, err := sheets.New(sheets.Config{
 		FlushDelay:      a.cfg.SheetsFlushDelay,
@@ -48,7 +50,7 @@ func (a *App) wireSheets(context.Context) (pipeline, error) {
 		MaxUserBytes:           userBytes,
 		// Windows the broker lost resume as if fully spent.
 		SpentUntil: spentUntil,
-	}, sheets.Deps{DB: a.db, Queue: a.queue, Broker: quotaStore, Clients: accountSheets{a.accounts}, Alerts: a.alerts})
+	}, sheets.Deps{DB: a.db, Queue: a.queue, Broker: quotaStore, Fallback: fallback, Share: share, Clients: accountSheets{a.accounts}, Alerts: a.alerts})
 	if err != nil {
 		return nil, err
 	}

@@ -107,6 +107,7 @@ func Scenarios() []Scenario {
 		{"gmail-quota", "A full sync of 10,000 messages, three rule saves and a new message a second on one account at Google's 2026 prices (6,000 Gmail units a minute, messages.get 20, threads.get 40): one budget vs the old two limiters", benchGmailQuota},
 		{"gmail-quota-2025", "The same at Google's 2025 prices (messages.get 5, threads.get 10, 15,000 units a minute: a project that used the API between November 2025 and April 2026), mailroom alone", benchGmailQuota2025},
 		{"events", "Events a second one mailroom delivers with p99 change to 2xx within 1 s: mail changes and form rows on a rising ramp, 1, 10 and 100 webhooks, signatures verified, both brokers", benchEvents},
+		{"fleet", "Three mailrooms (own brokers) on one Google project through one Redis, 30 accounts' full syncs under the project's Gmail limit: units and time against Google's floor for the project, and fairness between mailrooms", benchFleet},
 		{"idle", "An idle serve's CPU and RSS, and CPU per 1,000 durable tasks: sleeping vs always-on task servers, both brokers", benchIdle},
 	}
 }

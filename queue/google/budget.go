@@ -214,7 +214,7 @@ type Budget struct {
 	mu       sync.Mutex
 	inFlight map[string]*slots // accounts with a call in flight or waiting for a slot
 
-	fleet fleetState // with Fallback: whether the fleet's Redis answers
+	fleet FleetState // with Fallback: whether the fleet's Redis answers
 	mine  unitLog    // this process's granted units (the fleet's share)
 }
 

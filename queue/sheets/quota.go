@@ -5,11 +5,13 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"mailroom/queue"
+	"mailroom/queue/google"
 )
 
 // scripter is the part of a Redis client the quota needs.
@@ -75,6 +77,12 @@ type Quota struct {
 	lead         time.Duration
 	now          func() time.Time
 	spentUntil   func(window time.Duration) time.Time
+
+	// A fleet's quota: see QuotaConfig.Fallback.
+	fallback scripter
+	share    func() int
+	fleet    google.FleetState
+	log      *slog.Logger
 }
 
 // QuotaConfig configures a Quota. Zero values take the defaults named.
@@ -113,6 +121,18 @@ type QuotaConfig struct {
 	// lost its log (queue.Watch.SpentUntil); the zero time when it need
 	// not. Nil: the broker's log is trusted.
 	SpentUntil func(window time.Duration) time.Time
+	// Fallback, when set, makes rdb a fleet's Redis (the mailrooms of one
+	// Google project share the project's Sheets calls there) and is
+	// where the logs are kept while it does not answer: this mailroom's
+	// broker, with ProjectLimit divided by Share, the mailrooms it last
+	// saw, as the Gmail budget does (queue/google's fleet.go). Nil: rdb
+	// alone.
+	Fallback scripter
+	// Share is how many mailrooms share the project; nil: one.
+	Share func() int
+	// Logger says when the fleet's Redis stops or starts answering.
+	// Default slog.Default().
+	Logger *slog.Logger
 }
 
 // NewQuota returns the quota over the broker client rdb.
@@ -141,8 +161,67 @@ func NewQuota(cfg QuotaConfig, rdb scripter) *Quota {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
 	return &Quota{rdb: rdb, kind: cfg.Kind, limit: cfg.Limit, projectLimit: cfg.ProjectLimit,
-		window: cfg.Window + cfg.Margin, grace: cfg.Grace, lead: cfg.Lead, now: cfg.Now, spentUntil: cfg.SpentUntil}
+		window: cfg.Window + cfg.Margin, grace: cfg.Grace, lead: cfg.Lead, now: cfg.Now, spentUntil: cfg.SpentUntil,
+		fallback: cfg.Fallback, share: cfg.Share, log: cfg.Logger}
+}
+
+// FleetDown reports whether the logs are kept in the fallback because the
+// fleet's Redis does not answer (false without a fleet).
+func (q *Quota) FleetDown() bool {
+	return q.fallback != nil && q.fleet.IsDown(q.now())
+}
+
+// store is where the logs are kept now: the fleet's Redis (or the only
+// store), or the fallback while the fleet's Redis does not answer.
+func (q *Quota) store() scripter {
+	if q.FleetDown() {
+		return q.fallback
+	}
+	return q.rdb
+}
+
+// project is the project's calls this mailroom may make a window: all of
+// them, or while the fleet's Redis does not answer, its share.
+func (q *Quota) project() int {
+	if q.FleetDown() {
+		return google.ShareOf(q.projectLimit, q.share)
+	}
+	return q.projectLimit
+}
+
+// run runs the acquire script on the store in use (see try).
+func (q *Quota) run(ctx context.Context, keys []string, args func() []any) *redis.Cmd {
+	var cmd *redis.Cmd
+	_ = q.try(func(st scripter) error {
+		cmd = acquireScript.Run(ctx, st, keys, args()...)
+		return cmd.Err()
+	})
+	return cmd
+}
+
+// try runs fn on the store in use; a fleet's Redis that does not answer
+// sends it, and the calls of the next google.FleetRetry, to the fallback.
+func (q *Quota) try(fn func(scripter) error) error {
+	st := q.store()
+	err := fn(st)
+	if q.fallback == nil || st == q.fallback {
+		return err
+	}
+	if !google.Unreachable(err) {
+		if q.fleet.MarkUp() {
+			q.log.Info("the fleet's Redis answers again; the project's Sheets calls are shared through it", "kind", q.kind)
+		}
+		return err
+	}
+	if q.fleet.MarkDown(q.now()) {
+		q.log.Warn("the fleet's Redis does not answer; counting this mailroom's share of the project's Sheets calls in its own broker",
+			"kind", q.kind, "share", q.project(), "err", err)
+	}
+	return fn(q.fallback)
 }
 
 // lostUntil returns until when the whole window counts as spent because
@@ -297,9 +376,10 @@ func (q *Quota) Acquire(ctx context.Context, account, waiter string) (Grant, err
 	member := fmt.Sprintf("%d:%s:%s:%s", now, account, waiter, hex.EncodeToString(rnd[:]))
 	project := q.quotaKeys("")
 	keys := append(append(q.quotaKeys(account), project...), project[0]+":pace")
-	res, err := acquireScript.Run(ctx, q.rdb, keys,
-		now, q.window.Milliseconds(), q.limit, waiter, q.grace.Milliseconds(), member, q.projectLimit, account,
-		q.lead.Milliseconds()).Int64Slice()
+	res, err := q.run(ctx, keys, func() []any {
+		return []any{now, q.window.Milliseconds(), q.limit, waiter, q.grace.Milliseconds(), member, q.project(), account,
+			q.lead.Milliseconds()}
+	}).Int64Slice()
 	if err != nil {
 		return Grant{}, fmt.Errorf("sheets: %s quota of account %s: %w", q.kind, account, err)
 	}
@@ -322,7 +402,7 @@ func (q *Quota) Settle(ctx context.Context, account string, g Grant) error {
 	}
 	z := redis.Z{Score: float64(q.now().UnixMilli()), Member: g.Slot}
 	for _, k := range []string{q.quotaKeys(account)[0], q.quotaKeys("")[0]} {
-		if err := q.rdb.ZAddXX(ctx, k, z).Err(); err != nil {
+		if err := q.store().ZAddXX(ctx, k, z).Err(); err != nil {
 			return fmt.Errorf("sheets: settle %s quota slot of account %s: %w", q.kind, account, err)
 		}
 	}
@@ -337,8 +417,12 @@ type QuotaUse struct {
 	Limit int
 	// Waiting is the number of the account's forms waiting for a slot.
 	Waiting int
-	// ProjectUsed and ProjectLimit are the same for all accounts together.
+	// ProjectUsed and ProjectLimit are the same for all accounts together
+	// (while FleetDown, this mailroom's share of the project's).
 	ProjectUsed, ProjectLimit int
+	// FleetDown: the fleet's Redis does not answer, and the counts are
+	// this mailroom's own, within its share of the project's limit.
+	FleetDown bool
 	// SpentUntil is set while the window counts as fully spent because
 	// the broker lost its log (see Quota); Used and ProjectUsed then show
 	// the limits.
@@ -349,21 +433,25 @@ type QuotaUse struct {
 func (q *Quota) Usage(ctx context.Context, account string) (QuotaUse, error) {
 	from := fmt.Sprintf("(%d", q.now().Add(-q.window).UnixMilli())
 	keys := q.quotaKeys(account)
-	used, err := q.rdb.ZCount(ctx, keys[0], from, "+inf").Result()
+	var used, waiting, project int64
+	err := q.try(func(st scripter) (err error) {
+		if used, err = st.ZCount(ctx, keys[0], from, "+inf").Result(); err != nil {
+			return fmt.Errorf("sheets: quota use of account %s: %w", account, err)
+		}
+		if waiting, err = st.ZCard(ctx, keys[1]).Result(); err != nil {
+			return fmt.Errorf("sheets: quota waiters of account %s: %w", account, err)
+		}
+		if project, err = st.ZCount(ctx, q.quotaKeys("")[0], from, "+inf").Result(); err != nil {
+			return fmt.Errorf("sheets: project quota use: %w", err)
+		}
+		return nil
+	})
 	if err != nil {
-		return QuotaUse{}, fmt.Errorf("sheets: quota use of account %s: %w", account, err)
+		return QuotaUse{}, err
 	}
-	waiting, err := q.rdb.ZCard(ctx, keys[1]).Result()
-	if err != nil {
-		return QuotaUse{}, fmt.Errorf("sheets: quota waiters of account %s: %w", account, err)
-	}
-	project, err := q.rdb.ZCount(ctx, q.quotaKeys("")[0], from, "+inf").Result()
-	if err != nil {
-		return QuotaUse{}, fmt.Errorf("sheets: project quota use: %w", err)
-	}
-	u := QuotaUse{Used: int(used), Limit: q.limit, Waiting: int(waiting), ProjectUsed: int(project), ProjectLimit: q.projectLimit}
+	u := QuotaUse{Used: int(used), Limit: q.limit, Waiting: int(waiting), ProjectUsed: int(project), ProjectLimit: q.project(), FleetDown: q.FleetDown()}
 	if until := q.lostUntil(); !until.IsZero() {
-		u.Used, u.ProjectUsed, u.SpentUntil = q.limit, q.projectLimit, until
+		u.Used, u.ProjectUsed, u.SpentUntil = q.limit, q.project(), until
 	}
 	return u, nil
 }

@@ -268,8 +268,15 @@ type Deps struct {
 	DB *store.DB
 	// Queue records flush tasks (the queue's enqueue side). Required.
 	Queue enqueuer
-	// Broker holds the write quota (broker.Broker.Client()).
+	// Broker holds the write quota (broker.Broker.Client()), or a fleet's
+	// Redis (the project's quotas shared by its mailrooms).
 	Broker scripter
+	// Fallback, with a fleet's Redis as Broker, holds this mailroom's
+	// share of the project's quotas while that Redis does not answer
+	// (this mailroom's broker); Share is how many mailrooms share the
+	// project. See QuotaConfig.
+	Fallback scripter
+	Share    func() int
 	// Clients gives each account's Sheets client.
 	Clients Clients
 	// Alerts announces forms that enter the error state; nil: none.
@@ -301,6 +308,11 @@ type Pipeline struct {
 	afterGrow func() error
 }
 
+// FleetDown reports whether the Sheets quotas are kept in this mailroom's
+// broker, within its share of the project's, because the fleet's Redis
+// does not answer (false without a fleet).
+func (p *Pipeline) FleetDown() bool { return p.quota.FleetDown() || p.reads.FleetDown() }
+
 // New builds the pipeline.
 func New(cfg Config, deps Deps) (*Pipeline, error) {
 	cfg.defaults()
@@ -316,9 +328,11 @@ func New(cfg Config, deps Deps) (*Pipeline, error) {
 		log:     cfg.Logger.With("component", "sheets"),
 		submits: newSubmitLimiter(cfg.SubmitsPerForm, cfg.SubmitsPerUser, cfg.SubmitWindow),
 		quota: NewQuota(QuotaConfig{Kind: "writes", Limit: cfg.WritesPerMinute, ProjectLimit: cfg.ProjectWritesPerMinute,
-			Window: cfg.QuotaWindow, Now: cfg.Now, SpentUntil: cfg.SpentUntil}, deps.Broker),
+			Window: cfg.QuotaWindow, Now: cfg.Now, SpentUntil: cfg.SpentUntil,
+			Fallback: deps.Fallback, Share: deps.Share, Logger: cfg.Logger}, deps.Broker),
 		reads: NewQuota(QuotaConfig{Kind: "reads", Limit: cfg.ReadsPerMinute, ProjectLimit: cfg.ProjectReadsPerMinute,
-			Window: cfg.QuotaWindow, Now: cfg.Now, SpentUntil: cfg.SpentUntil}, deps.Broker),
+			Window: cfg.QuotaWindow, Now: cfg.Now, SpentUntil: cfg.SpentUntil,
+			Fallback: deps.Fallback, Share: deps.Share, Logger: cfg.Logger}, deps.Broker),
 	}
 	m, err := newMetrics(cfg.Registerer, p.bufferedGauge)
 	if err != nil {
