@@ -51,6 +51,10 @@ type Move struct {
 	// first, so a target with another key fails with a clear error.
 	KeyCheck []byte       `json:"keyCheck"`
 	Buckets  []MoveBucket `json:"buckets"`
+	// EventsHead is the source's newest event number at the export: the
+	// target numbers its events above it, so a receiver's event ids keep
+	// increasing across the move.
+	EventsHead uint64 `json:"eventsHead,omitempty"`
 }
 
 // MoveBucket is the user's part of one bucket.
@@ -201,7 +205,7 @@ func (tx *Tx) MoveExport(userID string) (*Move, error) {
 		return nil, err
 	}
 	m := &Move{Format: MoveFormat, Schema: SchemaVersion(), UserID: u.ID, Email: u.Email, ExportedAt: time.Now().UTC(),
-		KeyCheck: tx.db.Seal([]byte(u.ID), keyCheckAAD(u.ID))}
+		KeyCheck: tx.db.Seal([]byte(u.ID), keyCheckAAD(u.ID)), EventsHead: tx.EventsHead()}
 	names := make([]string, 0, len(moveBuckets))
 	for n, r := range moveBuckets {
 		if r.pick != nil {
@@ -427,6 +431,9 @@ func (tx *Tx) MoveImport(m *Move) (MoveImported, error) {
 	if err := tx.moveConflicts(m); err != nil {
 		return out, err
 	}
+	if err := tx.eventsAtLeast(m.EventsHead); err != nil {
+		return out, fmt.Errorf("store: import: %w", err)
+	}
 	// Submissions first: the buffers name them by their new ids.
 	subs := map[string][]byte{}
 	order := slices.Clone(m.Buckets)
@@ -604,6 +611,18 @@ func (tx *Tx) importBuffers(mb MoveBucket, subs map[string][]byte) error {
 		}
 	}
 	return nil
+}
+
+// eventsAtLeast moves the event log's numbering up to head when it is
+// below: the moved user's receivers then see ids above every id the source
+// gave them. The skipped numbers name no event, as pruned ones do not;
+// every kept cursor stays valid.
+func (tx *Tx) eventsAtLeast(head uint64) error {
+	b := tx.tx.Bucket(bucketEvents)
+	if head <= b.Sequence() {
+		return nil
+	}
+	return b.SetSequence(head)
 }
 
 // importWebhooks writes the webhooks with their cursors at this

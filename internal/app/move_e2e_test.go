@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -132,6 +133,12 @@ func TestMoveUser(t *testing.T) {
 	testkit.EventuallyNil(t, 10*time.Second, "the source's events then the target's, each once", func() error {
 		return sameEvents(hooks.ids(), append(eventIDs(before), eventIDs(after)...))
 	})
+	// Ids keep increasing across the move: the target numbers its events
+	// above the source's newest, so a receiver that keeps the highest id
+	// seen drops none of the target's.
+	if ids := hooks.ids(); !slices.IsSorted(ids) {
+		t.Errorf("event ids a receiver took across the move are not increasing: %v", ids)
+	}
 	if got := fake.Calls(googlefake.MethodMessagesList); got != lists {
 		t.Errorf("messages.list calls went from %d to %d: the target ran a full sync", lists, got)
 	}
