@@ -33,6 +33,10 @@ func benchCommand(ctx context.Context, args []string, getenv func(string) string
 		for _, s := range bench.Scenarios() {
 			fmt.Fprintf(fs.Output(), "  %-18s %s\n", s.Name, s.Title)
 		}
+		fmt.Fprintf(fs.Output(), "\nRun only when named:\n")
+		for _, s := range bench.OptionalScenarios() {
+			fmt.Fprintf(fs.Output(), "  %-18s %s\n", s.Name, s.Title)
+		}
 		fmt.Fprintf(fs.Output(), "\nFlags:\n")
 		fs.PrintDefaults()
 	}

@@ -184,6 +184,12 @@ func gqPercentile(d []time.Duration, p int) time.Duration {
 // one budget per account against the two separate limiters of the design
 // before it, on the strict emulator, in the same run.
 func benchGmailQuota(ctx context.Context, o Options) (Result, error) {
+	return gqScenario(ctx, o, google.Prices2026, false)
+}
+
+// benchGmailQuotaOld is gmail-quota with the old two limiters run after
+// mailroom as the baseline (twice its time: not in a whole `make bench`).
+func benchGmailQuotaOld(ctx context.Context, o Options) (Result, error) {
 	return gqScenario(ctx, o, google.Prices2026, true)
 }
 

@@ -18,7 +18,7 @@ func TestBenchGmailQuotaQuick(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the benchmark scenario")
 	}
-	r, err := benchGmailQuota(context.Background(), Options{Quick: true, Progress: testkit.LogWriter(t)})
+	r, err := benchGmailQuotaOld(context.Background(), Options{Quick: true, Progress: testkit.LogWriter(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
