@@ -42,6 +42,9 @@ import (
 var labelPropertySeeds = []uint64{1, 4, 8}
 
 func TestLabelsProperty(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the app for about a minute")
+	}
 	seeds := labelPropertySeeds
 	if s := os.Getenv("LABELS_PROPERTY_SEED"); s != "" {
 		n, err := strconv.ParseUint(s, 10, 64)
@@ -373,11 +376,17 @@ func (w *labelWorld) settle() error {
 	}
 	// The labels are checked once the app is idle; a last look after a
 	// moment more catches a write that landed late.
-	if err := w.labelsAsRules(); err != nil {
-		return err
+	err := w.labelsAsRules()
+	if err == nil {
+		time.Sleep(200 * time.Millisecond)
+		err = w.labelsAsRules()
 	}
-	time.Sleep(200 * time.Millisecond)
-	return w.labelsAsRules()
+	if err != nil {
+		w.gate.mu.Lock()
+		defer w.gate.mu.Unlock()
+		return fmt.Errorf("%w\nheld calls whose callers gave up: %q", err, w.gate.abandoned)
+	}
+	return nil
 }
 
 // diagnose says what the app holds: its dead letters, queues and jobs.
@@ -456,6 +465,8 @@ type writeGate struct {
 	rng    *rand.Rand
 	closed bool
 	parked []*heldWrite
+	// abandoned lists the held calls whose callers gave up.
+	abandoned []string
 }
 
 type heldWrite struct {
@@ -505,6 +516,9 @@ func (g *writeGate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if hw.abandon {
 			g.h.ServeHTTP(httptest.NewRecorder(), hw.req)
 		}
+		g.mu.Lock()
+		g.abandoned = append(g.abandoned, fmt.Sprintf("%s %s (landed: %v)", r.Method, r.URL.Path, hw.abandon))
+		g.mu.Unlock()
 	}
 }
 
