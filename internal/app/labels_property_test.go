@@ -114,6 +114,7 @@ type labelWorld struct {
 	rules  []*propRule
 	log    []string
 	crashs int
+	wrong  []string // the messages the last check found wrong
 }
 
 func newLabelWorld(t *testing.T, seed uint64) *labelWorld {
@@ -383,8 +384,10 @@ func (w *labelWorld) settle() error {
 	}
 	if err != nil {
 		w.gate.mu.Lock()
-		defer w.gate.mu.Unlock()
-		return fmt.Errorf("%w\nheld calls whose callers gave up: %q", err, w.gate.abandoned)
+		abandoned := slices.Clone(w.gate.abandoned)
+		w.gate.mu.Unlock()
+		return fmt.Errorf("%w\nheld calls whose callers gave up: %q\nwrites naming those messages, in the order they landed:\n%s",
+			err, abandoned, strings.Join(w.gate.writesOf(w.wrong), "\n"))
 	}
 	return nil
 }
@@ -433,6 +436,7 @@ func (w *labelWorld) idle() error {
 // rule's label on none).
 func (w *labelWorld) labelsAsRules() error {
 	var errs []error
+	w.wrong = nil
 	for _, r := range w.rules {
 		var c *rules.Compiled
 		if r.id != "" {
@@ -445,6 +449,7 @@ func (w *labelWorld) labelsAsRules() error {
 		for _, m := range w.fake.Gmail.Messages(w.email) {
 			want := c != nil && c.Match(&rules.Message{From: m.From, To: m.To, Cc: m.Cc, Subject: m.Subject, Body: m.Body})
 			if has := labelID != "" && slices.Contains(m.LabelIDs, labelID); has != want {
+				w.wrong = append(w.wrong, m.ID)
 				errs = append(errs, fmt.Errorf("message %s (thread %s, from %q, subject %q) has label %s: %v, its rule (%s, version %d) says %v",
 					m.ID, m.ThreadID, m.From, m.Subject, r.label, has, ruleName(r.id), r.version, want))
 			}
@@ -467,6 +472,7 @@ type writeGate struct {
 	parked []*heldWrite
 	// abandoned lists the held calls whose callers gave up.
 	abandoned []string
+	writes    []string // the POSTs served, in order
 }
 
 type heldWrite struct {
@@ -489,15 +495,18 @@ func holds(r *http.Request) bool {
 }
 
 func (g *writeGate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	if r.Method == http.MethodPost {
+		defer g.landed(r, body)
+	}
 	g.mu.Lock()
 	if !g.closed || !holds(r) {
 		g.mu.Unlock()
 		g.h.ServeHTTP(w, r)
-		return
-	}
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		g.mu.Unlock()
 		return
 	}
 	req := r.Clone(context.Background())
@@ -520,6 +529,27 @@ func (g *writeGate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.abandoned = append(g.abandoned, fmt.Sprintf("%s %s (landed: %v)", r.Method, r.URL.Path, hw.abandon))
 		g.mu.Unlock()
 	}
+}
+
+// landed notes a write that reached the emulator (or, its caller gone,
+// maybe did), in order.
+func (g *writeGate) landed(r *http.Request, body []byte) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.writes = append(g.writes, fmt.Sprintf("%s %s", r.URL.Path[strings.LastIndex(r.URL.Path, "/messages"):], body))
+}
+
+// writesOf returns the writes that name one of ids.
+func (g *writeGate) writesOf(ids []string) []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var out []string
+	for _, w := range g.writes {
+		if slices.ContainsFunc(ids, func(id string) bool { return strings.Contains(w, id) }) {
+			out = append(out, w)
+		}
+	}
+	return out
 }
 
 // toggle closes an open gate and opens a closed one (letting what it held
