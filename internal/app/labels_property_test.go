@@ -500,7 +500,7 @@ func (g *writeGate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
-	if r.Method == http.MethodPost {
+	if r.Method == http.MethodPost && strings.Contains(r.URL.Path, "/messages") {
 		defer g.landed(r, body)
 	}
 	g.mu.Lock()
