@@ -353,6 +353,13 @@ func (w *labelWorld) crash() {
 	if err := w.ta.Stop(context.Background()); err != nil {
 		w.t.Fatalf("stop: %v", err)
 	}
+	// The calls the stopped app held in flight land (or not) before the
+	// next one starts: Gmail takes a dead process's calls at once or never.
+	for deadline := time.Now().Add(5 * time.Second); w.gate.held() > 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			w.t.Fatalf("%d calls still held after the stop", w.gate.held())
+		}
+	}
 	w.ta = apptest.Start(w.t, w.cfg)
 	w.crashs++
 	w.logf("crash and restart")
@@ -519,13 +526,13 @@ func (g *writeGate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case <-hw.land:
 		g.h.ServeHTTP(w, hw.req)
 	case <-r.Context().Done():
-		g.mu.Lock()
-		g.parked = slices.DeleteFunc(g.parked, func(p *heldWrite) bool { return p == hw })
-		g.mu.Unlock()
+		// Landed or not before it leaves the held list: a crash waits for
+		// that list to empty before the restart.
 		if hw.abandon {
 			g.h.ServeHTTP(httptest.NewRecorder(), hw.req)
 		}
 		g.mu.Lock()
+		g.parked = slices.DeleteFunc(g.parked, func(p *heldWrite) bool { return p == hw })
 		g.abandoned = append(g.abandoned, fmt.Sprintf("%s %s (landed: %v)", r.Method, r.URL.Path, hw.abandon))
 		g.mu.Unlock()
 	}
