@@ -384,6 +384,9 @@ func (w *labelWorld) settle() error {
 	}
 	// The labels are checked once the app is idle; a last look after a
 	// moment more catches a write that landed late.
+	if err := w.rulesAsSaved(); err != nil {
+		return err
+	}
 	err := w.labelsAsRules()
 	if err == nil {
 		time.Sleep(200 * time.Millisecond)
@@ -434,6 +437,50 @@ func (w *labelWorld) idle() error {
 	}
 	if n := w.gate.held(); n > 0 {
 		return fmt.Errorf("%d writes held", n)
+	}
+	return w.tasksIdle()
+}
+
+// tasksIdle reports which queue still holds tasks (new mail's rules may
+// run after the mirror caught up); the watch renewal always waits.
+func (w *labelWorld) tasksIdle() error {
+	var qs struct {
+		Queues []struct {
+			Name                                      string
+			Pending, Active, Scheduled, Retry, Outbox int
+		}
+	}
+	w.ta.JSON(http.MethodGet, "/api/v1/queues", nil, http.StatusOK, &qs)
+	for _, q := range qs.Queues {
+		if q.Name != "gmail-maintenance" && q.Pending+q.Active+q.Scheduled+q.Retry+q.Outbox > 0 {
+			return fmt.Errorf("queue %s holds tasks: %+v", q.Name, q)
+		}
+	}
+	return nil
+}
+
+// rulesAsSaved checks that mailroom keeps exactly the rules the test
+// saved last (a save retried after a refusal stored once).
+func (w *labelWorld) rulesAsSaved() error {
+	var got struct {
+		Rules []struct {
+			ID string
+			rules.Spec
+		}
+	}
+	w.ta.JSON(http.MethodGet, "/api/v1/users/"+w.user+"/rules", nil, http.StatusOK, &got)
+	want := map[string]rules.Spec{}
+	for _, r := range w.rules {
+		if r.id != "" {
+			want[r.id] = r.spec()
+		}
+	}
+	stored := map[string]rules.Spec{}
+	for _, r := range got.Rules {
+		stored[r.ID] = rules.Spec{Label: r.Label, Match: r.Match, Conditions: r.Conditions}
+	}
+	if diff := cmp.Diff(want, stored); diff != "" {
+		return fmt.Errorf("stored rules (-saved +stored):\n%s", diff)
 	}
 	return nil
 }
