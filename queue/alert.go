@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"mailroom/queue/lifecycle"
+	"mailroom/internal/lifecycle"
 	"mailroom/store"
 )
 

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"mailroom/internal/lifecycle"
 	"mailroom/internal/testkit"
 	"mailroom/queue"
-	"mailroom/queue/lifecycle"
 )
 
 // The alerter is a loop: Stop returns only once what was pending is

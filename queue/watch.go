@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"mailroom/queue/lifecycle"
+	"mailroom/internal/lifecycle"
 	"mailroom/store"
 )
 

@@ -12,12 +12,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"mailroom/internal/lifecycle"
 	"mailroom/queue"
 	"mailroom/queue/broker"
 	"mailroom/queue/gmail"
 	"mailroom/queue/google"
 	"mailroom/queue/google/accounts"
-	"mailroom/queue/lifecycle"
 	"mailroom/queue/rules"
 	"mailroom/queue/sheets"
 	"mailroom/queue/webhooks"

@@ -4,7 +4,7 @@ import (
 	"log/slog"
 	"net/http"
 
-	"mailroom/queue/lifecycle"
+	"mailroom/internal/lifecycle"
 	"mailroom/web"
 )
 

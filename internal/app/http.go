@@ -9,7 +9,7 @@ import (
 	"net/http"
 	"time"
 
-	"mailroom/queue/lifecycle"
+	"mailroom/internal/lifecycle"
 )
 
 // httpShutdownTimeout bounds the wait for requests in flight at Stop.

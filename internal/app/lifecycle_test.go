@@ -12,8 +12,8 @@ import (
 
 	"mailroom/internal/app"
 	"mailroom/internal/app/apptest"
+	"mailroom/internal/lifecycle"
 	"mailroom/internal/testkit"
-	"mailroom/queue/lifecycle"
 )
 
 // recorder keeps, in order, the starts and stops of an app's probes, and

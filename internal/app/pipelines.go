@@ -3,8 +3,8 @@ package app
 import (
 	"context"
 
+	"mailroom/internal/lifecycle"
 	"mailroom/queue"
-	"mailroom/queue/lifecycle"
 )
 
 // pipeline is the one shape of every pipeline (and of the Google-accounts

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"mailroom/internal/lifecycle"
 	"mailroom/internal/testkit"
-	"mailroom/queue/lifecycle"
 )
 
 type fakeStore struct {

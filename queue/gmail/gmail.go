@@ -25,10 +25,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"mailroom/internal/lifecycle"
 	"mailroom/queue"
 	"mailroom/queue/google"
 	"mailroom/queue/google/accounts"
-	"mailroom/queue/lifecycle"
 	"mailroom/store"
 )
 

@@ -7,8 +7,8 @@ import (
 	"slices"
 	"time"
 
+	"mailroom/internal/lifecycle"
 	"mailroom/queue"
-	"mailroom/queue/lifecycle"
 	"mailroom/store"
 )
 

@@ -11,8 +11,8 @@ import (
 
 	"go.uber.org/goleak"
 
+	"mailroom/internal/lifecycle"
 	"mailroom/internal/testkit"
-	"mailroom/queue/lifecycle"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
