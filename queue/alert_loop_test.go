@@ -36,10 +36,10 @@ func TestAlerterLoopPostsPendingBeforeStopReturns(t *testing.T) {
 	if err := alerts.Start(context.Background()); !errors.Is(err, lifecycle.ErrStarted) {
 		t.Fatalf("second Start: %v, want lifecycle.ErrStarted", err)
 	}
-	alerts.Notify(queue.TypeDebugRecord, "1", "first")
+	alerts.Notify(typeRecord, "1", "first")
 	testkit.Eventually(t, 5*time.Second, "the first alert", func() bool { return posts.Load() == 1 })
 	// Within the interval: held back until the loop stops.
-	alerts.Notify(queue.TypeDebugRecord, "2", "second")
+	alerts.Notify(typeRecord, "2", "second")
 	if err := alerts.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -29,6 +29,7 @@ import (
 // end-to-end tests and every benchmark alike.
 type App struct {
 	cfg      *Config
+	deps     Deps // what New was given besides cfg (wireAccounts reads the Google ones)
 	log      *slog.Logger
 	registry *prometheus.Registry
 
@@ -73,7 +74,7 @@ type App struct {
 // New returns, and nothing runs until Start. New owns deps.Closers: a
 // failed New runs them.
 func New(ctx context.Context, cfg *Config, deps Deps) (_ *App, err error) {
-	a := &App{cfg: cfg, log: deps.Logger, registry: prometheus.NewRegistry(), demoSource: deps.DemoSource, depClosers: deps.Closers}
+	a := &App{cfg: cfg, deps: deps, log: deps.Logger, registry: prometheus.NewRegistry(), demoSource: deps.DemoSource, depClosers: deps.Closers}
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
 	}
@@ -110,14 +111,8 @@ func New(ctx context.Context, cfg *Config, deps Deps) (_ *App, err error) {
 		alerts.WebhookURL, alerts.Client = deps.AlertURL, deps.AlertClient
 	}
 	a.alerts = queue.NewAlerter(alerts)
-	a.table = queue.NewTable(queue.TableConfig{
-		MaxRetries:              cfg.MaxRetries,
-		ConcurrencyMessageAdded: cfg.ConcurrencyMessageAdded,
-		ConcurrencyState:        cfg.ConcurrencyState,
-		Debug:                   cfg.DebugTasks,
-	})
-	if cfg.Overrides.Tasks != nil {
-		a.table = queue.NewTableFromRows(cfg.Overrides.Tasks(a.table.Types()))
+	if a.table, err = taskTable(cfg, deps); err != nil {
+		return nil, err
 	}
 	a.watch = queue.NewWatch(queue.WatchConfig{Logger: logger, Raise: a.alerts.Raise}, a.db, a.broker.Client())
 	if err := a.openQueue(cfg, logger); err != nil {

@@ -265,30 +265,30 @@ func (p *Pipeline) Services() []lifecycle.Service {
 // Register attaches the handlers of every gmail:* task type to the table.
 func (p *Pipeline) Register(t *queue.Table) error {
 	handlers := map[string]queue.Handler{
-		queue.TypeGmailSync:            p.handleSync,
-		queue.TypeGmailFullSync:        p.handleFullSync,
-		queue.TypeGmailMessageAdded:    p.handleAdded,
-		queue.TypeGmailMessageRead:     p.stateHandler(queue.TypeGmailMessageRead),
-		queue.TypeGmailMessageUnread:   p.stateHandler(queue.TypeGmailMessageUnread),
-		queue.TypeGmailMessageTrashed:  p.stateHandler(queue.TypeGmailMessageTrashed),
-		queue.TypeGmailMessageRestored: p.stateHandler(queue.TypeGmailMessageRestored),
-		queue.TypeGmailMessageDeleted:  p.stateHandler(queue.TypeGmailMessageDeleted),
-		queue.TypeGmailMessageLabeled:  p.stateHandler(queue.TypeGmailMessageLabeled),
-		queue.TypeGmailWatchRenew:      p.handleWatchRenew,
+		TypeSync:            p.handleSync,
+		TypeFullSync:        p.handleFullSync,
+		TypeMessageAdded:    p.handleAdded,
+		TypeMessageRead:     p.stateHandler(TypeMessageRead),
+		TypeMessageUnread:   p.stateHandler(TypeMessageUnread),
+		TypeMessageTrashed:  p.stateHandler(TypeMessageTrashed),
+		TypeMessageRestored: p.stateHandler(TypeMessageRestored),
+		TypeMessageDeleted:  p.stateHandler(TypeMessageDeleted),
+		TypeMessageLabeled:  p.stateHandler(TypeMessageLabeled),
+		TypeWatchRenew:      p.handleWatchRenew,
 	}
 	for _, typ := range taskTypes {
 		if err := t.Handle(typ, handlers[typ]); err != nil {
 			return err
 		}
 	}
-	return t.OnDead(queue.TypeGmailFullSync, p.fullSyncDead)
+	return t.OnDead(TypeFullSync, p.fullSyncDead)
 }
 
 // taskTypes are the pipeline's task types.
 var taskTypes = []string{
-	queue.TypeGmailSync, queue.TypeGmailFullSync, queue.TypeGmailMessageAdded, queue.TypeGmailMessageRead,
-	queue.TypeGmailMessageUnread, queue.TypeGmailMessageTrashed, queue.TypeGmailMessageRestored,
-	queue.TypeGmailMessageDeleted, queue.TypeGmailMessageLabeled, queue.TypeGmailWatchRenew,
+	TypeSync, TypeFullSync, TypeMessageAdded, TypeMessageRead,
+	TypeMessageUnread, TypeMessageTrashed, TypeMessageRestored,
+	TypeMessageDeleted, TypeMessageLabeled, TypeWatchRenew,
 }
 
 // WatchEnabled reports whether accounts are watched (a Pub/Sub topic is

@@ -40,12 +40,12 @@ func (p *Pipeline) maintain() error {
 				last = a.CreatedAt
 			}
 			if now.Sub(last) >= p.pollInterval(a) {
-				if !p.pending(tx, queue.TypeGmailSync, syncKey(a.ID)) {
+				if !p.pending(tx, TypeSync, syncKey(a.ID)) {
 					polls = append(polls, a.ID)
 				}
 			}
 			if p.WatchEnabled() && now.Sub(a.WatchRenewedAt) >= p.cfg.WatchRenew {
-				if !p.pending(tx, queue.TypeGmailWatchRenew, watchKey(a.ID)) {
+				if !p.pending(tx, TypeWatchRenew, watchKey(a.ID)) {
 					renews = append(renews, a.ID)
 				}
 			}
@@ -72,7 +72,7 @@ func (p *Pipeline) maintain() error {
 			if _, err := tx.AccountGet(id); errors.Is(err, store.ErrNotFound) {
 				continue
 			}
-			if _, _, err := p.queue.Enqueue(tx, queue.TypeGmailWatchRenew, watchPayload{AccountID: id}, queue.Key(watchKey(id))); err != nil {
+			if _, _, err := p.queue.Enqueue(tx, TypeWatchRenew, watchPayload{AccountID: id}, queue.Key(watchKey(id))); err != nil {
 				return err
 			}
 		}

@@ -330,7 +330,7 @@ func New(cfg Config, deps Deps) (*Pipeline, error) {
 
 // Register gives the task table the pipeline's flush handler.
 func (p *Pipeline) Register(t *queue.Table) error {
-	return t.Handle(queue.TypeSheetsFlush, p.HandleFlush)
+	return t.Handle(TypeFlush, p.HandleFlush)
 }
 
 // Services are the pipeline's loops: the pruner of written submissions,
@@ -658,7 +658,7 @@ type flushPayload struct {
 	FormID string `json:"formId"`
 }
 
-func flushKey(formID string) string { return queue.TypeSheetsFlush + ":" + formID }
+func flushKey(formID string) string { return TypeFlush + ":" + formID }
 
 // Submit validates answers against the form's columns and, in one bbolt
 // transaction (batched with concurrent submissions), stores the submission,
@@ -754,7 +754,7 @@ func (p *Pipeline) scheduleFlush(tx *store.Tx, q enqueuer, formID string, w stor
 		return nil
 	}
 	key := flushKey(formID)
-	if (w.Buffered < p.cfg.Threshold || w.State == store.FormError) && q.Pending(tx, queue.TypeSheetsFlush, key) {
+	if (w.Buffered < p.cfg.Threshold || w.State == store.FormError) && q.Pending(tx, TypeFlush, key) {
 		return nil // the usual case: the flush (or a form in error's next check) is already waiting
 	}
 	opts := []queue.Option{queue.Key(key)}
@@ -776,7 +776,7 @@ func (p *Pipeline) scheduleFlush(tx *store.Tx, q enqueuer, formID string, w stor
 		}
 		opts = append(opts, queue.RunAt(at))
 	}
-	if _, _, err := q.Enqueue(tx, queue.TypeSheetsFlush, flushPayload{FormID: formID}, opts...); err != nil {
+	if _, _, err := q.Enqueue(tx, TypeFlush, flushPayload{FormID: formID}, opts...); err != nil {
 		return fmt.Errorf("sheets: schedule flush of form %s: %w", formID, err)
 	}
 	return nil

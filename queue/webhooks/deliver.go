@@ -160,7 +160,7 @@ func (p *Pipeline) planTx(tx *store.Tx, w *store.Webhook, now time.Time) (bool, 
 		ID: fmt.Sprintf("msg_%s_%d_%d", w.ID, w.Generation, last), After: after, Through: last,
 		Count: len(events), CreatedAt: now.UTC(),
 	}
-	if _, _, err := p.q.Enqueue(tx, queue.TypeWebhooksDeliver, deliverPayload{WebhookID: w.ID, Batch: *w.Batch}); err != nil {
+	if _, _, err := p.q.Enqueue(tx, TypeDeliver, deliverPayload{WebhookID: w.ID, Batch: *w.Batch}); err != nil {
 		return false, err
 	}
 	return true, tx.WebhookPut(*w)

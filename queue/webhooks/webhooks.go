@@ -184,10 +184,10 @@ func (p *Pipeline) registerMetrics(reg prometheus.Registerer) error {
 // Register gives the task table the delivery handler and its dead-letter
 // hook.
 func (p *Pipeline) Register(t *queue.Table) error {
-	if err := t.Handle(queue.TypeWebhooksDeliver, p.handleDeliver); err != nil {
+	if err := t.Handle(TypeDeliver, p.handleDeliver); err != nil {
 		return err
 	}
-	return t.OnDead(queue.TypeWebhooksDeliver, p.deliverDead)
+	return t.OnDead(TypeDeliver, p.deliverDead)
 }
 
 // OldestUndelivered is the age of the oldest event some webhook has yet
