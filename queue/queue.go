@@ -45,8 +45,8 @@ type Config struct {
 	// the queue last had a task in flight; it then sleeps until the relay
 	// hands the queue work again (servers.go). Default 10s.
 	ServerLinger time.Duration
-	// AlwaysOnServers keeps every queue's server running, as before
-	// servers slept (for comparison in benchmarks).
+	// AlwaysOnServers keeps every queue's server running, even with
+	// nothing in flight (MAILROOM_TASK_SERVERS_ALWAYS_ON).
 	AlwaysOnServers bool
 	// Alerts receive dead-letter notices; nil: none.
 	Alerts *Alerter

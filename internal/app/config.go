@@ -232,7 +232,7 @@ func (c *Config) settings() []setting {
 		{"task-poll-interval", "MAILROOM_TASK_POLL_INTERVAL", "how often an idle queue server looks for work", d(&c.TaskPollInterval, queue.DefaultPollInterval), false, false},
 		{"delayed-check-interval", "MAILROOM_DELAYED_CHECK_INTERVAL", "how often scheduled and retrying tasks are made ready", d(&c.DelayedCheckInterval, queue.DefaultDelayedCheckInterval), false, false},
 		{"task-server-linger", "MAILROOM_TASK_SERVER_LINGER", "a queue's task server stops this long after the queue last had work, and starts again when work comes", d(&c.TaskServerLinger, queue.DefaultServerLinger), false, false},
-		{"task-servers-always-on", "MAILROOM_TASK_SERVERS_ALWAYS_ON", "keep every queue's task server running even with nothing to do, as before servers slept: the baseline of mailroom bench idle (benchmarks; more idle CPU and nothing gained)", b(&c.TaskServersAlwaysOn, false), false, true},
+		{"task-servers-always-on", "MAILROOM_TASK_SERVERS_ALWAYS_ON", "keep every queue's task server running even with nothing to do: asynq's own tools (the asynq CLI, Asynqmon) on an external Redis or --broker-addr then list every queue's server at all times, and a task that comes after a quiet spell does not wait for its server to start; the cost is idle CPU (mailroom bench idle measures it)", b(&c.TaskServersAlwaysOn, false), false, false},
 		{"shutdown-timeout", "MAILROOM_SHUTDOWN_TIMEOUT", "how long running tasks may take to finish at shutdown", d(&c.ShutdownTimeout, queue.DefaultShutdownTimeout), false, false},
 		{"log-level", "MAILROOM_LOG_LEVEL", "debug, info, warn or error", s(&c.LogLevel, "info"), false, false},
 		{"log-format", "MAILROOM_LOG_FORMAT", "text or json", s(&c.LogFormat, "text"), false, false},
