@@ -183,9 +183,9 @@ func (q *Queue) Start(ctx context.Context) error {
 	if err := q.table.Validate(); err != nil {
 		return err
 	}
-	r, err := q.Begin(ctx)
-	if err != nil {
-		return err
+	r, ok := q.Begin(ctx)
+	if !ok {
+		return nil // running already
 	}
 	ctx = r.Context()
 	q.stopping = make(chan struct{})
@@ -198,7 +198,7 @@ func (q *Queue) Start(ctx context.Context) error {
 	}
 	r.Go(q.deleter.run)
 
-	if err := q.servers.start(ctx); err != nil {
+	if err := q.servers.Start(ctx); err != nil {
 		return errors.Join(err, q.Stop(context.WithoutCancel(ctx)))
 	}
 	for _, rl := range q.relays {
@@ -226,9 +226,10 @@ func (q *Queue) Stop(ctx context.Context) error {
 	// back now; work in progress gets the shutdown timeout to finish.
 	close(q.stopping)
 	// Every server gets the same ShutdownTimeout at once, not one after
-	// another.
-	q.servers.stop()
-	err := r.End(ctx)
+	// another; that timeout bounds the wait, not ctx (a task cut short
+	// would run again).
+	err := q.servers.Stop(context.WithoutCancel(ctx))
+	err = errors.Join(err, r.End(ctx))
 	q.deleter.flush()
 	q.client.Close()
 	q.inspector.Close()

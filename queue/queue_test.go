@@ -457,7 +457,10 @@ func TestAlertsAreGrouped(t *testing.T) {
 	alerts := queue.NewAlerter(queue.AlertConfig{WebhookURL: hook.URL, Interval: 300 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { alerts.Run(ctx); close(done) }()
+	if err := alerts.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	go func() { <-ctx.Done(); _ = alerts.Stop(context.Background()); close(done) }()
 
 	b := brokertest.Embedded(t)
 	h := newHarness(t, b, queue.Config{Alerts: alerts, RelayCap: 1000}, func(context.Context, *queue.Task) error {

@@ -344,3 +344,31 @@ func TestTypePollShortensTheWaitBetweenTasks(t *testing.T) {
 		t.Errorf("%d tasks one after another took %s, want well under the 2s poll each", n, took)
 	}
 }
+
+// TestQueueSecondStartDoesNothing: the queue (and its server set, a
+// service of the one lifecycle) takes a second Start as nothing: the
+// servers that run go on, tasks still run, and one Stop ends it all.
+func TestQueueSecondStartDoesNothing(t *testing.T) {
+	t.Parallel()
+	ran := make(chan struct{}, 10)
+	h := newHarness(t, brokertest.Embedded(t), queue.Config{}, func(context.Context, *queue.Task) error { ran <- struct{}{}; return nil })
+	before := h.q.AwakeServers()
+	if err := h.q.Start(context.Background()); err != nil {
+		t.Fatalf("second Start: %v, want nil", err)
+	}
+	if got := h.q.AwakeServers(); !slices.Equal(got, before) || !h.q.Running() {
+		t.Fatalf("after a second Start: servers %v (were %v), running %v", got, before, h.q.Running())
+	}
+	h.enqueue(t, 1, struct{}{})
+	select {
+	case <-ran:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no task ran after a second Start")
+	}
+	if err := h.q.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.q.AwakeServers(); len(got) != 0 || h.q.Ready() {
+		t.Fatalf("after Stop: servers %v awake, ready %v", got, h.q.Ready())
+	}
+}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"mailroom/internal/lifecycle"
 	"mailroom/queue"
 	"mailroom/queue/broker"
 	"mailroom/store"
@@ -225,6 +226,11 @@ func benchRawAsynq(ctx context.Context, redisURL string, n int) (float64, error)
 		return 0, err
 	}
 	defer b.Close()
+	clock := lifecycle.Sequence(b.Services()) // the embedded store's, as the app runs it
+	if err := clock.Start(ctx); err != nil {
+		return 0, err
+	}
+	defer clock.Stop(context.Background())
 	if redisURL != "" {
 		if err := b.Client().FlushDB(ctx).Err(); err != nil {
 			return 0, err

@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -215,6 +216,7 @@ type Deps struct {
 
 // Pipeline is the Gmail pipeline.
 type Pipeline struct {
+	loops    []lifecycle.Service // Services
 	cfg      Config
 	db       *store.DB
 	accounts *accounts.Service
@@ -245,22 +247,22 @@ func New(cfg Config, deps Deps) (*Pipeline, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Pipeline{
+	p := &Pipeline{
 		cfg: cfg, db: deps.DB, accounts: deps.Accounts, google: deps.Accounts.Google(), queue: deps.Queue, verifier: deps.Verifier, rules: deps.Rules,
 		log:      cfg.Logger.With("component", "gmail"),
 		metrics:  m,
 		writes:   &store.GroupCommit{DB: deps.DB},
 		labelsAt: map[string]time.Time{},
 		known:    map[string]map[string]bool{},
-	}, nil
+	}
+	p.loops = []lifecycle.Service{p.maintainer(), p.tombstonePruner()}
+	return p, nil
 }
 
 // Services are the pipeline's loops: the maintainer (polls and watch
-// renewals) and the tombstone pruner. Each call makes them anew: the app
-// calls it once.
-func (p *Pipeline) Services() []lifecycle.Service {
-	return []lifecycle.Service{p.Maintainer(), p.TombstonePruner()}
-}
+// renewals) and the tombstone pruner, made once by New: every call
+// returns the same ones.
+func (p *Pipeline) Services() []lifecycle.Service { return slices.Clone(p.loops) }
 
 // Register attaches the handlers of every gmail:* task type to the table.
 func (p *Pipeline) Register(t *queue.Table) error {

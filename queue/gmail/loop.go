@@ -10,11 +10,11 @@ import (
 	"mailroom/store"
 )
 
-// Maintainer returns the pipeline's background loop: it records a poll
+// maintainer returns the pipeline's background loop: it records a poll
 // sync for each account not synced for PollInterval (a lost push delays a
 // change but never loses it) and a watch renewal for each account not
 // renewed for WatchRenew.
-func (p *Pipeline) Maintainer() *queue.Every {
+func (p *Pipeline) maintainer() *queue.Every {
 	tick := min(p.cfg.PollInterval, p.cfg.FastPollInterval, p.cfg.WatchRenew) / 10
 	tick = min(max(tick, 10*time.Millisecond), time.Minute)
 	return queue.NewEvery("gmail maintenance", tick, p.log, func(context.Context) error { return p.maintain() })
@@ -182,10 +182,10 @@ func (p *Pipeline) pending(tx *store.Tx, typ, key string) bool {
 // tombstoneChunk is how many tombstones one pruning transaction deletes.
 const tombstoneChunk = 1000
 
-// TombstonePruner returns the loop that prunes the records of messages
+// tombstonePruner returns the loop that prunes the records of messages
 // deleted more than TombstoneRetention ago: every hour, or every
 // twenty-fourth of the retention when that is shorter.
-func (p *Pipeline) TombstonePruner() *queue.Every {
+func (p *Pipeline) tombstonePruner() *queue.Every {
 	every := min(max(p.cfg.TombstoneRetention/24, time.Second), time.Hour)
 	return queue.NewEvery("gmail: prune tombstones", every, p.log, func(ctx context.Context) error {
 		_, err := p.PruneTombstones(ctx)

@@ -278,6 +278,7 @@ type Deps struct {
 
 // Pipeline is the Sheets pipeline.
 type Pipeline struct {
+	loops   []lifecycle.Service // Services
 	cfg     Config
 	db      *store.DB
 	clients Clients
@@ -325,6 +326,9 @@ func New(cfg Config, deps Deps) (*Pipeline, error) {
 		return nil, fmt.Errorf("sheets: metrics: %w", err)
 	}
 	p.metrics = m
+	if pruner := p.pruner(); pruner != nil {
+		p.loops = []lifecycle.Service{pruner}
+	}
 	return p, nil
 }
 
@@ -334,13 +338,8 @@ func (p *Pipeline) Register(t *queue.Table) error {
 }
 
 // Services are the pipeline's loops: the pruner of written submissions,
-// when Retention is set. Each call makes them anew: the app calls it once.
-func (p *Pipeline) Services() []lifecycle.Service {
-	if pruner := p.Pruner(); pruner != nil {
-		return []lifecycle.Service{pruner}
-	}
-	return nil
-}
+// when Retention is set, made once by New: every call returns the same.
+func (p *Pipeline) Services() []lifecycle.Service { return slices.Clone(p.loops) }
 
 // Quota returns the write quota (per account and per project).
 func (p *Pipeline) Quota() *Quota { return p.quota }

@@ -24,10 +24,10 @@ type deliverPayload struct {
 	Batch     store.WebhookBatch `json:"batch"`
 }
 
-// Run schedules deliveries until ctx ends: a pass plans the next batch of
+// run schedules deliveries until ctx ends: a pass plans the next batch of
 // every webhook without one in flight, on every commit of events, on Kick,
 // and every few seconds (a webhook whose batch finished).
-func (p *Pipeline) Run(ctx context.Context) {
+func (p *Pipeline) run(ctx context.Context) {
 	tick := time.NewTicker(5 * time.Second)
 	defer tick.Stop()
 	for {

@@ -159,7 +159,11 @@ func newEnv(t *testing.T, cfg Config) *env {
 	t.Cleanup(func() { _ = q.Stop(context.Background()) })
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { p.Run(ctx); close(done) }()
+	scheduler := p.Services()[0]
+	if err := scheduler.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	go func() { <-ctx.Done(); _ = scheduler.Stop(context.Background()); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
 	return &env{t: t, db: db, q: q, p: p, reg: reg}
 }
