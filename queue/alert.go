@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"mailroom/queue/lifecycle"
+	"mailroom/internal/lifecycle"
 	"mailroom/store"
 )
 
@@ -64,7 +64,7 @@ var _ lifecycle.Service = (*Alerter)(nil)
 
 type alertItem struct{ typ, id, err string }
 
-// NewAlerter builds an alerter; it sends while it runs (Start, or Run).
+// NewAlerter builds an alerter; it sends while it runs (Start to Stop).
 func NewAlerter(cfg AlertConfig) *Alerter {
 	if cfg.Interval <= 0 {
 		cfg.Interval = 10 * time.Second
@@ -174,17 +174,17 @@ func (a *Alerter) Sent() (sent, failed int) {
 	return a.sent, a.failed
 }
 
-// Start runs the alerter as a loop (Run) until Stop. Start it before the
+// Start runs the alerter's loop until Stop. Start it before the
 // task servers and stop it after them, so the dead letters of a shutdown
 // are announced too. Stop ends the loop and waits until what was pending
 // is posted (bounded by the final flush's 5 s, and a post under way by the
 // client's timeout).
 func (a *Alerter) Start(ctx context.Context) error {
-	return a.StartLoop(ctx, a.Run)
+	return a.StartLoop(ctx, a.run)
 }
 
-// Run posts grouped alerts until ctx ends, then posts what is left.
-func (a *Alerter) Run(ctx context.Context) {
+// run posts grouped alerts until ctx ends, then posts what is left.
+func (a *Alerter) run(ctx context.Context) {
 	var last time.Time
 	if a.durable() {
 		a.wake() // what an earlier run left undelivered

@@ -73,7 +73,10 @@ func TestAlertsAreKeptUntilDelivered(t *testing.T) {
 	second := queue.NewAlerter(queue.AlertConfig{WebhookURL: hook.URL, DB: db, Interval: 100 * time.Millisecond, Retries: 1})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { second.Run(ctx); close(done) }()
+	if err := second.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	go func() { <-ctx.Done(); _ = second.Stop(context.Background()); close(done) }()
 	testkit.Eventually(t, 10*time.Second, "a failed delivery", func() bool { _, failed := second.Sent(); return failed >= 1 })
 	if n := pending(); n != 3 {
 		t.Fatalf("%d alerts pending after a refused delivery, want 3", n)

@@ -76,7 +76,10 @@ func TestAlertsMentionNoOne(t *testing.T) {
 			c.send(alerts)
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan struct{})
-			go func() { alerts.Run(ctx); close(done) }()
+			if err := alerts.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+			go func() { <-ctx.Done(); _ = alerts.Stop(context.Background()); close(done) }()
 			testkit.Eventually(t, 5*time.Second, "the alert", func() bool { mu.Lock(); defer mu.Unlock(); return len(bodies) == 1 })
 			cancel()
 			<-done

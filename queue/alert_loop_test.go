@@ -2,7 +2,6 @@ package queue_test
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -11,7 +10,6 @@ import (
 
 	"mailroom/internal/testkit"
 	"mailroom/queue"
-	"mailroom/queue/lifecycle"
 )
 
 // The alerter is a loop: Stop returns only once what was pending is
@@ -32,14 +30,14 @@ func TestAlerterLoopPostsPendingBeforeStopReturns(t *testing.T) {
 	if err := alerts.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	// A second Start is refused and leaves the running loop alone.
-	if err := alerts.Start(context.Background()); !errors.Is(err, lifecycle.ErrStarted) {
-		t.Fatalf("second Start: %v, want lifecycle.ErrStarted", err)
+	// A second Start does nothing and leaves the running loop alone.
+	if err := alerts.Start(context.Background()); err != nil {
+		t.Fatalf("second Start: %v, want nil", err)
 	}
-	alerts.Notify(queue.TypeDebugRecord, "1", "first")
+	alerts.Notify(typeRecord, "1", "first")
 	testkit.Eventually(t, 5*time.Second, "the first alert", func() bool { return posts.Load() == 1 })
 	// Within the interval: held back until the loop stops.
-	alerts.Notify(queue.TypeDebugRecord, "2", "second")
+	alerts.Notify(typeRecord, "2", "second")
 	if err := alerts.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -37,7 +37,10 @@ func TestAlertNoticesAreGrouped(t *testing.T) {
 	alerts.Notice("sheets form", "f2", "unshared")
 	alerts.Notify("sheets:flush", "t1", "boom")
 	alerts.Notice("sheets form", "f3", "The spreadsheet is full")
-	go func() { alerts.Run(ctx); close(done) }()
+	if err := alerts.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	go func() { <-ctx.Done(); _ = alerts.Stop(context.Background()); close(done) }()
 	testkit.Eventually(t, 5*time.Second, "one message", func() bool { mu.Lock(); defer mu.Unlock(); return len(bodies) == 1 })
 	cancel()
 	<-done

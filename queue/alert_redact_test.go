@@ -42,7 +42,10 @@ func TestAlertFailureHidesWebhookURL(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { alerts.Run(ctx); close(done) }()
+	if err := alerts.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	go func() { <-ctx.Done(); _ = alerts.Stop(context.Background()); close(done) }()
 	alerts.Notify("debug:record", "dl-1", "boom")
 	testkit.Eventually(t, 10*time.Second, "the failed alert to be logged", func() bool { return strings.Contains(logs.String(), "not delivered") })
 	cancel()

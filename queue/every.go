@@ -5,7 +5,7 @@ import (
 	"log/slog"
 	"time"
 
-	"mailroom/queue/lifecycle"
+	"mailroom/internal/lifecycle"
 )
 
 // Every is a background loop with the app's one lifecycle (Start, and

@@ -19,7 +19,7 @@ func queued(t *testing.T, db *store.DB, q *queue.Queue, group string) queue.Coun
 	t.Helper()
 	var c queue.Count
 	err := db.View(func(tx *store.Tx) (err error) {
-		c, err = q.Queued(tx, queue.TypeDebugRecord, group)
+		c, err = q.Queued(tx, typeRecord, group)
 		return err
 	})
 	if err != nil {
@@ -147,7 +147,7 @@ func TestQueuedFollowsEveryMove(t *testing.T) {
 	}
 	close(deadRelease)
 	eventuallyQueued(t, h, "acc-d", queue.Count{})
-	if counts, err := h.q.DeadLetterCounts(); err != nil || counts[queue.TypeDebugRecord] != 0 {
+	if counts, err := h.q.DeadLetterCounts(); err != nil || counts[typeRecord] != 0 {
 		t.Errorf("dead letters left = %v, %v; want none", counts, err)
 	}
 	if _, err := h.q.Queued(nil, "no:such", "acc-a"); err == nil {
@@ -165,7 +165,7 @@ func TestQueuedSurvivesARestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	table := queue.NewTable(queue.TableConfig{MaxRetries: 3, ConcurrencyMessageAdded: 1, ConcurrencyState: 1, Debug: true})
+	table := testTable(t, 3)
 	for _, tt := range table.Types() {
 		_ = table.Handle(tt.Name, func(context.Context, *queue.Task) error { return nil })
 	}
@@ -179,7 +179,7 @@ func TestQueuedSurvivesARestart(t *testing.T) {
 			if i >= 5 {
 				group, weight = "acc-b", 1
 			}
-			if _, _, err := q.Enqueue(tx, queue.TypeDebugRecord, struct{}{}, queue.Group(group, weight)); err != nil {
+			if _, _, err := q.Enqueue(tx, typeRecord, struct{}{}, queue.Group(group, weight)); err != nil {
 				return err
 			}
 		}

@@ -18,7 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
-	"mailroom/queue/lifecycle"
+	"mailroom/internal/lifecycle"
 	"mailroom/store"
 )
 
@@ -45,8 +45,8 @@ type Config struct {
 	// the queue last had a task in flight; it then sleeps until the relay
 	// hands the queue work again (servers.go). Default 10s.
 	ServerLinger time.Duration
-	// AlwaysOnServers keeps every queue's server running, as before
-	// servers slept (for comparison in benchmarks).
+	// AlwaysOnServers keeps every queue's server running, even with
+	// nothing in flight (MAILROOM_TASK_SERVERS_ALWAYS_ON).
 	AlwaysOnServers bool
 	// Alerts receive dead-letter notices; nil: none.
 	Alerts *Alerter
@@ -183,9 +183,9 @@ func (q *Queue) Start(ctx context.Context) error {
 	if err := q.table.Validate(); err != nil {
 		return err
 	}
-	r, err := q.Begin(ctx)
-	if err != nil {
-		return err
+	r, ok := q.Begin(ctx)
+	if !ok {
+		return nil // running already
 	}
 	ctx = r.Context()
 	q.stopping = make(chan struct{})
@@ -198,7 +198,7 @@ func (q *Queue) Start(ctx context.Context) error {
 	}
 	r.Go(q.deleter.run)
 
-	if err := q.servers.start(ctx); err != nil {
+	if err := q.servers.Start(ctx); err != nil {
 		return errors.Join(err, q.Stop(context.WithoutCancel(ctx)))
 	}
 	for _, rl := range q.relays {
@@ -226,9 +226,10 @@ func (q *Queue) Stop(ctx context.Context) error {
 	// back now; work in progress gets the shutdown timeout to finish.
 	close(q.stopping)
 	// Every server gets the same ShutdownTimeout at once, not one after
-	// another.
-	q.servers.stop()
-	err := r.End(ctx)
+	// another; that timeout bounds the wait, not ctx (a task cut short
+	// would run again).
+	err := q.servers.Stop(context.WithoutCancel(ctx))
+	err = errors.Join(err, r.End(ctx))
 	q.deleter.flush()
 	q.client.Close()
 	q.inspector.Close()

@@ -37,10 +37,10 @@ func newHarness(t *testing.T, b *broker.Broker, cfg queue.Config, fn queue.Handl
 // newHarnessOn is newHarness over the given store.
 func newHarnessOn(t *testing.T, db *store.DB, b *broker.Broker, cfg queue.Config, fn queue.Handler, setup ...func(*queue.Table)) *harness {
 	t.Helper()
-	table := queue.NewTable(queue.TableConfig{MaxRetries: 3, ConcurrencyMessageAdded: 3, ConcurrencyState: 5, Debug: true})
+	table := testTable(t, 3)
 	for _, tt := range table.Types() {
 		h := fn
-		if tt.Name != queue.TypeDebugRecord {
+		if tt.Name != typeRecord {
 			h = func(context.Context, *queue.Task) error { return nil }
 		}
 		if err := table.Handle(tt.Name, h); err != nil {
@@ -71,7 +71,7 @@ func (h *harness) enqueue(t *testing.T, n int, payload any, opts ...queue.Option
 	var ids []string
 	err := h.db.Update(func(tx *store.Tx) error {
 		for range n {
-			rec, _, err := h.q.Enqueue(tx, queue.TypeDebugRecord, payload, opts...)
+			rec, _, err := h.q.Enqueue(tx, typeRecord, payload, opts...)
 			if err != nil {
 				return err
 			}
@@ -264,10 +264,10 @@ func TestRedriveRunsTheTaskAgain(t *testing.T) {
 		o, err := h.q.Outcome(tasks[0].TaskID)
 		return err == nil && o.State == queue.OutcomeDone
 	})
-	if o, err := h.q.Outcome(dls[1].ID); err != nil || o.State != queue.OutcomeDead || o.Type != queue.TypeDebugRecord {
+	if o, err := h.q.Outcome(dls[1].ID); err != nil || o.State != queue.OutcomeDead || o.Type != typeRecord {
 		t.Errorf("Outcome of a dead letter = %+v, %v; want dead", o, err)
 	}
-	if n, err := h.q.RedriveType(queue.TypeDebugRecord); err != nil || n != 2 {
+	if n, err := h.q.RedriveType(typeRecord); err != nil || n != 2 {
 		t.Fatalf("RedriveType = %d, %v; want 2", n, err)
 	}
 	testkit.Eventually(t, 10*time.Second, "all redriven tasks to run", func() bool { return ok.Load() == 3 })
@@ -298,10 +298,10 @@ func TestDeadHookRunsInTheMove(t *testing.T) {
 			_, err := tx.UserCreate("dead-"+task.ID+"@example.com", "")
 			return err
 		}
-		if err := table.OnDead(queue.TypeDebugRecord, hook); err != nil {
+		if err := table.OnDead(typeRecord, hook); err != nil {
 			t.Fatal(err)
 		}
-		if err := table.OnDead(queue.TypeDebugRecord, hook); err == nil {
+		if err := table.OnDead(typeRecord, hook); err == nil {
 			t.Error("a second dead-letter hook of one type was accepted")
 		}
 		if err := table.OnDead("no:such", hook); err == nil {
@@ -416,7 +416,7 @@ func TestOutboxIsHandedAgainAtStart(t *testing.T) {
 	// Records written while nothing runs (as after a crash) are run at start.
 	b := brokertest.Embedded(t)
 	db := storetest.Open(t)
-	table := queue.NewTable(queue.TableConfig{MaxRetries: 3, ConcurrencyMessageAdded: 1, ConcurrencyState: 1, Debug: true})
+	table := testTable(t, 3)
 	var ran atomic.Int64
 	for _, tt := range table.Types() {
 		_ = table.Handle(tt.Name, func(context.Context, *queue.Task) error { ran.Add(1); return nil })
@@ -427,7 +427,7 @@ func TestOutboxIsHandedAgainAtStart(t *testing.T) {
 	}
 	err = db.Update(func(tx *store.Tx) error {
 		for range 100 {
-			if _, _, err := q.Enqueue(tx, queue.TypeDebugRecord, struct{}{}); err != nil {
+			if _, _, err := q.Enqueue(tx, typeRecord, struct{}{}); err != nil {
 				return err
 			}
 		}
@@ -457,7 +457,10 @@ func TestAlertsAreGrouped(t *testing.T) {
 	alerts := queue.NewAlerter(queue.AlertConfig{WebhookURL: hook.URL, Interval: 300 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { alerts.Run(ctx); close(done) }()
+	if err := alerts.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	go func() { <-ctx.Done(); _ = alerts.Stop(context.Background()); close(done) }()
 
 	b := brokertest.Embedded(t)
 	h := newHarness(t, b, queue.Config{Alerts: alerts, RelayCap: 1000}, func(context.Context, *queue.Task) error {

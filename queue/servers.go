@@ -2,12 +2,15 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"mailroom/internal/lifecycle"
 )
 
 // An asynq server polls its queue every PollInterval and runs a forwarder,
@@ -38,7 +41,8 @@ type queueServer struct {
 	starts    int
 }
 
-// serverSet runs the queues' servers on demand.
+// serverSet runs the queues' servers on demand: a service whose run holds
+// the sleep checker and every server's shutdown under way.
 type serverSet struct {
 	q      *Queue
 	linger time.Duration
@@ -49,13 +53,17 @@ type serverSet struct {
 	byName map[string]*queueServer
 	order  []*queueServer
 
-	mu       sync.Mutex
-	closed   bool
-	awakeC   chan struct{} // a server started: the sleep checker has work
-	stopping sync.WaitGroup
-	cancel   context.CancelFunc
-	done     chan struct{}
+	mu     sync.Mutex
+	closed bool
+	awakeC chan struct{} // a server started: the sleep checker has work
+	// cur is the run under way (set by Start): a server going to sleep
+	// shuts down in one of its goroutines, which Stop waits for.
+	cur *lifecycle.Run
+
+	lifecycle.Base // Start and Stop
 }
+
+var _ lifecycle.Service = (*serverSet)(nil)
 
 func newServerSet(q *Queue) (*serverSet, error) {
 	s := &serverSet{
@@ -78,12 +86,16 @@ func newServerSet(q *Queue) (*serverSet, error) {
 	return s, nil
 }
 
-// start starts every queue's server (so that work an external Redis still
+// Start starts every queue's server (so that work an external Redis still
 // holds from an earlier run is seen) and the sleep checker. The handlers
 // are taken from the table now: they must all be set.
-func (s *serverSet) start(ctx context.Context) error {
+func (s *serverSet) Start(ctx context.Context) error {
+	r, ok := s.Begin(ctx)
+	if !ok {
+		return nil // running already
+	}
 	s.mu.Lock()
-	s.closed = false
+	s.closed, s.cur = false, r
 	s.mu.Unlock()
 	for _, qs := range s.order {
 		mux := asynq.NewServeMux()
@@ -97,12 +109,10 @@ func (s *serverSet) start(ctx context.Context) error {
 	}
 	for _, qs := range s.order {
 		if err := qs.wake(); err != nil {
-			return err
+			return errors.Join(err, s.Stop(context.WithoutCancel(ctx)))
 		}
 	}
-	ctx, s.cancel = context.WithCancel(ctx)
-	s.done = make(chan struct{})
-	go s.run(ctx, s.done)
+	r.Go(s.sleepChecker)
 	return nil
 }
 
@@ -190,20 +200,26 @@ func (qs *queueServer) sleepIfIdle(now time.Time) bool {
 	}
 	srv, client := qs.srv, qs.client
 	qs.srv, qs.client = nil, nil
-	s.stopping.Add(1)
-	go func() {
-		defer s.stopping.Done()
-		srv.Shutdown()
-		_ = client.Close()
-	}()
+	s.mu.Lock()
+	run := s.cur
+	s.mu.Unlock()
+	// The checker runs in the run, so the run is under way and Stop waits
+	// for this shutdown.
+	run.Go(func(context.Context) { shutdown(srv, client) })
 	s.q.log.Debug("task server asleep", "queue", qs.name)
 	return false
 }
 
-// run checks the running servers for sleep, and waits for a wake when none
-// runs.
-func (s *serverSet) run(ctx context.Context, done chan<- struct{}) {
-	defer close(done)
+// shutdown stops a server (its running tasks get ShutdownTimeout) and
+// closes its client.
+func shutdown(srv *asynq.Server, client redisClient) {
+	srv.Shutdown()
+	_ = client.Close()
+}
+
+// sleepChecker checks the running servers for sleep, and waits for a wake
+// when none runs.
+func (s *serverSet) sleepChecker(ctx context.Context) {
 	t := time.NewTicker(s.check)
 	defer t.Stop()
 	for {
@@ -245,33 +261,27 @@ func (s *serverSet) awake() []string {
 	return out
 }
 
-// stop stops every server at once (running tasks get ShutdownTimeout) and
-// waits for the sleeps in progress. No server starts after stop begins.
-func (s *serverSet) stop() {
+// Stop stops every server at once (running tasks get ShutdownTimeout) and
+// waits for them, the sleeps in progress and the checker, at most until
+// ctx ends. No server starts after Stop begins.
+func (s *serverSet) Stop(ctx context.Context) error {
 	s.mu.Lock()
 	s.closed = true
 	s.mu.Unlock()
-	if s.cancel != nil {
-		s.cancel()
-		<-s.done
-		s.cancel = nil
+	r := s.Ending()
+	if r == nil {
+		return nil
 	}
 	for _, qs := range s.order {
 		qs.mu.Lock()
 		srv, client := qs.srv, qs.client
 		qs.srv, qs.client = nil, nil
 		qs.mu.Unlock()
-		if srv == nil {
-			continue
+		if srv != nil {
+			r.Go(func(context.Context) { shutdown(srv, client) })
 		}
-		s.stopping.Add(1)
-		go func() {
-			defer s.stopping.Done()
-			srv.Shutdown()
-			_ = client.Close()
-		}()
 	}
-	s.stopping.Wait()
+	return r.End(ctx)
 }
 
 // AwakeServers returns the queues whose asynq server runs now; the others

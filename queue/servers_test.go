@@ -193,7 +193,7 @@ func TestServersStopWhileAsleepOrWaking(t *testing.T) {
 					defer wg.Done()
 					for range 20 {
 						if err := h.db.Update(func(tx *store.Tx) error {
-							_, _, err := h.q.Enqueue(tx, queue.TypeDebugRecord, struct{}{})
+							_, _, err := h.q.Enqueue(tx, typeRecord, struct{}{})
 							return err
 						}); err != nil {
 							t.Error(err)
@@ -260,7 +260,7 @@ func BenchmarkWakeCycle(b *testing.B) {
 					br = brokertest.Embedded(b)
 				}
 				db := storetest.Open(b)
-				table := queue.NewTable(queue.TableConfig{MaxRetries: 3, ConcurrencyMessageAdded: 3, ConcurrencyState: 5, Debug: true})
+				table := testTable(b, 3)
 				ran := make(chan struct{}, 1)
 				for _, tt := range table.Types() {
 					_ = table.Handle(tt.Name, func(context.Context, *queue.Task) error { ran <- struct{}{}; return nil })
@@ -279,7 +279,7 @@ func BenchmarkWakeCycle(b *testing.B) {
 				b.ResetTimer()
 				for range b.N {
 					if err := db.Update(func(tx *store.Tx) error {
-						_, _, err := q.Enqueue(tx, queue.TypeDebugRecord, struct{}{})
+						_, _, err := q.Enqueue(tx, typeRecord, struct{}{})
 						return err
 					}); err != nil {
 						b.Fatal(err)
@@ -311,7 +311,7 @@ func processCPU(b *testing.B) time.Duration {
 func TestTypePollShortensTheWaitBetweenTasks(t *testing.T) {
 	db := storetest.Open(t)
 	b := brokertest.Embedded(t)
-	table := queue.NewTable(queue.TableConfig{MaxRetries: 3, ConcurrencyMessageAdded: 1, ConcurrencyState: 1})
+	table := testTable(t, 3)
 	ran := make(chan struct{}, 1)
 	for _, tt := range table.Types() {
 		_ = table.Handle(tt.Name, func(context.Context, *queue.Task) error { ran <- struct{}{}; return nil })
@@ -328,7 +328,7 @@ func TestTypePollShortensTheWaitBetweenTasks(t *testing.T) {
 	start := time.Now()
 	for range n {
 		if err := db.Update(func(tx *store.Tx) error {
-			_, _, err := q.Enqueue(tx, queue.TypeWebhooksDeliver, struct{}{})
+			_, _, err := q.Enqueue(tx, typePolled, struct{}{})
 			return err
 		}); err != nil {
 			t.Fatal(err)
@@ -336,11 +336,39 @@ func TestTypePollShortensTheWaitBetweenTasks(t *testing.T) {
 		select {
 		case <-ran:
 		case <-time.After(10 * time.Second):
-			t.Fatal("a webhooks:deliver task did not run within 10s")
+			t.Fatal("a test:polled task did not run within 10s")
 		}
 	}
 	// At the 2s poll the four after the first wait 1-3s each.
 	if took := time.Since(start); took > 2*time.Second {
 		t.Errorf("%d tasks one after another took %s, want well under the 2s poll each", n, took)
+	}
+}
+
+// TestQueueSecondStartDoesNothing: the queue (and its server set, a
+// service of the one lifecycle) takes a second Start as nothing: the
+// servers that run go on, tasks still run, and one Stop ends it all.
+func TestQueueSecondStartDoesNothing(t *testing.T) {
+	t.Parallel()
+	ran := make(chan struct{}, 10)
+	h := newHarness(t, brokertest.Embedded(t), queue.Config{}, func(context.Context, *queue.Task) error { ran <- struct{}{}; return nil })
+	before := h.q.AwakeServers()
+	if err := h.q.Start(context.Background()); err != nil {
+		t.Fatalf("second Start: %v, want nil", err)
+	}
+	if got := h.q.AwakeServers(); !slices.Equal(got, before) || !h.q.Running() {
+		t.Fatalf("after a second Start: servers %v (were %v), running %v", got, before, h.q.Running())
+	}
+	h.enqueue(t, 1, struct{}{})
+	select {
+	case <-ran:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no task ran after a second Start")
+	}
+	if err := h.q.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.q.AwakeServers(); len(got) != 0 || h.q.Ready() {
+		t.Fatalf("after Stop: servers %v awake, ready %v", got, h.q.Ready())
 	}
 }

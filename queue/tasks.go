@@ -10,46 +10,6 @@ import (
 	"mailroom/store"
 )
 
-// The task types of the contract. A type name is never a prefix of another:
-// asynq's mux matches by prefix.
-const (
-	TypeGmailSync            = "gmail:sync"
-	TypeGmailFullSync        = "gmail:full-sync"
-	TypeGmailMessageAdded    = "gmail:message-added"
-	TypeGmailMessageRead     = "gmail:message-read"
-	TypeGmailMessageUnread   = "gmail:message-unread"
-	TypeGmailMessageTrashed  = "gmail:message-trashed"
-	TypeGmailMessageRestored = "gmail:message-restored"
-	TypeGmailMessageDeleted  = "gmail:message-deleted"
-	TypeGmailMessageLabeled  = "gmail:message-labeled"
-	TypeGmailWatchRenew      = "gmail:watch-renew"
-	TypeRulesReclassifyBatch = "rules:reclassify-batch"
-	// TypeRulesLabelWrite sends an account's label changes to Gmail in
-	// batchModify calls of up to 1,000 ids (one task per account at a time,
-	// by key); not in the contract's table, which allows extra types.
-	TypeRulesLabelWrite = "rules:label-write"
-	TypeSheetsFlush     = "sheets:flush"
-	TypeWebhooksDeliver = "webhooks:deliver"
-
-	// TypeDebugRecord exists only when TableConfig.Debug is set: the
-	// crash-safety tests and benchmarks use it.
-	TypeDebugRecord = "debug:record"
-)
-
-// WebhookMaxRetries bounds a webhook batch's retries only as a backstop:
-// at the longest backoff (MAILROOM_RETRY_MAX, 5 minutes) it is years.
-const WebhookMaxRetries = 1 << 20
-
-// WebhookPoll is how often the webhooks queue's server, while awake, looks
-// for the next batch.
-const WebhookPoll = 10 * time.Millisecond
-
-// WebhookConcurrency is how many webhook batches are posted at once. A
-// webhook has one batch in flight at a time and its worker mostly waits
-// on the receiver, so the workers bound how many webhooks are served at
-// once: with 8, 100 webhooks took turns, 8 at a time.
-const WebhookConcurrency = 128
-
 // Task is one run of a durable task.
 type Task struct {
 	ID      string // the outbox record id, also the broker's task id
@@ -90,57 +50,26 @@ type TaskType struct {
 // dead letters. An error aborts the move (the task is retried).
 type DeadHook func(tx *store.Tx, t *Task) error
 
-// TableConfig holds the settings the table's rows take from configuration.
-type TableConfig struct {
-	MaxRetries              int // MAILROOM_MAX_RETRIES
-	ConcurrencyMessageAdded int // MAILROOM_CONCURRENCY_MESSAGE_ADDED
-	ConcurrencyState        int // MAILROOM_CONCURRENCY_STATE
-	Debug                   bool
-	DebugConcurrency        int // zero: 10
-}
-
-// Table is the one table of task types.
+// Table is the one table of task types. The engine names none: each
+// pipeline declares its rows (its package's Tasks) and the app assembles
+// them (as River's AddWorker and database/sql's Register assemble theirs).
 type Table struct {
 	rows []TaskType
 }
 
-// NewTable builds the table of every task type, without handlers.
-func NewTable(cfg TableConfig) *Table {
-	r := cfg.MaxRetries
-	state := cfg.ConcurrencyState
-	rows := []TaskType{
-		{Name: TypeGmailSync, Queue: "gmail-sync", Concurrency: 4, MaxRetries: r, Timeout: 30 * time.Minute},
-		{Name: TypeGmailFullSync, Queue: "gmail-full-sync", Concurrency: 4, MaxRetries: r, Timeout: 30 * time.Minute},
-		{Name: TypeGmailMessageAdded, Queue: "gmail-message-added", Concurrency: cfg.ConcurrencyMessageAdded, MaxRetries: r, Timeout: 2 * time.Minute},
-		{Name: TypeGmailMessageRead, Queue: "gmail-message-read", Concurrency: state, MaxRetries: r, Timeout: time.Minute},
-		{Name: TypeGmailMessageUnread, Queue: "gmail-message-unread", Concurrency: state, MaxRetries: r, Timeout: time.Minute},
-		{Name: TypeGmailMessageTrashed, Queue: "gmail-message-trashed", Concurrency: state, MaxRetries: r, Timeout: time.Minute},
-		{Name: TypeGmailMessageRestored, Queue: "gmail-message-restored", Concurrency: state, MaxRetries: r, Timeout: time.Minute},
-		{Name: TypeGmailMessageDeleted, Queue: "gmail-message-deleted", Concurrency: state, MaxRetries: r, Timeout: time.Minute},
-		{Name: TypeGmailMessageLabeled, Queue: "gmail-message-labeled", Concurrency: state, MaxRetries: r, Timeout: time.Minute},
-		{Name: TypeGmailWatchRenew, Queue: "gmail-maintenance", Concurrency: 2, MaxRetries: r, Timeout: time.Minute},
-		{Name: TypeRulesReclassifyBatch, Queue: "rules-reclassify", Concurrency: 6, MaxRetries: r, Timeout: 5 * time.Minute},
-		{Name: TypeRulesLabelWrite, Queue: "rules-label-write", Concurrency: 4, MaxRetries: r, Timeout: 5 * time.Minute},
-		// A flush waits in its task for its time and for short quota
-		// refusals (sheets.Config.BrokerTick), so many of its workers wait
-		// rather than work: enough of them that a burst of other accounts'
-		// flushes does not keep a quiet account's flush waiting long for a
-		// worker (4 did, under load: TestQuotaQuietAccountBesideBusyOnes).
-		{Name: TypeSheetsFlush, Queue: "sheets-flush", Concurrency: 16, MaxRetries: r, Timeout: 2 * time.Minute},
-		// A webhook's batch is retried until MAILROOM_WEBHOOK_MAX_AGE has
-		// passed (its handler then gives it up), not a number of times.
-		// Its server polls often while awake: a webhook's batches follow
-		// one another, each waiting for the poll (it sleeps when idle).
-		{Name: TypeWebhooksDeliver, Queue: "webhooks", Concurrency: WebhookConcurrency, MaxRetries: WebhookMaxRetries, Timeout: time.Minute, Poll: WebhookPoll},
+// NewTable builds the table from the pipelines' rows, without handlers
+// (each pipeline's Register attaches its own). It refuses a row without a
+// name, a queue or workers, a duplicate type, and a type that is a prefix
+// of another (asynq's mux matches by prefix).
+func NewTable(rows ...[]TaskType) (*Table, error) {
+	t := &Table{}
+	for _, r := range rows {
+		t.rows = append(t.rows, r...)
 	}
-	if cfg.Debug {
-		c := cfg.DebugConcurrency
-		if c == 0 {
-			c = 10
-		}
-		rows = append(rows, TaskType{Name: TypeDebugRecord, Queue: "debug", Concurrency: c, MaxRetries: r, Timeout: time.Minute})
+	if err := t.check(); err != nil {
+		return nil, err
 	}
-	return &Table{rows: rows}
+	return t, nil
 }
 
 // Handle attaches a handler to a type of the table.
@@ -220,9 +149,23 @@ func (t *Table) Queues() []QueueInfo {
 	return out
 }
 
-// Validate checks the table: every row named, queued, with workers and a
-// handler, no duplicate, and no name a prefix of another.
+// Validate checks the table as Start wants it: NewTable's checks, and a
+// handler on every row.
 func (t *Table) Validate() error {
+	if err := t.check(); err != nil {
+		return err
+	}
+	for _, r := range t.rows {
+		if r.Handler == nil {
+			return fmt.Errorf("queue: type %s has no handler", r.Name)
+		}
+	}
+	return nil
+}
+
+// check checks the rows: every one named, queued and with workers, no
+// duplicate, and no name a prefix of another.
+func (t *Table) check() error {
 	names := make([]string, 0, len(t.rows))
 	for _, r := range t.rows {
 		switch {
@@ -230,8 +173,6 @@ func (t *Table) Validate() error {
 			return fmt.Errorf("queue: a task type row needs a name and a queue: %+v", r)
 		case r.Concurrency < 1:
 			return fmt.Errorf("queue: type %s: concurrency must be at least 1", r.Name)
-		case r.Handler == nil:
-			return fmt.Errorf("queue: type %s has no handler", r.Name)
 		}
 		names = append(names, r.Name)
 	}

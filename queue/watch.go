@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"mailroom/queue/lifecycle"
+	"mailroom/internal/lifecycle"
 	"mailroom/store"
 )
 
@@ -169,9 +169,9 @@ func (w *Watch) SpentUntil(window time.Duration) time.Time {
 // and then watches it every Interval until Stop. It does not fail when the
 // broker is down: that is what it watches for.
 func (w *Watch) Start(ctx context.Context) error {
-	r, err := w.Begin(ctx)
-	if err != nil {
-		return err
+	r, ok := w.Begin(ctx)
+	if !ok {
+		return nil // running already
 	}
 	if err := w.first(r.Context()); err != nil {
 		w.log.Warn("first broker check", "err", err)

@@ -246,7 +246,7 @@ func TestOutboxGroupCountDoesNotScan(t *testing.T) {
 // before the counts (read the type's queue, match the account in each
 // payload), for comparison.
 func BenchmarkOutboxGroupCount(b *testing.B) {
-	db, err := Open(b.TempDir(), Options{SecretKey: make([]byte, 32), NoSync: true})
+	db, err := Open(b.TempDir(), Options{SecretKey: make([]byte, 32), noSync: true})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -39,8 +39,9 @@ type Options struct {
 	// SecretKey is the 32-byte AES-256 key that encrypts secrets at rest.
 	// Nil means: read or create the key file in the data dir.
 	SecretKey []byte
-	// NoSync turns off fsync (benchmarks of other layers only).
-	NoSync bool
+	// noSync turns off fsync: for the store's own benchmarks only (no
+	// caller outside the package can ask for it).
+	noSync bool
 }
 
 // DB is the open store.
@@ -104,7 +105,7 @@ func Open(dataDir string, opts Options) (*DB, error) {
 		timeout = 2 * time.Second
 	}
 	path := filepath.Join(dataDir, FileName)
-	b, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: timeout, NoSync: opts.NoSync, FreelistType: bolt.FreelistMapType})
+	b, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: timeout, NoSync: opts.noSync, FreelistType: bolt.FreelistMapType})
 	if errors.Is(err, bolterrors.ErrTimeout) {
 		return nil, fmt.Errorf("store: open %s: %w (waited %s for its lock; stop the other process or use another data dir)", path, ErrLocked, timeout)
 	}

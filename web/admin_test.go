@@ -8,7 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"mailroom/queue"
+	"mailroom/queue/gmail"
+	"mailroom/queue/sheets"
 	"mailroom/store"
 )
 
@@ -153,7 +154,7 @@ func TestCSRF(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{queue: true})
 	s := login(t, e.h)
-	id := seedDeadLetter(t, e.db, queue.TypeGmailSync, "gmail-sync", `{}`, "boom")
+	id := seedDeadLetter(t, e.db, gmail.TypeSync, "gmail-sync", `{}`, "boom")
 	posts := []struct {
 		path string
 		form url.Values
@@ -162,7 +163,7 @@ func TestCSRF(t *testing.T) {
 		{"/admin/tokens/abc/revoke", nil},
 		{"/admin/deadletters/" + id + "/redrive", nil},
 		{"/admin/deadletters/" + id + "/discard", nil},
-		{"/admin/deadletters/redrive", url.Values{"type": {queue.TypeGmailSync}}},
+		{"/admin/deadletters/redrive", url.Values{"type": {gmail.TypeSync}}},
 		{"/admin/logout", nil},
 	}
 	for _, p := range posts {
@@ -263,8 +264,8 @@ func TestAdminDeadLetterPages(t *testing.T) {
 	if w := request(t, e.h, http.MethodGet, "/admin/deadletters", nil, s.headers()); !strings.Contains(w.Body.String(), "No dead letters") {
 		t.Error("no empty state")
 	}
-	id := seedDeadLetter(t, e.db, queue.TypeSheetsFlush, "sheets-flush", `{"sheet":"s1","rows":[1,2]}`, "quota exhausted <b>")
-	other := seedDeadLetter(t, e.db, queue.TypeGmailSync, "gmail-sync", `{}`, "gone")
+	id := seedDeadLetter(t, e.db, sheets.TypeFlush, "sheets-flush", `{"sheet":"s1","rows":[1,2]}`, "quota exhausted <b>")
+	other := seedDeadLetter(t, e.db, gmail.TypeSync, "gmail-sync", `{}`, "gone")
 
 	page := request(t, e.h, http.MethodGet, "/admin/deadletters?type=sheets:flush", nil, s.headers()).Body.String()
 	if !strings.Contains(page, id) || strings.Contains(page, other) || !strings.Contains(page, "quota exhausted &lt;b&gt;") || !strings.Contains(page, "Redrive all of sheets:flush") {
@@ -286,7 +287,7 @@ func TestAdminDeadLetterPages(t *testing.T) {
 	if page := request(t, e.h, http.MethodGet, "/admin/deadletters", nil, flashHdr).Body.String(); !strings.Contains(page, "is queued again") {
 		t.Error("no flash after redrive")
 	}
-	w = request(t, e.h, http.MethodPost, "/admin/deadletters/redrive", url.Values{"csrf": {s.csrf}, "type": {queue.TypeGmailSync}}, s.headers())
+	w = request(t, e.h, http.MethodPost, "/admin/deadletters/redrive", url.Values{"csrf": {s.csrf}, "type": {gmail.TypeSync}}, s.headers())
 	if w.Code != http.StatusSeeOther {
 		t.Errorf("redrive type: %d", w.Code)
 	}

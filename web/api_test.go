@@ -14,6 +14,8 @@ import (
 
 	"mailroom/internal/testkit"
 	"mailroom/queue"
+	"mailroom/queue/gmail"
+	"mailroom/queue/sheets"
 	"mailroom/store"
 )
 
@@ -220,12 +222,12 @@ func TestDeadLettersAPI(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{queue: true})
 	auth := bearer(testAPIToken)
-	syncID := seedDeadLetter(t, e.db, queue.TypeGmailSync, "gmail-sync", `{"accountId":"a1"}`, "account deleted")
+	syncID := seedDeadLetter(t, e.db, gmail.TypeSync, "gmail-sync", `{"accountId":"a1"}`, "account deleted")
 	var flushIDs []string
 	for range 3 {
-		flushIDs = append(flushIDs, seedDeadLetter(t, e.db, queue.TypeSheetsFlush, "sheets-flush", `{"sheet":"s1"}`, "quota"))
+		flushIDs = append(flushIDs, seedDeadLetter(t, e.db, sheets.TypeFlush, "sheets-flush", `{"sheet":"s1"}`, "quota"))
 	}
-	oddID := seedDeadLetter(t, e.db, queue.TypeSheetsFlush, "sheets-flush", `"just a string"`, "odd payload")
+	oddID := seedDeadLetter(t, e.db, sheets.TypeFlush, "sheets-flush", `"just a string"`, "odd payload")
 
 	// List: newest first, payload as JSON.
 	w := request(t, e.h, http.MethodGet, "/api/v1/deadletters", nil, auth)
@@ -240,7 +242,7 @@ func TestDeadLettersAPI(t *testing.T) {
 		t.Errorf("first = %s payload %s", all.DeadLetters[0].ID, all.DeadLetters[0].Payload)
 	}
 	last := all.DeadLetters[4]
-	if last.ID != syncID || last.Type != queue.TypeGmailSync || last.Queue != "gmail-sync" || string(last.Payload) != `{"accountId":"a1"}` ||
+	if last.ID != syncID || last.Type != gmail.TypeSync || last.Queue != "gmail-sync" || string(last.Payload) != `{"accountId":"a1"}` ||
 		last.Error != "account deleted" || last.Attempts != 4 || last.FirstFailedAt.IsZero() || last.LastFailedAt.IsZero() {
 		t.Errorf("last = %+v", last)
 	}
@@ -315,7 +317,7 @@ func TestDeadLettersAPI(t *testing.T) {
 	if w := request(t, e.h, http.MethodPost, "/api/v1/deadletters/"+syncID+"/redrive", nil, auth); w.Code != 404 {
 		t.Errorf("redrive one again: %d", w.Code)
 	}
-	if n := queueLen(t, e, queue.TypeGmailSync); n != 1 {
+	if n := queueLen(t, e, gmail.TypeSync); n != 1 {
 		t.Errorf("gmail-sync outbox holds %d, want 1", n)
 	}
 
@@ -396,7 +398,7 @@ func TestDeadLetterRedriveThroughQueue(t *testing.T) {
 	e := newEnv(t, envOptions{startQueue: true})
 	auth := bearer(testAPIToken)
 	if err := e.db.Update(func(tx *store.Tx) error {
-		_, _, err := e.q.Enqueue(tx, queue.TypeDebugRecord, map[string]any{"id": "t1", "fail": 1})
+		_, _, err := e.q.Enqueue(tx, typeDebugRecord, map[string]any{"id": "t1", "fail": 1})
 		return err
 	}); err != nil {
 		t.Fatal(err)

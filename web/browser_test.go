@@ -11,7 +11,6 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"mailroom/internal/testkit"
-	"mailroom/queue"
 	"mailroom/queue/webhooks"
 	"mailroom/store"
 	"mailroom/web/webtest"
@@ -37,11 +36,11 @@ func TestBrowserAdminFlow(t *testing.T) {
 	// Some work for the charts, and one task that fails for good.
 	if err := e.db.Update(func(tx *store.Tx) error {
 		for i := range 25 {
-			if _, _, err := e.q.Enqueue(tx, queue.TypeDebugRecord, map[string]any{"id": fmt.Sprint("ok", i)}); err != nil {
+			if _, _, err := e.q.Enqueue(tx, typeDebugRecord, map[string]any{"id": fmt.Sprint("ok", i)}); err != nil {
 				return err
 			}
 		}
-		_, _, err := e.q.Enqueue(tx, queue.TypeDebugRecord, map[string]any{"id": "invoice-42", "fail": 1})
+		_, _, err := e.q.Enqueue(tx, typeDebugRecord, map[string]any{"id": "invoice-42", "fail": 1})
 		return err
 	}); err != nil {
 		t.Fatal(err)

@@ -20,6 +20,10 @@ import (
 	"mailroom/internal/testkit"
 	"mailroom/queue"
 	"mailroom/queue/broker/brokertest"
+	"mailroom/queue/gmail"
+	"mailroom/queue/rules"
+	"mailroom/queue/sheets"
+	"mailroom/queue/webhooks"
 	"mailroom/store"
 	"mailroom/store/storetest"
 )
@@ -109,13 +113,22 @@ func (f *flakyHandler) succeeded(id string) bool {
 	return f.ok[id]
 }
 
+// typeDebugRecord is the web tests' own task type (the app's debug type).
+const typeDebugRecord = "debug:record"
+
 func newTestQueue(t testing.TB, db *store.DB, start bool) (*queue.Queue, *flakyHandler) {
 	t.Helper()
-	table := queue.NewTable(queue.TableConfig{MaxRetries: 1, ConcurrencyMessageAdded: 1, ConcurrencyState: 1, Debug: true, DebugConcurrency: 2})
+	table, err := queue.NewTable(
+		gmail.Tasks(gmail.TaskConfig{MaxRetries: 1, ConcurrencyMessageAdded: 1, ConcurrencyState: 1}),
+		rules.Tasks(1), sheets.Tasks(1), webhooks.Tasks(),
+		[]queue.TaskType{{Name: typeDebugRecord, Queue: "debug", Concurrency: 2, MaxRetries: 1, Timeout: time.Minute}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	flaky := &flakyHandler{runs: map[string]int{}, ok: map[string]bool{}}
 	for _, tt := range table.Types() {
 		h := func(context.Context, *queue.Task) error { return nil }
-		if tt.Name == queue.TypeDebugRecord {
+		if tt.Name == typeDebugRecord {
 			h = flaky.handle
 		}
 		if err := table.Handle(tt.Name, h); err != nil {

@@ -17,6 +17,7 @@ import (
 
 	"mailroom/assets"
 	"mailroom/queue"
+	"mailroom/queue/sheets"
 	"mailroom/store"
 	"mailroom/store/storetest"
 )
@@ -25,9 +26,9 @@ import (
 // assets/templates needs an entry here: the test fails until it has one.
 func templateSamples() map[string]any {
 	at := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
-	dl := store.DeadLetter{ID: "00000000000000a1", Type: queue.TypeSheetsFlush, Queue: "sheets-flush",
+	dl := store.DeadLetter{ID: "00000000000000a1", Type: sheets.TypeFlush, Queue: "sheets-flush",
 		Payload: json.RawMessage(`{"sheet":"s"}`), Error: "quota <exhausted>", Attempts: 4, FirstFailedAt: at, LastFailedAt: at}
-	row := queueRow{QueueStats: queue.QueueStats{Name: "sheets-flush", Types: []string{queue.TypeSheetsFlush}, Concurrency: 4, Pending: 1200, DeadLettered: 1},
+	row := queueRow{QueueStats: queue.QueueStats{Name: "sheets-flush", Types: []string{sheets.TypeFlush}, Concurrency: 4, Pending: 1200, DeadLettered: 1},
 		Status: "dead letters", StatusClass: "err", Spark: sparkline([]int{1, 5, 2}, []int{0, 1, 0}), P50: "1.2ms", P99: "9.8ms", DeadLink: "/admin/deadletters?type=sheets:flush"}
 	return map[string]any{
 		"error":        &httpError{Status: 404, Code: "not_found", Message: "No such thing.", Field: "id"},

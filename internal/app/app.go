@@ -12,12 +12,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"mailroom/internal/lifecycle"
 	"mailroom/queue"
 	"mailroom/queue/broker"
 	"mailroom/queue/gmail"
 	"mailroom/queue/google"
 	"mailroom/queue/google/accounts"
-	"mailroom/queue/lifecycle"
 	"mailroom/queue/rules"
 	"mailroom/queue/sheets"
 	"mailroom/queue/webhooks"
@@ -29,6 +29,7 @@ import (
 // end-to-end tests and every benchmark alike.
 type App struct {
 	cfg      *Config
+	deps     Deps // what New was given besides cfg (wireAccounts reads the Google ones)
 	log      *slog.Logger
 	registry *prometheus.Registry
 
@@ -53,9 +54,9 @@ type App struct {
 	rules      *rules.Pipeline    // set by wireRules
 	webhooks   *webhooks.Pipeline // set by wireEvents
 
-	// services are every background part, in start order: the alerter
-	// (before the task servers, whose dead letters it announces), the
-	// broker watch, the queue, the pipelines' loops, the caller's services
+	// services are every background part, in start order: the broker's
+	// own (the embedded store's clock), its lease, the alerter (before the
+	// task servers, whose dead letters it announces), the broker watch, the queue, the pipelines' loops, the caller's services
 	// (the demo's traffic), HTTP. Start starts them in order, Stop stops
 	// them in reverse: senders before receivers.
 	services lifecycle.Sequence
@@ -73,7 +74,7 @@ type App struct {
 // New returns, and nothing runs until Start. New owns deps.Closers: a
 // failed New runs them.
 func New(ctx context.Context, cfg *Config, deps Deps) (_ *App, err error) {
-	a := &App{cfg: cfg, log: deps.Logger, registry: prometheus.NewRegistry(), demoSource: deps.DemoSource, depClosers: deps.Closers}
+	a := &App{cfg: cfg, deps: deps, log: deps.Logger, registry: prometheus.NewRegistry(), demoSource: deps.DemoSource, depClosers: deps.Closers}
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
 	}
@@ -110,20 +111,16 @@ func New(ctx context.Context, cfg *Config, deps Deps) (_ *App, err error) {
 		alerts.WebhookURL, alerts.Client = deps.AlertURL, deps.AlertClient
 	}
 	a.alerts = queue.NewAlerter(alerts)
-	a.table = queue.NewTable(queue.TableConfig{
-		MaxRetries:              cfg.MaxRetries,
-		ConcurrencyMessageAdded: cfg.ConcurrencyMessageAdded,
-		ConcurrencyState:        cfg.ConcurrencyState,
-		Debug:                   cfg.DebugTasks,
-	})
-	if cfg.Overrides.Tasks != nil {
-		a.table = queue.NewTableFromRows(cfg.Overrides.Tasks(a.table.Types()))
+	if a.table, err = taskTable(cfg, deps); err != nil {
+		return nil, err
 	}
 	a.watch = queue.NewWatch(queue.WatchConfig{Logger: logger, Raise: a.alerts.Raise}, a.db, a.broker.Client())
 	if err := a.openQueue(cfg, logger); err != nil {
 		return nil, err
 	}
-	a.services = lifecycle.Sequence{a.lease, a.alerts, a.watch, a.queue}
+	// The broker's clock first (the embedded store's TTLs run down from
+	// then on), then the lease on it.
+	a.services = append(lifecycle.Sequence(a.broker.Services()), a.lease, a.alerts, a.watch, a.queue)
 	if a.fleet != nil {
 		a.services = append(a.services, a.fleet)
 	}
@@ -239,11 +236,12 @@ func (a *App) ready(ctx context.Context) error {
 	return nil
 }
 
-// Start starts the services in order: the alerter, the broker watch, the
-// queue (handing the outbox to the broker and starting the task servers),
+// Start starts the services in order: the broker's clock and lease, the
+// alerter, the broker watch, the queue (handing the outbox to the broker and starting the task servers),
 // the pipelines' loops, the caller's services, then HTTP on cfg.HTTPAddr.
 // When one fails to start, the ones that had started are stopped in
-// reverse order.
+// reverse order. A second Start does nothing (each service's does
+// nothing while it runs).
 func (a *App) Start(ctx context.Context) error { return a.services.Start(ctx) }
 
 // Addr is the address HTTP listens on (useful with port 0).
@@ -311,5 +309,6 @@ func (a *App) Webhooks() *webhooks.Pipeline { return a.webhooks }
 // Broker is the app's broker.
 func (a *App) Broker() *broker.Broker { return a.broker }
 
-// Services are the app's services, in start order.
+// Services are the app's services, in start order: the same instances at
+// every call (New makes them once).
 func (a *App) Services() []lifecycle.Service { return append([]lifecycle.Service(nil), a.services...) }

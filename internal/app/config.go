@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"net/url"
 	"os"
 	"strconv"
@@ -134,37 +133,9 @@ type Config struct {
 	LogLevel             string
 	LogFormat            string
 	DebugTasks           bool
-	// TaskServersAlwaysOn keeps every queue's task server running: the
-	// baseline `mailroom bench idle` measures its serve children against
-	// (a hidden setting, as DebugTasks is: no operator needs it).
+	// TaskServersAlwaysOn keeps every queue's task server running (see
+	// its flag).
 	TaskServersAlwaysOn bool
-
-	// Overrides are no flag's: a program that embeds the app (the demo,
-	// the benchmarks) sets them.
-	Overrides Overrides
-}
-
-// Overrides are the settings no flag reaches, each one a program that
-// embeds the app may legitimately choose: how tasks are laid out on
-// queues and workers, the HTTP transport of Google calls, and running
-// against a Google whose quota is off or that restarts with the process
-// (an emulator). The benchmarks build the app through New as serve does
-// and name in their notes the ones they set.
-type Overrides struct {
-	// Tasks rewrites the rows of the task table: queues, workers, and
-	// task types of the embedding program's own, each with its handler.
-	Tasks func([]queue.TaskType) []queue.TaskType
-	// GmailQuotaOff runs without the Gmail budget, for a Google whose
-	// quota is off (an emulator).
-	GmailQuotaOff bool
-	// GoogleTransport, when set, carries the Google clients' HTTP requests
-	// instead of Go's default transport (a proxy, a recorder, a limiter).
-	GoogleTransport http.RoundTripper
-	// GmailQuotaRestartsWithProcess: the Google the app talks to starts
-	// with the process (the demo's emulator), so what it counted is lost
-	// with the broker's windows at a restart: the Gmail budget does not
-	// wait out a lost window (nor resume accounts at half).
-	GmailQuotaRestartsWithProcess bool
 }
 
 // setting is one row of the configuration table.
@@ -261,7 +232,7 @@ func (c *Config) settings() []setting {
 		{"task-poll-interval", "MAILROOM_TASK_POLL_INTERVAL", "how often an idle queue server looks for work", d(&c.TaskPollInterval, queue.DefaultPollInterval), false, false},
 		{"delayed-check-interval", "MAILROOM_DELAYED_CHECK_INTERVAL", "how often scheduled and retrying tasks are made ready", d(&c.DelayedCheckInterval, queue.DefaultDelayedCheckInterval), false, false},
 		{"task-server-linger", "MAILROOM_TASK_SERVER_LINGER", "a queue's task server stops this long after the queue last had work, and starts again when work comes", d(&c.TaskServerLinger, queue.DefaultServerLinger), false, false},
-		{"task-servers-always-on", "MAILROOM_TASK_SERVERS_ALWAYS_ON", "keep every queue's task server running even with nothing to do, as before servers slept: the baseline of mailroom bench idle (benchmarks; more idle CPU and nothing gained)", b(&c.TaskServersAlwaysOn, false), false, true},
+		{"task-servers-always-on", "MAILROOM_TASK_SERVERS_ALWAYS_ON", "keep every queue's task server running even with nothing to do: asynq's own tools (the asynq CLI, Asynqmon) on an external Redis or --broker-addr then list every queue's server at all times, and a task that comes after a quiet spell does not wait for its server to start; the cost is idle CPU (mailroom bench idle measures it)", b(&c.TaskServersAlwaysOn, false), false, false},
 		{"shutdown-timeout", "MAILROOM_SHUTDOWN_TIMEOUT", "how long running tasks may take to finish at shutdown", d(&c.ShutdownTimeout, queue.DefaultShutdownTimeout), false, false},
 		{"log-level", "MAILROOM_LOG_LEVEL", "debug, info, warn or error", s(&c.LogLevel, "info"), false, false},
 		{"log-format", "MAILROOM_LOG_FORMAT", "text or json", s(&c.LogFormat, "text"), false, false},

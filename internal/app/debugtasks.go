@@ -31,6 +31,15 @@ type debugPayload struct {
 	SleepMS int `json:"sleepMs,omitempty"`
 }
 
+// TypeDebugRecord is the debug task type.
+const TypeDebugRecord = "debug:record"
+
+// debugTaskRow is the debug type's row of the task table, present with
+// --debug-tasks.
+func debugTaskRow(maxRetries int) queue.TaskType {
+	return queue.TaskType{Name: TypeDebugRecord, Queue: "debug", Concurrency: 10, MaxRetries: maxRetries, Timeout: time.Minute}
+}
+
 // DebugLogName is where completions are recorded, one id per line.
 const DebugLogName = "debug-completions.log"
 
@@ -78,7 +87,7 @@ func (d *debugTasks) enqueue(n int, p debugPayload) (int, error) {
 		chunk := min(1000, n-done)
 		err := d.db.Update(func(tx *store.Tx) error {
 			for range chunk {
-				if _, _, err := d.q.Enqueue(tx, queue.TypeDebugRecord, p); err != nil {
+				if _, _, err := d.q.Enqueue(tx, TypeDebugRecord, p); err != nil {
 					return err
 				}
 			}

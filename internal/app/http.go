@@ -9,7 +9,7 @@ import (
 	"net/http"
 	"time"
 
-	"mailroom/queue/lifecycle"
+	"mailroom/internal/lifecycle"
 )
 
 // httpShutdownTimeout bounds the wait for requests in flight at Stop.
@@ -35,9 +35,9 @@ func newHTTPService(addr string, h http.Handler, log *slog.Logger) *httpService 
 
 // Start listens on the address and serves until Stop.
 func (s *httpService) Start(ctx context.Context) error {
-	r, err := s.Begin(ctx)
-	if err != nil {
-		return err
+	r, ok := s.Begin(ctx)
+	if !ok {
+		return nil // running already
 	}
 	ln, err := net.Listen("tcp", s.addr)
 	if err != nil {

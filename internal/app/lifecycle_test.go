@@ -12,8 +12,8 @@ import (
 
 	"mailroom/internal/app"
 	"mailroom/internal/app/apptest"
+	"mailroom/internal/lifecycle"
 	"mailroom/internal/testkit"
-	"mailroom/queue/lifecycle"
 )
 
 // recorder keeps, in order, the starts and stops of an app's probes, and
@@ -110,15 +110,15 @@ func TestNewValidatesAndClosesTheDepsOnFailure(t *testing.T) {
 	}
 }
 
-// The app starts its services in order (the broker's lease, the alerter,
-// the watch, the queue,
-// the pipelines' loops, the caller's, HTTP) and stops them in reverse:
+// The app starts its services in order (the broker's clock, its lease,
+// the alerter, the watch, the queue, the pipelines' loops, the caller's,
+// HTTP) and stops them in reverse:
 // the caller's services stop after HTTP and before the task servers.
 func TestAppStartsInOrderAndStopsInReverse(t *testing.T) {
 	t.Parallel()
 	a, r := newApp(t, apptest.Config(t), "first", "second")
 	services := a.Services()
-	want := []string{"*broker.Lease", "*queue.Alerter", "*queue.Watch", "*queue.Queue"}
+	want := []string{"*broker.clock", "*broker.Lease", "*queue.Alerter", "*queue.Watch", "*queue.Queue"}
 	for i, w := range want {
 		if got := fmt.Sprintf("%T", services[i]); got != w {
 			t.Errorf("service %d is %s, want %s", i, got, w)
@@ -180,3 +180,64 @@ func TestAppHTTPListenFailureUnwinds(t *testing.T) {
 }
 
 var _ lifecycle.Service = (*probe)(nil)
+
+// Services returns the same instances at every call, the pipelines' own
+// among them (their started guard is the one Start sets), and a second
+// Start does nothing: every service goes on running, and one Stop ends
+// them all.
+func TestAppServicesAreTheSameAndASecondStartDoesNothing(t *testing.T) {
+	t.Parallel()
+	a, r := newApp(t, apptest.Config(t))
+	first, again := a.Services(), a.Services()
+	if len(first) != len(again) {
+		t.Fatalf("%d services, then %d", len(first), len(again))
+	}
+	for i := range first {
+		if first[i] != again[i] {
+			t.Errorf("service %d (%T) is a new instance at the second call", i, first[i])
+		}
+	}
+	pipelines := map[string]interface{ Services() []lifecycle.Service }{
+		"gmail": a.Gmail(), "rules": a.Rules(), "sheets": a.Sheets(), "webhooks": a.Webhooks(),
+	}
+	for name, p := range pipelines {
+		own, ownAgain := p.Services(), p.Services()
+		if len(own) == 0 || !slices.Equal(own, ownAgain) {
+			t.Errorf("%s: Services %v, then %v: want the same non-empty list", name, own, ownAgain)
+		}
+		for _, s := range own {
+			if !slices.Contains(first, s) {
+				t.Errorf("%s: its %T is not the one the app runs", name, s)
+			}
+		}
+	}
+	ctx := context.Background()
+	if err := a.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	addr := a.Addr()
+	running := map[lifecycle.Service]bool{}
+	for _, s := range first {
+		if run, ok := s.(interface{ Running() bool }); ok && run.Running() {
+			running[s] = true
+		}
+	}
+	if !running[a.Queue()] {
+		t.Fatal("the queue does not run after Start")
+	}
+	if err := a.Start(ctx); err != nil {
+		t.Fatalf("second Start: %v, want nil (it does nothing)", err)
+	}
+	if !a.Queue().Ready() || a.Addr() != addr {
+		t.Fatalf("after a second Start: queue ready %v, address %s (was %s)", a.Queue().Ready(), a.Addr(), addr)
+	}
+	for s := range running {
+		if !s.(interface{ Running() bool }).Running() {
+			t.Errorf("%T stopped running after a second Start", s)
+		}
+	}
+	if err := a.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r.check(t)
+}

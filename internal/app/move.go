@@ -44,8 +44,8 @@ func MoveStore(dataDir, secretKey string) (*store.DB, error) {
 // movedTypes are the task types import records anew (MoveFollowUps), so an
 // export does not wait for them.
 var movedTypes = map[string]bool{
-	queue.TypeGmailSync: true, queue.TypeGmailFullSync: true, queue.TypeGmailWatchRenew: true,
-	queue.TypeSheetsFlush: true,
+	gmail.TypeSync: true, gmail.TypeFullSync: true, gmail.TypeWatchRenew: true,
+	sheets.TypeFlush: true,
 }
 
 // ExportUser writes the user's records to out (gzip'd JSON, mode 0600) and,
@@ -132,8 +132,12 @@ func ReadMoveFile(name string) (*store.Move, error) {
 // tasks (MoveFollowUps), which run when this mailroom serves.
 func ImportUser(db *store.DB, m *store.Move) (store.MoveImported, error) {
 	var got store.MoveImported
-	rec := queue.NewOffline(queue.NewTable(queue.TableConfig{}))
-	err := db.Update(func(tx *store.Tx) error {
+	table, err := queue.NewTable(pipelineTasks(Defaults())...)
+	if err != nil {
+		return got, err
+	}
+	rec := queue.NewOffline(table)
+	err = db.Update(func(tx *store.Tx) error {
 		var err error
 		if got, err = tx.MoveImport(m); err != nil {
 			return err

@@ -2,10 +2,41 @@ package app
 
 import (
 	"context"
+	"slices"
 
+	"mailroom/internal/lifecycle"
 	"mailroom/queue"
-	"mailroom/queue/lifecycle"
+	"mailroom/queue/gmail"
+	"mailroom/queue/rules"
+	"mailroom/queue/sheets"
+	"mailroom/queue/webhooks"
 )
+
+// pipelineTasks are the task rows the pipelines declare (each package's
+// Tasks), with cfg's retries and workers: the whole table of serve.
+func pipelineTasks(cfg *Config) [][]queue.TaskType {
+	return [][]queue.TaskType{
+		gmail.Tasks(gmail.TaskConfig{MaxRetries: cfg.MaxRetries, ConcurrencyMessageAdded: cfg.ConcurrencyMessageAdded, ConcurrencyState: cfg.ConcurrencyState}),
+		rules.Tasks(cfg.MaxRetries),
+		sheets.Tasks(cfg.MaxRetries),
+		webhooks.Tasks(),
+	}
+}
+
+// taskTable assembles the app's task table: the pipelines' rows, the
+// debug type with --debug-tasks, and the caller's own (Deps.Tasks), laid
+// out again by Deps.TaskLayout when set. The handlers come with
+// buildPipelines.
+func taskTable(cfg *Config, deps Deps) (*queue.Table, error) {
+	rows := slices.Concat(pipelineTasks(cfg)...)
+	if cfg.DebugTasks {
+		rows = append(rows, debugTaskRow(cfg.MaxRetries))
+	}
+	if deps.TaskLayout != nil {
+		deps.TaskLayout(rows)
+	}
+	return queue.NewTable(rows, deps.Tasks)
+}
 
 // pipeline is the one shape of every pipeline (and of the Google-accounts
 // service they share): built by its New(Config, Deps), it gives the task
@@ -29,7 +60,7 @@ func (a *App) buildPipelines(ctx context.Context) error {
 		}
 		a.debug = d
 		a.closed = append(a.closed, d.Close)
-		if err := a.table.Handle(queue.TypeDebugRecord, d.handle); err != nil {
+		if err := a.table.Handle(TypeDebugRecord, d.handle); err != nil {
 			return err
 		}
 	}

@@ -19,12 +19,12 @@ func (a *App) wireAccounts(context.Context) (pipeline, error) {
 	// One Gmail budget per account and for the project, in the broker: every
 	// Gmail call of every pipeline spends from it.
 	var budget *google.Budget
-	if !cfg.Overrides.GmailQuotaOff {
+	if !a.deps.GmailQuotaOff {
 		// A window the broker lost (a restart of the embedded store) counts
 		// as fully spent until it has passed, unless Google's count was
 		// lost with it (the demo's emulator).
 		spentUntil := a.watch.SpentUntil
-		if cfg.Overrides.GmailQuotaRestartsWithProcess || a.fleet != nil {
+		if a.deps.GoogleRestartsWithProcess || a.fleet != nil {
 			// (A fleet's Redis outlives this process's broker.)
 			spentUntil = func(time.Duration) time.Time { return time.Time{} }
 		}
@@ -44,7 +44,7 @@ func (a *App) wireAccounts(context.Context) (pipeline, error) {
 	gc := google.New(google.Config{
 		APIURL: cfg.GoogleAPIURL, TokenURL: cfg.GoogleTokenURL, AuthURL: cfg.GoogleAuthURL, RevokeURL: cfg.GoogleRevokeURL,
 		ClientID: cfg.GoogleClientID, ClientSecret: cfg.GoogleClientSecret, RedirectURL: cfg.redirectURL(),
-		HTTPClient: &http.Client{Timeout: 30 * time.Second, Transport: cfg.Overrides.GoogleTransport},
+		HTTPClient: &http.Client{Timeout: 30 * time.Second, Transport: a.deps.GoogleTransport},
 		Budget:     budget,
 		Prices:     cfg.GmailPrices(),
 		Registerer: a.registry,

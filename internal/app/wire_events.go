@@ -6,8 +6,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"mailroom/internal/lifecycle"
 	"mailroom/queue"
-	"mailroom/queue/lifecycle"
 	"mailroom/queue/webhooks"
 	"mailroom/store"
 )

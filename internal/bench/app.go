@@ -10,11 +10,20 @@ import (
 	"mailroom/queue/broker"
 )
 
+// setup is what a scenario changes before app.New: serve's settings
+// (Config) and the app's Deps, where what no operator sets lives (task
+// types of the bench's own, the Gmail quota off, a Google transport). A
+// note names both (settingsDiff).
+type setup struct {
+	*app.Config
+	deps app.Deps
+}
+
 // startApp builds and starts the appliance through app.New, as serve
 // does: serve's defaults (the environment ignored), a fresh data dir, a
 // free loopback port, no logs, then the scenario's overrides (mutate),
 // which its note names. stop stops it and removes the data dir.
-func startApp(ctx context.Context, mutate func(*app.Config)) (a *app.App, stop func(), err error) {
+func startApp(ctx context.Context, mutate func(*setup)) (a *app.App, stop func(), err error) {
 	cfg, err := app.ParseConfig("bench", nil, func(string) string { return "" }, io.Discard)
 	if err != nil {
 		return nil, nil, err
@@ -29,13 +38,14 @@ func startApp(ctx context.Context, mutate func(*app.Config)) (a *app.App, stop f
 		}
 	}()
 	cfg.DataDir, cfg.HTTPAddr, cfg.LogLevel = dir, "127.0.0.1:0", "error"
+	s := &setup{Config: cfg, deps: app.Deps{Logger: slog.New(slog.DiscardHandler)}}
 	if mutate != nil {
-		mutate(cfg)
+		mutate(s)
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, nil, err
 	}
-	a, err = app.New(ctx, cfg, app.Deps{Logger: slog.New(slog.DiscardHandler)})
+	a, err = app.New(ctx, cfg, s.deps)
 	if err != nil {
 		return nil, nil, err
 	}

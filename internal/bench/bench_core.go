@@ -17,7 +17,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
-	"mailroom/internal/app"
+	"mailroom/internal/lifecycle"
 	"mailroom/queue"
 	"mailroom/queue/broker"
 	"mailroom/store"
@@ -33,7 +33,7 @@ func benchCore(ctx context.Context, o Options) (Result, error) {
 	if o.Quick {
 		n, burst = 2000, 10000
 	}
-	r.Notes = append(r.Notes, fmt.Sprintf("%d no-op tasks of the bench's own type (bench:nop, 10 workers, its handler counts the runs: a row added to the task table through app.Overrides.Tasks; the debug:record type of MAILROOM_DEBUG_TASKS=true, used before, also appends each id to a file), idle queues polled every 50ms (MAILROOM_TASK_POLL_INTERVAL), the whole app built by app.New as serve builds it, %s; medians of 3 runs. CPU-s per 1,000 durable tasks: this process's user and system time (/proc) from the first record written to the last handler's return (the app, the embedded broker and the producer; not redis-server's), a figure a busy machine disturbs far less than tasks/s; GC cycles per 1,000 durable tasks and KiB allocated per task: this process's garbage collector over the same window (runtime/metrics), figures other work on the machine does not move", n, o.GC))
+	r.Notes = append(r.Notes, fmt.Sprintf("%d no-op tasks of the bench's own type (bench:nop, 10 workers, its handler counts the runs: a row added to the task table through app.Deps.Tasks; the debug:record type of MAILROOM_DEBUG_TASKS=true, used before, also appends each id to a file), idle queues polled every 50ms (MAILROOM_TASK_POLL_INTERVAL), the whole app built by app.New as serve builds it, %s; medians of 3 runs. CPU-s per 1,000 durable tasks: this process's user and system time (/proc) from the first record written to the last handler's return (the app, the embedded broker and the producer; not redis-server's), a figure a busy machine disturbs far less than tasks/s; GC cycles per 1,000 durable tasks and KiB allocated per task: this process's garbage collector over the same window (runtime/metrics), figures other work on the machine does not move", n, o.GC))
 
 	targets, stop := benchTargets(ctx, o, &r)
 	defer stop()
@@ -93,7 +93,7 @@ func median(v []float64) float64 {
 const typeBenchNop = "bench:nop"
 
 // benchQueue starts the app through app.New with the bench's no-op task
-// type added to its task table (app.Overrides.Tasks: 10 workers on a queue
+// type added to its task table (app.Deps.Tasks: 10 workers on a queue
 // of its own, onDone called for each run), on redisURL (empty: the
 // embedded broker), with idle queues polled every 50 ms
 // (MAILROOM_TASK_POLL_INTERVAL).
@@ -103,15 +103,13 @@ func benchQueue(ctx context.Context, redisURL string, onDone func()) (*queue.Que
 			return nil, nil, nil, err
 		}
 	}
-	a, stop, err := startApp(ctx, func(c *app.Config) {
+	a, stop, err := startApp(ctx, func(c *setup) {
 		c.RedisURL = redisURL
 		c.TaskPollInterval = 50 * time.Millisecond
-		c.Overrides.Tasks = func(rows []queue.TaskType) []queue.TaskType {
-			return append(rows, queue.TaskType{
-				Name: typeBenchNop, Queue: "bench", Concurrency: 10, MaxRetries: c.MaxRetries, Timeout: time.Minute,
-				Handler: func(context.Context, *queue.Task) error { onDone(); return nil },
-			})
-		}
+		c.deps.Tasks = []queue.TaskType{{
+			Name: typeBenchNop, Queue: "bench", Concurrency: 10, MaxRetries: c.MaxRetries, Timeout: time.Minute,
+			Handler: func(context.Context, *queue.Task) error { onDone(); return nil },
+		}}
 	})
 	if err != nil {
 		return nil, nil, nil, err
@@ -228,6 +226,11 @@ func benchRawAsynq(ctx context.Context, redisURL string, n int) (float64, error)
 		return 0, err
 	}
 	defer b.Close()
+	clock := lifecycle.Sequence(b.Services()) // the embedded store's, as the app runs it
+	if err := clock.Start(ctx); err != nil {
+		return 0, err
+	}
+	defer clock.Stop(context.Background())
 	if redisURL != "" {
 		if err := b.Client().FlushDB(ctx).Err(); err != nil {
 			return 0, err

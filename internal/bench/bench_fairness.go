@@ -100,7 +100,7 @@ func newGmailFleet(ctx context.Context, fo fleetOptions, sz fairnessSize) (_ *gm
 			f.floor.byMethod[m] += u
 		}
 	}
-	a, stop, err := startApp(ctx, func(c *app.Config) {
+	a, stop, err := startApp(ctx, func(c *setup) {
 		c.RedisURL = fo.redisURL
 		c.GoogleAPIURL, c.GoogleTokenURL = f.fake.URL(), f.fake.TokenURL()
 		c.PushToken, c.GmailPollInterval, c.ShutdownTimeout = benchPushToken, time.Hour, 2*time.Second
@@ -110,7 +110,7 @@ func newGmailFleet(ctx context.Context, fo fleetOptions, sz fairnessSize) (_ *gm
 		if sz.project > 0 {
 			c.GmailProjectUnits = sz.project
 		}
-		c.Overrides.GmailQuotaOff = fo.quotaOff
+		c.deps.GmailQuotaOff = fo.quotaOff
 		c.WebhookAllowPrivate = fo.allowPrivate
 		f.diff = settingsDiff(c)
 	})

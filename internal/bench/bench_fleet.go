@@ -85,7 +85,7 @@ func benchFleet(ctx context.Context, o Options) (Result, error) {
 			floor.add(gmailWork{threads: threadSizes(viewOf(fake, email))}.floor(benchPrices()))
 			m.emails = append(m.emails, email)
 		}
-		a, stop, err := startApp(ctx, func(c *app.Config) {
+		a, stop, err := startApp(ctx, func(c *setup) {
 			c.Instance, c.FleetRedisURL = m.name, url
 			c.GoogleAPIURL, c.GoogleTokenURL = fake.URL(), fake.TokenURL()
 			c.PushToken, c.GmailPollInterval, c.ShutdownTimeout = benchPushToken, time.Hour, 2*time.Second

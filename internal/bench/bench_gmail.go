@@ -12,7 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"mailroom/internal/app"
 	"mailroom/internal/googlefake"
 	"mailroom/queue"
 	"mailroom/queue/gmail"
@@ -61,13 +60,13 @@ type gmailBenchOptions struct {
 
 // gmailEventTypes are the seven event types.
 var gmailEventTypes = []string{
-	queue.TypeGmailMessageAdded, queue.TypeGmailMessageRead, queue.TypeGmailMessageUnread,
-	queue.TypeGmailMessageTrashed, queue.TypeGmailMessageRestored, queue.TypeGmailMessageDeleted,
-	queue.TypeGmailMessageLabeled,
+	gmail.TypeMessageAdded, gmail.TypeMessageRead, gmail.TypeMessageUnread,
+	gmail.TypeMessageTrashed, gmail.TypeMessageRestored, gmail.TypeMessageDeleted,
+	gmail.TypeMessageLabeled,
 }
 
 // gmailBenchOverrides names the settings the Gmail scenarios override.
-const gmailBenchOverrides = "the app built by app.New with serve's defaults except: Google URLs at the emulator, MAILROOM_PUSH_TOKEN, MAILROOM_GMAIL_POLL_INTERVAL=1h, MAILROOM_SHUTDOWN_TIMEOUT=2s, Gmail's quota off, emulator and budget alike (Overrides.GmailQuotaOff: the bench measures the pipeline, not Google's 6,000 units a minute per user); events counted from mailroom_gmail_events_total on /metrics, a read's time to applied read from the mirror in bbolt"
+const gmailBenchOverrides = "the app built by app.New with serve's defaults except: Google URLs at the emulator, MAILROOM_PUSH_TOKEN, MAILROOM_GMAIL_POLL_INTERVAL=1h, MAILROOM_SHUTDOWN_TIMEOUT=2s, Gmail's quota off, emulator and budget alike (Deps.GmailQuotaOff: the bench measures the pipeline, not Google's 6,000 units a minute per user); events counted from mailroom_gmail_events_total on /metrics, a read's time to applied read from the mirror in bbolt"
 
 func newGmailBench(ctx context.Context, o gmailBenchOptions) (_ *gmailBench, err error) {
 	g := &gmailBench{waiting: map[string]time.Time{}}
@@ -91,21 +90,20 @@ func newGmailBench(ctx context.Context, o gmailBenchOptions) (_ *gmailBench, err
 			return nil, err
 		}
 	}
-	a, stop, err := startApp(ctx, func(c *app.Config) {
+	a, stop, err := startApp(ctx, func(c *setup) {
 		c.RedisURL = o.redisURL
 		c.GoogleAPIURL, c.GoogleTokenURL = g.fake.URL(), g.fake.TokenURL()
 		c.PushToken, c.GmailPollInterval, c.ShutdownTimeout = benchPushToken, time.Hour, 2*time.Second
-		c.Overrides.GmailQuotaOff = true
+		c.deps.GmailQuotaOff = true
 		c.WebhookAllowPrivate = o.webhook
 		if o.oneQueue {
 			workers := c.ConcurrencyMessageAdded + 6*c.ConcurrencyState
-			c.Overrides.Tasks = func(rows []queue.TaskType) []queue.TaskType {
+			c.deps.TaskLayout = func(rows []queue.TaskType) {
 				for i := range rows {
 					if slices.Contains(gmailEventTypes, rows[i].Name) {
 						rows[i].Queue, rows[i].Concurrency = "gmail-events", workers
 					}
 				}
-				return rows
 			}
 		}
 	})
@@ -213,7 +211,7 @@ func (g *gmailBench) waitIdle(ctx context.Context, d time.Duration) error {
 // event) still waits in the outbox.
 func gmailWorkWaiting(db *store.DB, q *queue.Queue) (left bool, err error) {
 	err = db.View(func(tx *store.Tx) error {
-		for _, typ := range append([]string{queue.TypeGmailSync, queue.TypeGmailFullSync}, gmailEventTypes...) {
+		for _, typ := range append([]string{gmail.TypeSync, gmail.TypeFullSync}, gmailEventTypes...) {
 			waiting, err := q.Waiting(tx, typ)
 			if err != nil || waiting {
 				left = waiting
@@ -281,7 +279,7 @@ func benchGmailIsolation(ctx context.Context, o Options) (Result, error) {
 		backlog, reads = 200, 20
 	}
 	const fetch = 200 * time.Millisecond
-	r.Notes = append(r.Notes, fmt.Sprintf("%d reads, one push each %s apart; backlog: %d message-added events whose messages.get takes %s (emulator latency); default workers (message-added 3, each state queue 5, baseline one queue of 33: the task table's rows overridden through Overrides.Tasks); task poll interval 100ms (default); %s", reads, gap, backlog, fetch, gmailBenchOverrides))
+	r.Notes = append(r.Notes, fmt.Sprintf("%d reads, one push each %s apart; backlog: %d message-added events whose messages.get takes %s (emulator latency); default workers (message-added 3, each state queue 5, baseline one queue of 33: the pipeline's rows laid out again through app.Deps.TaskLayout); task poll interval 100ms (default); %s", reads, gap, backlog, fetch, gmailBenchOverrides))
 
 	run := func(name string, oneQueue bool, backlog int) ([]time.Duration, error) {
 		o.progress("   %s", name)

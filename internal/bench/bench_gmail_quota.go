@@ -8,7 +8,6 @@ import (
 	"syscall"
 	"time"
 
-	"mailroom/internal/app"
 	"mailroom/internal/bench/story"
 	"mailroom/internal/googlefake"
 	"mailroom/queue/gmail"
@@ -189,7 +188,7 @@ func newQuotaEnv(ctx context.Context, size gqSize, old bool) (e *gqEnv, err erro
 
 // configure is the scenario's settings on top of serve's defaults (the
 // note names each).
-func (e *gqEnv) configure(c *app.Config) {
+func (e *gqEnv) configure(c *setup) {
 	c.GoogleAPIURL, c.GoogleTokenURL, c.GoogleCertsURL = e.fake.URL(), e.fake.TokenURL(), e.fake.CertsURL()
 	c.PushAudience, c.PushServiceAccount, c.PubSubTopic = gqAudience, googlefake.DefaultPushServiceAccount, gqTopic
 	c.GmailPollInterval, c.ShutdownTimeout = time.Hour, 2*time.Second
@@ -199,8 +198,8 @@ func (e *gqEnv) configure(c *app.Config) {
 	c.DelayedCheckInterval = e.scaled(time.Second)
 	e.batch = c.ReclassifyBatch
 	if e.old {
-		c.Overrides.GmailQuotaOff = true
-		c.Overrides.GoogleTransport = e.limits
+		c.deps.GmailQuotaOff = true
+		c.deps.GoogleTransport = e.limits
 	}
 }
 

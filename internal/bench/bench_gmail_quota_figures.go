@@ -332,7 +332,7 @@ func gqNote(size gqSize, old bool) string {
 		size.threads+ceilDiv(size.threads, 5), size.threads, pr.Name, pr.Name, pr.MessagesGet, pr.ThreadsGet, pr.MessagesList, pr.BatchModify, pr.Modify,
 		quota, gqTime(size), quota, quota)
 	if old {
-		note += " The old limiters: the same app with its budget off (Overrides.GmailQuotaOff) and, around its Google HTTP transport (Overrides.GoogleTransport), the two limiters removed in commit 3d0a674: the Gmail pipeline's in-process 250 units a second (bursts of 1,000, waits up to 2 s, then hands the task back) for sync pages, fetches, labels.list, profile and watch, and the rules pipeline's 10,000 units a minute in the broker for the reclassify's batchModify calls (any wait hands the batch back), compressed alike; the adapter retries a read refused by them twice (200 and 400 ms) before the hand-back, a little more patient than the old code"
+		note += " The old limiters: the same app with its budget off (app.Deps.GmailQuotaOff) and, around its Google HTTP transport (app.Deps.GoogleTransport), the two limiters removed in commit 3d0a674: the Gmail pipeline's in-process 250 units a second (bursts of 1,000, waits up to 2 s, then hands the task back) for sync pages, fetches, labels.list, profile and watch, and the rules pipeline's 10,000 units a minute in the broker for the reclassify's batchModify calls (any wait hands the batch back), compressed alike; the adapter retries a read refused by them twice (200 and 400 ms) before the hand-back, a little more patient than the old code"
 	}
 	return note
 }

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"mailroom/internal/app"
 	"mailroom/internal/bench/story"
 	"mailroom/internal/googlefake"
 	"mailroom/queue"
@@ -39,12 +38,12 @@ func (b *rulesBench) close() {
 // email it mirrors, with the scenario's overrides (mutate) on top of an
 // hour's Gmail poll (MAILROOM_GMAIL_POLL_INTERVAL) and no Gmail budget
 // (the emulator's quota is off too).
-func newRulesBench(ctx context.Context, mutate func(*app.Config), g benchGoogle, email string) (b *rulesBench, err error) {
+func newRulesBench(ctx context.Context, mutate func(*setup), g benchGoogle, email string) (b *rulesBench, err error) {
 	b = &rulesBench{email: email}
-	a, stop, err := startApp(ctx, func(c *app.Config) {
+	a, stop, err := startApp(ctx, func(c *setup) {
 		c.GoogleAPIURL, c.GoogleTokenURL = g.url, g.tokenURL
 		c.GmailPollInterval = time.Hour
-		c.Overrides.GmailQuotaOff = true
+		c.deps.GmailQuotaOff = true
 		mutate(c)
 	})
 	if err != nil {
@@ -138,7 +137,7 @@ func runStory(ctx context.Context, naive bool, threads int, scale time.Duration)
 	const email = "bench@example.com"
 	var n *naiveReclassify
 	// Intervals compressed with the story's time.
-	mutate := func(c *app.Config) {
+	mutate := func(c *setup) {
 		c.ReclassifyDebounce, c.ReclassifyMaxWait, c.ReclassifyTick = 60*time.Second/scale, 10*time.Minute/scale, 10*time.Second/scale
 		c.TaskPollInterval, c.DelayedCheckInterval = 5*time.Millisecond, 100*time.Millisecond
 		c.RetryInitial, c.RetryMax = 100*time.Millisecond, time.Second
@@ -340,7 +339,7 @@ func benchRulesStory(ctx context.Context, o Options) (Result, error) {
 	r.addTarget("quota units, naive ÷ mailroom", float64(n.units)/float64(max(m.units, 1)), "ratio", 4, true)
 	r.add("mailroom: minutes of one user's Gmail quota (6,000 units/min)", float64(m.units)/6000, "min")
 	r.add("naive: minutes of one user's Gmail quota (6,000 units/min)", float64(n.units)/6000, "min")
-	r.Notes = append(r.Notes, fmt.Sprintf("%d threads, batches of 50; time compressed %dx (saves %s apart, debounce %s, tick %s), so mailroom's time to final labels includes the compressed debounce; Gmail's quota off (emulator and budget) so both runs do all their work at once (against Google, naive's units above one minute of quota would stretch its time to final labels by that many minutes); the app built by app.New with these settings overridden: MAILROOM_RECLASSIFY_DEBOUNCE, _MAX_WAIT and _TICK compressed as said, MAILROOM_TASK_POLL_INTERVAL=5ms, MAILROOM_DELAYED_CHECK_INTERVAL=100ms, MAILROOM_RETRY_INITIAL=100ms, MAILROOM_RETRY_MAX=1s, MAILROOM_GMAIL_POLL_INTERVAL=1h, no Gmail budget (Overrides.GmailQuotaOff); for naive also MAILROOM_RECLASSIFY_DEBOUNCE and _MAX_WAIT 1h (the product's reclassify never fires) and its own batch task type added to the task table (Overrides.Tasks, the product's reclassify workers)", threads, scale, 12*time.Second/scale, 60*time.Second/scale, 10*time.Second/scale))
+	r.Notes = append(r.Notes, fmt.Sprintf("%d threads, batches of 50; time compressed %dx (saves %s apart, debounce %s, tick %s), so mailroom's time to final labels includes the compressed debounce; Gmail's quota off (emulator and budget) so both runs do all their work at once (against Google, naive's units above one minute of quota would stretch its time to final labels by that many minutes); the app built by app.New with these settings overridden: MAILROOM_RECLASSIFY_DEBOUNCE, _MAX_WAIT and _TICK compressed as said, MAILROOM_TASK_POLL_INTERVAL=5ms, MAILROOM_DELAYED_CHECK_INTERVAL=100ms, MAILROOM_RETRY_INITIAL=100ms, MAILROOM_RETRY_MAX=1s, MAILROOM_GMAIL_POLL_INTERVAL=1h, no Gmail budget (app.Deps.GmailQuotaOff); for naive also MAILROOM_RECLASSIFY_DEBOUNCE and _MAX_WAIT 1h (the product's reclassify never fires) and its own batch task type added to the task table (app.Deps.Tasks, the product's reclassify workers)", threads, scale, 12*time.Second/scale, 60*time.Second/scale, 10*time.Second/scale))
 	r.Notes = append(r.Notes, "naive: the original design built in the bench from public pieces (bench_rules_naive.go): each save publishes at once one batch task per 50 threads; each batch applies its own save's version, adding the label where it matches and removing it elsewhere in the batch (one batchModify each way), with no stale skip. Until commit b930994 the naive ran as a mode of the rules pipeline itself (the same batch handler: provenance, a getProfile per batch); its last figures (3,000 threads, 2026-12-02, bench/RESULTS.md of b2afb18): 300 batches, 841 Gmail calls, 27,305 units, 0.37 s to final labels, 0 messages labelled wrongly")
 	return r, nil
 }
@@ -392,7 +391,7 @@ func runThroughput(ctx context.Context, o Options, threads, size int) (throughpu
 		return run, err
 	}
 	defer child.close()
-	b, err := newRulesBench(ctx, func(c *app.Config) {
+	b, err := newRulesBench(ctx, func(c *setup) {
 		c.RuleSaveLimit, c.ReclassifyBatch = 100, size
 		c.ReclassifyDebounce, c.ReclassifyMaxWait, c.ReclassifyTick = time.Hour, time.Hour, time.Hour
 		poll = c.TaskPollInterval
@@ -475,8 +474,12 @@ func createTwentyRules(ctx context.Context, b *rulesBench) ([]rules.Spec, error)
 
 // reclassifyWorkers is the rules-reclassify queue's worker count in the table.
 func reclassifyWorkers() int {
-	row, _ := queue.NewTable(queue.TableConfig{}).Lookup(queue.TypeRulesReclassifyBatch)
-	return row.Concurrency
+	for _, row := range rules.Tasks(0) {
+		if row.Name == rules.TypeReclassifyBatch {
+			return row.Concurrency
+		}
+	}
+	return 0
 }
 
 // quotaRun is the quota-on run of rules-throughput.
@@ -513,10 +516,10 @@ func runThroughputQuota(ctx context.Context, threads int, window time.Duration) 
 		return run, err
 	}
 	run.floor = gmailWork{labels: len(throughputRules()), changes: changes}.floor(benchPrices())
-	b, err := newRulesBench(ctx, func(c *app.Config) {
+	b, err := newRulesBench(ctx, func(c *setup) {
 		c.RuleSaveLimit = 100
 		c.ReclassifyDebounce, c.ReclassifyMaxWait, c.ReclassifyTick = time.Hour, time.Hour, time.Hour
-		c.Overrides.GmailQuotaOff, c.GmailQuotaWindow = false, window
+		c.deps.GmailQuotaOff, c.GmailQuotaWindow = false, window
 	}, benchGoogle{url: fake.URL(), tokenURL: fake.TokenURL(), refresh: refresh, seeded: seeded}, email)
 	if err != nil {
 		return run, err

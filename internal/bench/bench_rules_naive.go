@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"mailroom/internal/app"
 	"mailroom/queue"
 	"mailroom/queue/google"
 	"mailroom/queue/googleerr"
@@ -28,7 +27,7 @@ const typeNaiveBatch = "bench:naive-reclassify-batch"
 // dropped): it adds the rule's label to the batch's messages that version
 // matches and removes it from the others, one messages.batchModify call
 // each way. Its batches run as a task type of the bench's own, added to
-// the app's task table (app.Overrides.Tasks) on a queue of their own with
+// the app's task table (app.Deps.Tasks) on a queue of their own with
 // the product's reclassify workers; they read the mirror from the store,
 // match with rules.Compile and call Gmail through the queue/google
 // adapter. The product's own reclassify never fires in that run: its
@@ -55,17 +54,15 @@ type naivePayload struct {
 // configure adds the naive batch type to the app's task table, with the
 // workers, retries and timeout of the product's reclassify batches, and
 // holds the product's reclassify back for the run.
-func (n *naiveReclassify) configure(c *app.Config) {
+func (n *naiveReclassify) configure(c *setup) {
 	c.ReclassifyDebounce, c.ReclassifyMaxWait = time.Hour, time.Hour
-	c.Overrides.Tasks = func(rows []queue.TaskType) []queue.TaskType {
-		row := queue.TaskType{Name: typeNaiveBatch, Queue: "bench-naive", Handler: n.handle}
-		for _, r := range rows {
-			if r.Name == queue.TypeRulesReclassifyBatch {
-				row.Concurrency, row.MaxRetries, row.Timeout = r.Concurrency, r.MaxRetries, r.Timeout
-			}
+	row := queue.TaskType{Name: typeNaiveBatch, Queue: "bench-naive", Handler: n.handle}
+	for _, r := range rules.Tasks(c.MaxRetries) {
+		if r.Name == rules.TypeReclassifyBatch {
+			row.Concurrency, row.MaxRetries, row.Timeout = r.Concurrency, r.MaxRetries, r.Timeout
 		}
-		return append(rows, row)
 	}
+	c.deps.Tasks = append(c.deps.Tasks, row)
 }
 
 // publish makes the job of a save of spec: one batch task per 50 of the

@@ -325,9 +325,9 @@ func (b sheetsAPI) do(ctx context.Context, method, path string, body any, want i
 // and task polling every 10 ms (delayed tasks every 20 ms) overridden, then
 // mutate's changes. It also returns every setting that differs from
 // serve's defaults (settingsDiff), for the scenario's note.
-func startSheetsBenchApp(ctx context.Context, googleURL string, mutate func(*app.Config)) (*app.App, sheetsAPI, []string, func(), error) {
+func startSheetsBenchApp(ctx context.Context, googleURL string, mutate func(*setup)) (*app.App, sheetsAPI, []string, func(), error) {
 	var diff []string
-	a, stop, err := startApp(ctx, func(cfg *app.Config) {
+	a, stop, err := startApp(ctx, func(cfg *setup) {
 		cfg.APIToken, cfg.AdminPassword = benchSheetsKey, "bench admin password"
 		cfg.GoogleAPIURL, cfg.GoogleTokenURL = googleURL, googleURL+"token"
 		cfg.GmailPollInterval = time.Hour
@@ -410,7 +410,7 @@ func runMailroomStory(ctx context.Context, plan sheetsStoryPlan, prior []int, mi
 		return run, nil, err
 	}
 	defer fake.Close()
-	_, api, diff, stop, err := startSheetsBenchApp(ctx, fake.url, func(c *app.Config) {
+	_, api, diff, stop, err := startSheetsBenchApp(ctx, fake.url, func(c *setup) {
 		c.SheetsFlushDelay, c.SheetsFlushThreshold = delay, sheetsStoryThreshold
 		c.SheetsWritesPerMinute, c.SheetsQuotaWindow = sheetsStoryWrites, minute
 	})
@@ -798,7 +798,7 @@ func benchSheetsMemory(ctx context.Context, o Options) (Result, error) {
 		return r, err
 	}
 	defer fake.Close()
-	a, api, diff, stop, err := startSheetsBenchApp(ctx, fake.url, func(c *app.Config) {
+	a, api, diff, stop, err := startSheetsBenchApp(ctx, fake.url, func(c *setup) {
 		c.SheetsFlushDelay = time.Hour // nothing is written: every row waits
 		c.SheetsFlushThreshold = 10000
 	})
@@ -991,7 +991,7 @@ func benchSheetsThroughput(ctx context.Context, o Options) (Result, error) {
 		return r, err
 	}
 	defer fake.Close()
-	_, api, diff, stop, err := startSheetsBenchApp(ctx, fake.url, func(c *app.Config) {
+	_, api, diff, stop, err := startSheetsBenchApp(ctx, fake.url, func(c *setup) {
 		// serve's defaults: the story's short polls cost CPU here.
 		c.TaskPollInterval, c.DelayedCheckInterval = 100*time.Millisecond, time.Second
 	})

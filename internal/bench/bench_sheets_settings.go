@@ -14,33 +14,33 @@ import (
 // environment), as "Field=value" by app.Config field, in field order: what
 // a bench note must state. Secrets and paths are named without their
 // values; a non-nil override hook is named as set.
-func settingsDiff(cfg *app.Config) []string {
+func settingsDiff(s *setup) []string {
 	def := reflect.ValueOf(app.Defaults()).Elem()
-	got := reflect.ValueOf(cfg).Elem()
+	got := reflect.ValueOf(s.Config).Elem()
 	var out []string
 	for i := range got.NumField() {
 		name := got.Type().Field(i).Name
-		if name == "Overrides" {
-			out = append(out, overridesDiff(got.Field(i))...)
-			continue
-		}
 		a, b := got.Field(i), def.Field(i)
 		if reflect.DeepEqual(a.Interface(), b.Interface()) {
 			continue
 		}
 		out = append(out, name+"="+settingValue(name, a))
 	}
-	return out
+	return append(out, depsDiff(s.deps)...)
 }
 
-// overridesDiff names the app.Overrides that are set (no flag reaches
-// them).
-func overridesDiff(v reflect.Value) []string {
+// depsDiff names the app.Deps a bench sets that no flag reaches.
+func depsDiff(d app.Deps) []string {
 	var out []string
-	for i := range v.NumField() {
-		f := v.Field(i)
-		if !f.IsZero() {
-			out = append(out, "Overrides."+v.Type().Field(i).Name+" set")
+	for _, set := range []struct {
+		name string
+		on   bool
+	}{
+		{"Tasks", len(d.Tasks) > 0}, {"TaskLayout", d.TaskLayout != nil},
+		{"GmailQuotaOff", d.GmailQuotaOff}, {"GoogleTransport", d.GoogleTransport != nil},
+	} {
+		if set.on {
+			out = append(out, "Deps."+set.name+" set")
 		}
 	}
 	return out

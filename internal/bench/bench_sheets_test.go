@@ -46,17 +46,18 @@ func TestSettingsDiff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := settingsDiff(cfg); len(diff) != 0 {
+	if diff := settingsDiff(&setup{Config: cfg}); len(diff) != 0 {
 		t.Fatalf("serve's own defaults differ from app.Defaults: %v", diff)
 	}
 	cfg.DataDir, cfg.APIToken, cfg.GoogleAPIURL = "/tmp/x", "secret-token", "http://127.0.0.1:1/"
 	cfg.SheetsFlushDelay, cfg.SheetsFlushThreshold = time.Second, 500
-	cfg.Overrides.GmailQuotaOff = true
-	want := []string{"DataDir=(a fresh temporary folder)", "APIToken=(set)", "GoogleAPIURL=(the emulator)", "SheetsFlushDelay=1s", "Overrides.GmailQuotaOff set"}
-	if diff := cmp.Diff(want, settingsDiff(cfg)); diff != "" {
+	s := &setup{Config: cfg}
+	s.deps.GmailQuotaOff = true
+	want := []string{"DataDir=(a fresh temporary folder)", "APIToken=(set)", "GoogleAPIURL=(the emulator)", "SheetsFlushDelay=1s", "Deps.GmailQuotaOff set"}
+	if diff := cmp.Diff(want, settingsDiff(s)); diff != "" {
 		t.Errorf("settings (-want +got):\n%s", diff)
 	}
-	if note := settingsNote("the app", settingsDiff(cfg)); strings.Contains(note, "secret-token") {
+	if note := settingsNote("the app", settingsDiff(s)); strings.Contains(note, "secret-token") {
 		t.Errorf("the note shows a secret: %s", note)
 	}
 }

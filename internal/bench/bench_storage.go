@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"time"
 
-	"mailroom/internal/app"
 	"mailroom/internal/googlefake"
 	"mailroom/store"
 )
@@ -98,7 +97,7 @@ func storageSubmissions(ctx context.Context, n int) (float64, error) {
 		return 0, err
 	}
 	defer fake.Close()
-	a, api, _, stop, err := startSheetsBenchApp(ctx, fake.URL(), func(c *app.Config) { c.SheetsFlushDelay = time.Second })
+	a, api, _, stop, err := startSheetsBenchApp(ctx, fake.URL(), func(c *setup) { c.SheetsFlushDelay = time.Second })
 	if err != nil {
 		return 0, err
 	}

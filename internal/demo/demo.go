@@ -19,7 +19,7 @@ import (
 
 	"mailroom/internal/app"
 	"mailroom/internal/googlefake"
-	"mailroom/queue/lifecycle"
+	"mailroom/internal/lifecycle"
 )
 
 // The demo's world: one user with a work and a personal Gmail account, a

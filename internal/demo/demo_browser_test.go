@@ -15,7 +15,7 @@ import (
 	"mailroom/internal/app"
 	"mailroom/internal/app/apptest"
 	"mailroom/internal/testkit"
-	"mailroom/queue"
+	"mailroom/queue/gmail"
 	"mailroom/web/webtest"
 )
 
@@ -294,7 +294,7 @@ func demoPoison(t *testing.T, ta *apptest.App, d *demo) (messageID, deadLetterID
 			var list struct {
 				DeadLetters []demoAPIDeadLetter `json:"deadletters"`
 			}
-			ta.JSON(http.MethodGet, "/api/v1/deadletters?type="+queue.TypeGmailMessageAdded+"&limit=100", nil, http.StatusOK, &list)
+			ta.JSON(http.MethodGet, "/api/v1/deadletters?type="+gmail.TypeMessageAdded+"&limit=100", nil, http.StatusOK, &list)
 			for _, dl := range list.DeadLetters {
 				if strings.Contains(string(dl.Payload), messageID) {
 					deadLetterID = dl.ID

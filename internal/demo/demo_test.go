@@ -17,7 +17,7 @@ import (
 	"mailroom/internal/app/apptest"
 	"mailroom/internal/googlefake"
 	"mailroom/internal/testkit"
-	"mailroom/queue"
+	"mailroom/queue/gmail"
 	"mailroom/web/webtest"
 )
 
@@ -146,7 +146,7 @@ func TestDemo(t *testing.T) {
 		var list struct {
 			DeadLetters []demoAPIDeadLetter `json:"deadletters"`
 		}
-		ta.JSON(http.MethodGet, "/api/v1/deadletters?type="+queue.TypeGmailMessageAdded, nil, http.StatusOK, &list)
+		ta.JSON(http.MethodGet, "/api/v1/deadletters?type="+gmail.TypeMessageAdded, nil, http.StatusOK, &list)
 		if len(list.DeadLetters) > 0 {
 			dead = list.DeadLetters[0]
 			return true
@@ -156,7 +156,7 @@ func TestDemo(t *testing.T) {
 	t.Logf("dead letter %s after %s: %s", dead.ID, time.Since(start).Round(time.Millisecond), dead.Payload)
 	testkit.Eventually(t, deadline, "its alert at the demo webhook", func() bool {
 		for _, a := range d.webhook.alerts() {
-			if strings.Contains(a.Text, queue.TypeGmailMessageAdded) {
+			if strings.Contains(a.Text, gmail.TypeMessageAdded) {
 				return true
 			}
 		}

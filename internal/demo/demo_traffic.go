@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"mailroom/internal/googlefake"
-	"mailroom/queue"
+	"mailroom/queue/gmail"
 )
 
 // The traffic generator's pace.
@@ -174,7 +174,7 @@ func (d *demo) deadLettered(ctx context.Context, messageID string) bool {
 	var list struct {
 		DeadLetters []demoAPIDeadLetter `json:"deadletters"`
 	}
-	if err := d.api.do(ctx, http.MethodGet, "/api/v1/deadletters?type="+queue.TypeGmailMessageAdded+"&limit=100", nil, &list); err != nil {
+	if err := d.api.do(ctx, http.MethodGet, "/api/v1/deadletters?type="+gmail.TypeMessageAdded+"&limit=100", nil, &list); err != nil {
 		return false
 	}
 	for _, dl := range list.DeadLetters {

@@ -98,7 +98,7 @@ func prepare(_ context.Context, cfg *app.Config, logger *slog.Logger) (*demo, ap
 
 	// The emulator starts with the process: its Gmail quota count is new at
 	// every start, so a restart does not wait out the last minute.
-	cfg.Overrides.GmailQuotaRestartsWithProcess = true
+	deps.GoogleRestartsWithProcess = true
 
 	// Push: Pub/Sub's OIDC token, signed by the emulator and checked
 	// against its certificates, as in production.

@@ -9,8 +9,9 @@
 // The embedded store differs from a real Redis in ways this package hides or
 // bounds:
 //
-//   - Time: miniredis never lets TTLs run down by itself. A clock goroutine
-//     advances it by the real elapsed time every Config.ClockTick, so unique
+//   - Time: miniredis never lets TTLs run down by itself. A clock (a
+//     service: Services, started by the broker's owner) advances it by the
+//     real elapsed time every Config.ClockTick, so unique
 //     locks, heartbeats and rate-limit windows expire. A TTL ends on a tick,
 //     so it may end up to one ClockTick early (a key set just before a tick
 //     loses that whole tick); keep TTLs that matter several ticks long.
@@ -32,6 +33,8 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
+
+	"mailroom/internal/lifecycle"
 )
 
 // Errors.
@@ -209,13 +212,8 @@ func openEmbedded(ctx context.Context, cfg Config, logger *slog.Logger) (*Broker
 		return nil, fmt.Errorf("broker: ping embedded store: %w", err)
 	}
 
+	// The clock runs as a service (Services), in its owner's ordered list.
 	b.clock = newClock(m, cfg.ClockTick, logger)
-	// The clock lives until Close, not until ctx (which bounds Open only).
-	if err := b.clock.Start(context.WithoutCancel(ctx)); err != nil {
-		_ = b.client.Close()
-		m.Close()
-		return nil, fmt.Errorf("broker: start clock: %w", err)
-	}
 
 	if b.exposed != "" {
 		logger.Info("embedded store started", "exposed_addr", b.exposed, "clock_tick", cfg.ClockTick)
@@ -318,7 +316,17 @@ func (b *Broker) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Close stops the clock, closes the shared client and, for the embedded
+// Services are the broker's own: the embedded store's clock, which its
+// owner starts first and stops last (it advances TTLs: without it, keys
+// never expire); none for an external Redis. Every call returns the same.
+func (b *Broker) Services() []lifecycle.Service {
+	if b.clock == nil {
+		return nil
+	}
+	return []lifecycle.Service{b.clock}
+}
+
+// Close stops the clock (if its owner has not), closes the shared client and, for the embedded
 // store, shuts it down (its data is gone). Close asynq's servers, clients and
 // inspectors first: their connections to the embedded store break here.
 // Calling Close again returns the first call's result.

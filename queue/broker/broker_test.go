@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"mailroom/internal/lifecycle"
 	"mailroom/internal/testkit"
 	"mailroom/queue/broker"
 	"mailroom/queue/broker/brokertest"
@@ -289,7 +290,8 @@ func TestTTLExpires(t *testing.T) {
 	})
 }
 
-// TestTTLExpiresDefaultTick checks the default clock tick is running.
+// TestTTLExpiresDefaultTick checks the default clock tick runs once the
+// broker's service (its clock) is started.
 func TestTTLExpiresDefaultTick(t *testing.T) {
 	t.Parallel()
 	b, err := broker.Open(t.Context(), broker.Config{})
@@ -297,7 +299,47 @@ func TestTTLExpiresDefaultTick(t *testing.T) {
 		t.Fatalf("Open: %v", err)
 	}
 	t.Cleanup(func() { _ = b.Close() })
+	startClock(t, b)
 	testTTL(t, b, time.Second)
+}
+
+// TestOpenLeavesTheClockToItsOwner: Open starts no clock (a TTL does not
+// run down until the owner starts the broker's service), the embedded
+// store has exactly one service and every call returns the same one.
+func TestOpenLeavesTheClockToItsOwner(t *testing.T) {
+	t.Parallel()
+	b, err := broker.Open(t.Context(), broker.Config{ClockTick: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	svcs := b.Services()
+	if len(svcs) != 1 || b.Services()[0] != svcs[0] {
+		t.Fatalf("Services = %v then %v, want the one clock both times", svcs, b.Services())
+	}
+	ctx := t.Context()
+	if err := b.Client().Set(ctx, "k", "v", 50*time.Millisecond).Err(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(150 * time.Millisecond) // many ticks, had the clock run
+	if n, err := b.Client().Exists(ctx, "k").Result(); err != nil || n != 1 {
+		t.Fatalf("the key expired with no clock started (exists %d, %v)", n, err)
+	}
+	startClock(t, b)
+	testkit.Eventually(t, 5*time.Second, "the key to expire once the clock runs", func() bool {
+		n, err := b.Client().Exists(ctx, "k").Result()
+		return err == nil && n == 0
+	})
+}
+
+// startClock starts the broker's services until the test ends.
+func startClock(t *testing.T, b *broker.Broker) {
+	t.Helper()
+	svcs := lifecycle.Sequence(b.Services())
+	if err := svcs.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = svcs.Stop(context.Background()) })
 }
 
 func testTTL(t *testing.T, b *broker.Broker, tick time.Duration) {

@@ -5,7 +5,7 @@ import (
 	"log/slog"
 	"time"
 
-	"mailroom/queue/lifecycle"
+	"mailroom/internal/lifecycle"
 )
 
 // fastForwarder is the part of miniredis the clock drives.

@@ -11,7 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"mailroom/queue/lifecycle"
+	"mailroom/internal/lifecycle"
 )
 
 // A fleet is the mailrooms of one Google project. They share one Redis
@@ -59,9 +59,9 @@ func (f *Fleet) Client() redis.UniversalClient { return f.b.Client() }
 // Start beats once (a fleet's Redis that does not answer is no error: the
 // budgets fall back) and then every FleetBeat until Stop.
 func (f *Fleet) Start(ctx context.Context) error {
-	r, err := f.Begin(ctx)
-	if err != nil {
-		return err
+	r, ok := f.Begin(ctx)
+	if !ok {
+		return nil // running already
 	}
 	f.beat(r.Context())
 	r.Go(func(ctx context.Context) { lifecycle.Tick(ctx, FleetBeat, f.beat) })

@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"mailroom/queue/lifecycle"
+	"mailroom/internal/lifecycle"
 )
 
 // A broker belongs to one mailroom. Two mailrooms on one Redis take each

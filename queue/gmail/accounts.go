@@ -80,7 +80,7 @@ func (p *Pipeline) Connect(ctx context.Context, r ConnectRequest) (acc store.Acc
 			return err
 		}
 		if p.WatchEnabled() {
-			_, _, err := p.queue.Enqueue(tx, queue.TypeGmailWatchRenew, watchPayload{AccountID: acc.ID}, queue.Key(watchKey(acc.ID)))
+			_, _, err := p.queue.Enqueue(tx, TypeWatchRenew, watchPayload{AccountID: acc.ID}, queue.Key(watchKey(acc.ID)))
 			return err
 		}
 		return nil
@@ -331,8 +331,8 @@ func (p *Pipeline) Detail(id string, runs int) (AccountDetail, error) {
 			return err
 		}
 		d.WatchRenewedAt, d.WantedHistoryID = a.WatchRenewedAt, a.WantedHistoryID
-		d.SyncPending = p.pending(tx, queue.TypeGmailSync, syncKey(a.ID))
-		d.FullSyncPending = p.pending(tx, queue.TypeGmailFullSync, fullSyncKey(a.ID))
+		d.SyncPending = p.pending(tx, TypeSync, syncKey(a.ID))
+		d.FullSyncPending = p.pending(tx, TypeFullSync, fullSyncKey(a.ID))
 		d.Runs, err = tx.SyncRuns(a.ID, runs)
 		return err
 	})

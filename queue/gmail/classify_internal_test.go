@@ -5,7 +5,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"mailroom/queue"
 	"mailroom/queue/google"
 )
 
@@ -34,14 +33,14 @@ func TestClassify(t *testing.T) {
 		return typedEvent{Type: typ, Event: Event{AccountID: "acc", MessageID: msg, ThreadID: "t" + msg, HistoryID: hid, Labels: labels}}
 	}
 	want := []typedEvent{
-		ev(queue.TypeGmailMessageUnread, "a", 11),
-		ev(queue.TypeGmailMessageLabeled, "a", 15,
+		ev(TypeMessageUnread, "a", 11),
+		ev(TypeMessageLabeled, "a", 15,
 			LabelChange{ID: "Label_1", Added: false, HistoryID: 15}, LabelChange{ID: "STARRED", Added: false, HistoryID: 15}),
-		ev(queue.TypeGmailMessageRestored, "b", 16),
-		ev(queue.TypeGmailMessageAdded, "c", 13),
-		ev(queue.TypeGmailMessageRead, "c", 14),
-		ev(queue.TypeGmailMessageDeleted, "d", 19),
-		ev(queue.TypeGmailMessageRead, "e", 20),
+		ev(TypeMessageRestored, "b", 16),
+		ev(TypeMessageAdded, "c", 13),
+		ev(TypeMessageRead, "c", 14),
+		ev(TypeMessageDeleted, "d", 19),
+		ev(TypeMessageRead, "e", 20),
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Fatalf("classify (-want +got):\n%s", diff)

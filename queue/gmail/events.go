@@ -1,7 +1,6 @@
 package gmail
 
 import (
-	"mailroom/queue"
 	"mailroom/queue/google"
 	"mailroom/store"
 )
@@ -90,21 +89,21 @@ func classify(accountID string, recs []google.HistoryRecord) []typedEvent {
 		for _, l := range ids {
 			switch {
 			case l == store.LabelUnread && added:
-				put(queue.TypeGmailMessageUnread, attrRead, ref, hid, nil)
+				put(TypeMessageUnread, attrRead, ref, hid, nil)
 			case l == store.LabelUnread:
-				put(queue.TypeGmailMessageRead, attrRead, ref, hid, nil)
+				put(TypeMessageRead, attrRead, ref, hid, nil)
 			case l == store.LabelTrash && added:
-				put(queue.TypeGmailMessageTrashed, attrTrash, ref, hid, nil)
+				put(TypeMessageTrashed, attrTrash, ref, hid, nil)
 			case l == store.LabelTrash:
-				put(queue.TypeGmailMessageRestored, attrTrash, ref, hid, nil)
+				put(TypeMessageRestored, attrTrash, ref, hid, nil)
 			default:
-				put(queue.TypeGmailMessageLabeled, attrLabels, ref, hid, &LabelChange{ID: l, Added: added, HistoryID: hid})
+				put(TypeMessageLabeled, attrLabels, ref, hid, &LabelChange{ID: l, Added: added, HistoryID: hid})
 			}
 		}
 	}
 	for _, r := range recs {
 		for _, ref := range r.Added {
-			put(queue.TypeGmailMessageAdded, attrExists, ref, r.ID, nil)
+			put(TypeMessageAdded, attrExists, ref, r.ID, nil)
 		}
 		for _, lc := range r.LabelsAdded {
 			labels(lc.Message, lc.LabelIDs, true, r.ID)
@@ -113,16 +112,16 @@ func classify(accountID string, recs []google.HistoryRecord) []typedEvent {
 			labels(lc.Message, lc.LabelIDs, false, r.ID)
 		}
 		for _, ref := range r.Deleted {
-			put(queue.TypeGmailMessageDeleted, attrExists, ref, r.ID, nil)
+			put(TypeMessageDeleted, attrExists, ref, r.ID, nil)
 		}
 	}
 	kept := out[:0]
 	for _, te := range out {
-		if te.Type == queue.TypeGmailMessageAdded || te.Type == queue.TypeGmailMessageDeleted {
+		if te.Type == TypeMessageAdded || te.Type == TypeMessageDeleted {
 			kept = append(kept, te)
 			continue
 		}
-		if i, lifecycle := idx[key{te.Event.MessageID, attrExists}]; !lifecycle || out[i].Type != queue.TypeGmailMessageDeleted {
+		if i, lifecycle := idx[key{te.Event.MessageID, attrExists}]; !lifecycle || out[i].Type != TypeMessageDeleted {
 			kept = append(kept, te)
 		}
 	}

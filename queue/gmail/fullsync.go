@@ -124,7 +124,7 @@ func fullSyncKey(accountID string) string { return "gmail:full-sync:" + accountI
 // enqueueFullSync records the account's full sync unless one is waiting
 // (or running: it does the next pass when it sees the new request).
 func (p *Pipeline) enqueueFullSync(tx *store.Tx, accountID, trigger string) error {
-	_, _, err := p.queue.Enqueue(tx, queue.TypeGmailFullSync, syncPayload{AccountID: accountID, Trigger: trigger},
+	_, _, err := p.queue.Enqueue(tx, TypeFullSync, syncPayload{AccountID: accountID, Trigger: trigger},
 		queue.Key(fullSyncKey(accountID)))
 	return err
 }

@@ -105,7 +105,7 @@ func TestFullSyncHandedBackMidPageFetchesNoMessageTwice(t *testing.T) {
 	acc := e.connect(ann, n)
 	runFullSync := func() (handedBack bool) {
 		t.Helper()
-		for _, r := range e.records(queue.TypeGmailFullSync) {
+		for _, r := range e.records(gmail.TypeFullSync) {
 			err := e.run(r, r.Payload)
 			if _, limited := queue.RetryAfter(err); limited {
 				handedBack = true
@@ -221,7 +221,7 @@ func TestFullSyncWaitsInTaskForTheProjectWindow(t *testing.T) {
 		cfg:     gmail.Config{FullSyncSlice: 50},
 	})
 	acc := e.connect(ann, 120)
-	recs := e.records(queue.TypeGmailFullSync)
+	recs := e.records(gmail.TypeFullSync)
 	if len(recs) != 1 {
 		t.Fatalf("%d full sync tasks, want 1", len(recs))
 	}
@@ -231,7 +231,7 @@ func TestFullSyncWaitsInTaskForTheProjectWindow(t *testing.T) {
 	if got, most := fullSyncStored(e, acc.ID, 120), 50+largestThread(e, ann)-1; got < 50 || got > most {
 		t.Fatalf("the run stored %d messages, want its slice of 50 (%d at most: a thread is not split)", got, most)
 	}
-	next := e.records(queue.TypeGmailFullSync)
+	next := e.records(gmail.TypeFullSync)
 	if len(next) != 1 || next[0].ID == recs[0].ID {
 		t.Fatalf("after the slice: full sync tasks %+v, want the account's next run", next)
 	}
@@ -251,7 +251,7 @@ func TestFullSyncSlicesShareListPages(t *testing.T) {
 	most := 25 + largestThread(e, ann) - 1
 	runs, stored := 0, 0
 	for ; runs < 100; runs++ {
-		recs := e.records(queue.TypeGmailFullSync)
+		recs := e.records(gmail.TypeFullSync)
 		if len(recs) == 0 {
 			break
 		}
@@ -321,7 +321,7 @@ func TestFullSyncFetchesThreadsWhole(t *testing.T) {
 		t.Fatal(err)
 	}
 	for runs := 0; ; runs++ {
-		recs := e.records(queue.TypeGmailFullSync)
+		recs := e.records(gmail.TypeFullSync)
 		if len(recs) == 0 {
 			break
 		}
@@ -396,7 +396,7 @@ func TestFullSyncFinishesAnOldRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	for runs := 0; ; runs++ {
-		recs := e.records(queue.TypeGmailFullSync)
+		recs := e.records(gmail.TypeFullSync)
 		if len(recs) == 0 {
 			break
 		}

@@ -8,7 +8,6 @@ import (
 
 	"mailroom/internal/googlefake"
 	"mailroom/internal/testkit"
-	"mailroom/queue"
 	"mailroom/queue/gmail"
 	"mailroom/queue/google"
 	"mailroom/store"
@@ -155,10 +154,10 @@ func TestPushDuringFullSyncBeforeItBegins(t *testing.T) {
 	e.notify(ann)
 	// The history sync runs first: nothing to read, the task is done, the
 	// account stays syncing.
-	for _, r := range e.records(queue.TypeGmailSync) {
+	for _, r := range e.records(gmail.TypeSync) {
 		must(e.run(r, r.Payload))
 	}
-	if n := len(e.records(queue.TypeGmailSync)); n != 0 {
+	if n := len(e.records(gmail.TypeSync)); n != 0 {
 		t.Fatalf("%d history syncs left", n)
 	}
 	if a := e.account(acc.ID); a.Status != store.AccountSyncing || a.HistoryID != 0 {
@@ -168,7 +167,7 @@ func TestPushDuringFullSyncBeforeItBegins(t *testing.T) {
 	// recorded.
 	must(g.Trash(ann, g.Messages(ann)[1].ID))
 	e.syncNow()
-	for _, typ := range []string{queue.TypeGmailMessageRead, queue.TypeGmailMessageTrashed, queue.TypeGmailMessageAdded} {
+	for _, typ := range []string{gmail.TypeMessageRead, gmail.TypeMessageTrashed, gmail.TypeMessageAdded} {
 		for _, r := range e.records(typ) {
 			must(e.run(r, r.Payload))
 		}
@@ -200,7 +199,7 @@ func TestResyncKeepsReadingHistory(t *testing.T) {
 	}
 	runSyncs := func() {
 		t.Helper()
-		for _, r := range e.records(queue.TypeGmailSync) {
+		for _, r := range e.records(gmail.TypeSync) {
 			must(e.run(r, r.Payload))
 		}
 	}
@@ -208,10 +207,10 @@ func TestResyncKeepsReadingHistory(t *testing.T) {
 	must(g.MarkRead(ann, g.Messages(ann)[0].ID))
 	e.notify(ann)
 	runSyncs()
-	if n := len(e.records(queue.TypeGmailMessageRead)); n != 1 {
+	if n := len(e.records(gmail.TypeMessageRead)); n != 1 {
 		t.Fatalf("%d message-read events recorded before the full sync began, want 1", n)
 	}
-	if n := len(e.records(queue.TypeGmailFullSync)); n != 1 {
+	if n := len(e.records(gmail.TypeFullSync)); n != 1 {
 		t.Fatalf("%d full syncs waiting, want the resync's", n)
 	}
 
@@ -235,7 +234,7 @@ func TestResyncKeepsReadingHistory(t *testing.T) {
 	}
 	e.syncNow()
 	for range 3 {
-		for _, typ := range []string{queue.TypeGmailMessageRead, queue.TypeGmailMessageUnread, queue.TypeGmailMessageTrashed} {
+		for _, typ := range []string{gmail.TypeMessageRead, gmail.TypeMessageUnread, gmail.TypeMessageTrashed} {
 			for _, r := range e.records(typ) {
 				must(e.run(r, r.Payload))
 			}

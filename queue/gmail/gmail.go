@@ -19,17 +19,18 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"mailroom/internal/lifecycle"
 	"mailroom/queue"
 	"mailroom/queue/google"
 	"mailroom/queue/google/accounts"
 	"mailroom/queue/googleerr"
-	"mailroom/queue/lifecycle"
 	"mailroom/store"
 )
 
@@ -216,6 +217,7 @@ type Deps struct {
 
 // Pipeline is the Gmail pipeline.
 type Pipeline struct {
+	loops    []lifecycle.Service // Services
 	cfg      Config
 	db       *store.DB
 	accounts *accounts.Service
@@ -246,50 +248,50 @@ func New(cfg Config, deps Deps) (*Pipeline, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Pipeline{
+	p := &Pipeline{
 		cfg: cfg, db: deps.DB, accounts: deps.Accounts, google: deps.Accounts.Google(), queue: deps.Queue, verifier: deps.Verifier, rules: deps.Rules,
 		log:      cfg.Logger.With("component", "gmail"),
 		metrics:  m,
 		writes:   &store.GroupCommit{DB: deps.DB},
 		labelsAt: map[string]time.Time{},
 		known:    map[string]map[string]bool{},
-	}, nil
+	}
+	p.loops = []lifecycle.Service{p.maintainer(), p.tombstonePruner()}
+	return p, nil
 }
 
 // Services are the pipeline's loops: the maintainer (polls and watch
-// renewals) and the tombstone pruner. Each call makes them anew: the app
-// calls it once.
-func (p *Pipeline) Services() []lifecycle.Service {
-	return []lifecycle.Service{p.Maintainer(), p.TombstonePruner()}
-}
+// renewals) and the tombstone pruner, made once by New: every call
+// returns the same ones.
+func (p *Pipeline) Services() []lifecycle.Service { return slices.Clone(p.loops) }
 
 // Register attaches the handlers of every gmail:* task type to the table.
 func (p *Pipeline) Register(t *queue.Table) error {
 	handlers := map[string]queue.Handler{
-		queue.TypeGmailSync:            p.handleSync,
-		queue.TypeGmailFullSync:        p.handleFullSync,
-		queue.TypeGmailMessageAdded:    p.handleAdded,
-		queue.TypeGmailMessageRead:     p.stateHandler(queue.TypeGmailMessageRead),
-		queue.TypeGmailMessageUnread:   p.stateHandler(queue.TypeGmailMessageUnread),
-		queue.TypeGmailMessageTrashed:  p.stateHandler(queue.TypeGmailMessageTrashed),
-		queue.TypeGmailMessageRestored: p.stateHandler(queue.TypeGmailMessageRestored),
-		queue.TypeGmailMessageDeleted:  p.stateHandler(queue.TypeGmailMessageDeleted),
-		queue.TypeGmailMessageLabeled:  p.stateHandler(queue.TypeGmailMessageLabeled),
-		queue.TypeGmailWatchRenew:      p.handleWatchRenew,
+		TypeSync:            p.handleSync,
+		TypeFullSync:        p.handleFullSync,
+		TypeMessageAdded:    p.handleAdded,
+		TypeMessageRead:     p.stateHandler(TypeMessageRead),
+		TypeMessageUnread:   p.stateHandler(TypeMessageUnread),
+		TypeMessageTrashed:  p.stateHandler(TypeMessageTrashed),
+		TypeMessageRestored: p.stateHandler(TypeMessageRestored),
+		TypeMessageDeleted:  p.stateHandler(TypeMessageDeleted),
+		TypeMessageLabeled:  p.stateHandler(TypeMessageLabeled),
+		TypeWatchRenew:      p.handleWatchRenew,
 	}
 	for _, typ := range taskTypes {
 		if err := t.Handle(typ, handlers[typ]); err != nil {
 			return err
 		}
 	}
-	return t.OnDead(queue.TypeGmailFullSync, p.fullSyncDead)
+	return t.OnDead(TypeFullSync, p.fullSyncDead)
 }
 
 // taskTypes are the pipeline's task types.
 var taskTypes = []string{
-	queue.TypeGmailSync, queue.TypeGmailFullSync, queue.TypeGmailMessageAdded, queue.TypeGmailMessageRead,
-	queue.TypeGmailMessageUnread, queue.TypeGmailMessageTrashed, queue.TypeGmailMessageRestored,
-	queue.TypeGmailMessageDeleted, queue.TypeGmailMessageLabeled, queue.TypeGmailWatchRenew,
+	TypeSync, TypeFullSync, TypeMessageAdded, TypeMessageRead,
+	TypeMessageUnread, TypeMessageTrashed, TypeMessageRestored,
+	TypeMessageDeleted, TypeMessageLabeled, TypeWatchRenew,
 }
 
 // WatchEnabled reports whether accounts are watched (a Pub/Sub topic is

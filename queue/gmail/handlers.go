@@ -29,17 +29,17 @@ func decodeEvent(t *queue.Task) (Event, error) {
 // message took the change (false: it already held a newer state).
 func apply(typ string, m *store.Message, ev Event) bool {
 	switch typ {
-	case queue.TypeGmailMessageRead:
+	case TypeMessageRead:
 		return m.ApplyLabel(store.LabelUnread, false, ev.HistoryID)
-	case queue.TypeGmailMessageUnread:
+	case TypeMessageUnread:
 		return m.ApplyLabel(store.LabelUnread, true, ev.HistoryID)
-	case queue.TypeGmailMessageTrashed:
+	case TypeMessageTrashed:
 		return m.ApplyLabel(store.LabelTrash, true, ev.HistoryID)
-	case queue.TypeGmailMessageRestored:
+	case TypeMessageRestored:
 		return m.ApplyLabel(store.LabelTrash, false, ev.HistoryID)
-	case queue.TypeGmailMessageDeleted:
+	case TypeMessageDeleted:
 		return m.ApplyDelete(ev.HistoryID)
-	case queue.TypeGmailMessageLabeled:
+	case TypeMessageLabeled:
 		changed := false
 		for _, lc := range ev.Labels {
 			if m.ApplyLabel(lc.ID, lc.Added, lc.HistoryID) {
@@ -63,7 +63,7 @@ func (p *Pipeline) stateHandler(typ string) queue.Handler {
 		if err != nil {
 			return err
 		}
-		if typ == queue.TypeGmailMessageLabeled {
+		if typ == TypeMessageLabeled {
 			p.learnLabels(ctx, ev.AccountID, labelIDs(ev.Labels))
 		}
 		var changed bool

@@ -24,6 +24,7 @@ import (
 	"mailroom/queue/gmail"
 	"mailroom/queue/google"
 	"mailroom/queue/google/accounts"
+	"mailroom/queue/rules"
 	"mailroom/store"
 	"mailroom/store/storetest"
 )
@@ -105,7 +106,11 @@ func newEnv(t *testing.T, o envOptions) *env {
 	gc := google.New(gcfg)
 	cfg := o.cfg
 	cfg.Logger = slog.New(slog.NewTextHandler(testkit.LogWriter(t), &slog.HandlerOptions{Level: slog.LevelWarn}))
-	e.table = queue.NewTable(queue.TableConfig{MaxRetries: 3, ConcurrencyMessageAdded: 3, ConcurrencyState: 5})
+	// The rules' rows too: a rule match records a label write.
+	e.table, err = queue.NewTable(gmail.Tasks(gmail.TaskConfig{MaxRetries: 3, ConcurrencyMessageAdded: 3, ConcurrencyState: 5}), rules.Tasks(3))
+	if err != nil {
+		t.Fatal(err)
+	}
 	e.q, err = queue.New(queue.Config{
 		RetryInitial: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond,
 		PollInterval: 10 * time.Millisecond, DelayedCheckInterval: 100 * time.Millisecond,
@@ -150,12 +155,15 @@ func register(p *gmail.Pipeline, table *queue.Table, handled func(string, gmail.
 	if handled == nil {
 		return p.Register(table)
 	}
-	own := queue.NewTable(queue.TableConfig{})
+	own, err := queue.NewTable(gmail.Tasks(gmail.TaskConfig{ConcurrencyMessageAdded: 1, ConcurrencyState: 1}))
+	if err != nil {
+		return err
+	}
 	if err := p.Register(own); err != nil {
 		return err
 	}
-	events := []string{queue.TypeGmailMessageAdded, queue.TypeGmailMessageRead, queue.TypeGmailMessageUnread,
-		queue.TypeGmailMessageTrashed, queue.TypeGmailMessageRestored, queue.TypeGmailMessageDeleted, queue.TypeGmailMessageLabeled}
+	events := []string{gmail.TypeMessageAdded, gmail.TypeMessageRead, gmail.TypeMessageUnread,
+		gmail.TypeMessageTrashed, gmail.TypeMessageRestored, gmail.TypeMessageDeleted, gmail.TypeMessageLabeled}
 	for _, row := range own.Types() {
 		h := row.Handler
 		if h != nil && slices.Contains(events, row.Name) {

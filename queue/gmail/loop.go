@@ -10,11 +10,11 @@ import (
 	"mailroom/store"
 )
 
-// Maintainer returns the pipeline's background loop: it records a poll
+// maintainer returns the pipeline's background loop: it records a poll
 // sync for each account not synced for PollInterval (a lost push delays a
 // change but never loses it) and a watch renewal for each account not
 // renewed for WatchRenew.
-func (p *Pipeline) Maintainer() *queue.Every {
+func (p *Pipeline) maintainer() *queue.Every {
 	tick := min(p.cfg.PollInterval, p.cfg.FastPollInterval, p.cfg.WatchRenew) / 10
 	tick = min(max(tick, 10*time.Millisecond), time.Minute)
 	return queue.NewEvery("gmail maintenance", tick, p.log, func(context.Context) error { return p.maintain() })
@@ -40,12 +40,12 @@ func (p *Pipeline) maintain() error {
 				last = a.CreatedAt
 			}
 			if now.Sub(last) >= p.pollInterval(a) {
-				if !p.pending(tx, queue.TypeGmailSync, syncKey(a.ID)) {
+				if !p.pending(tx, TypeSync, syncKey(a.ID)) {
 					polls = append(polls, a.ID)
 				}
 			}
 			if p.WatchEnabled() && now.Sub(a.WatchRenewedAt) >= p.cfg.WatchRenew {
-				if !p.pending(tx, queue.TypeGmailWatchRenew, watchKey(a.ID)) {
+				if !p.pending(tx, TypeWatchRenew, watchKey(a.ID)) {
 					renews = append(renews, a.ID)
 				}
 			}
@@ -72,7 +72,7 @@ func (p *Pipeline) maintain() error {
 			if _, err := tx.AccountGet(id); errors.Is(err, store.ErrNotFound) {
 				continue
 			}
-			if _, _, err := p.queue.Enqueue(tx, queue.TypeGmailWatchRenew, watchPayload{AccountID: id}, queue.Key(watchKey(id))); err != nil {
+			if _, _, err := p.queue.Enqueue(tx, TypeWatchRenew, watchPayload{AccountID: id}, queue.Key(watchKey(id))); err != nil {
 				return err
 			}
 		}
@@ -182,10 +182,10 @@ func (p *Pipeline) pending(tx *store.Tx, typ, key string) bool {
 // tombstoneChunk is how many tombstones one pruning transaction deletes.
 const tombstoneChunk = 1000
 
-// TombstonePruner returns the loop that prunes the records of messages
+// tombstonePruner returns the loop that prunes the records of messages
 // deleted more than TombstoneRetention ago: every hour, or every
 // twenty-fourth of the retention when that is shorter.
-func (p *Pipeline) TombstonePruner() *queue.Every {
+func (p *Pipeline) tombstonePruner() *queue.Every {
 	every := min(max(p.cfg.TombstoneRetention/24, time.Second), time.Hour)
 	return queue.NewEvery("gmail: prune tombstones", every, p.log, func(ctx context.Context) error {
 		_, err := p.PruneTombstones(ctx)

@@ -2,8 +2,6 @@ package gmail
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
-
-	"mailroom/queue"
 )
 
 // Push outcomes, the contract's labels of mailroom_push_requests_total.
@@ -79,7 +77,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		m.push.WithLabelValues(o)
 	}
 	for _, typ := range taskTypes {
-		if typ == queue.TypeGmailSync || typ == queue.TypeGmailFullSync || typ == queue.TypeGmailWatchRenew {
+		if typ == TypeSync || typ == TypeFullSync || typ == TypeWatchRenew {
 			continue
 		}
 		m.recorded.WithLabelValues(typ)

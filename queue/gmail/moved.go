@@ -30,13 +30,13 @@ func MovedIn(tx *store.Tx, q Recorder, acc store.Account) error {
 	}
 	var err error
 	if needsFullSync(acc) {
-		_, _, err = q.Enqueue(tx, queue.TypeGmailFullSync, syncPayload{AccountID: acc.ID, Trigger: triggerMoved}, queue.Key(fullSyncKey(acc.ID)))
+		_, _, err = q.Enqueue(tx, TypeFullSync, syncPayload{AccountID: acc.ID, Trigger: triggerMoved}, queue.Key(fullSyncKey(acc.ID)))
 	} else {
-		_, _, err = q.Enqueue(tx, queue.TypeGmailSync, syncPayload{AccountID: acc.ID, Trigger: triggerMoved}, queue.Key(syncKey(acc.ID)))
+		_, _, err = q.Enqueue(tx, TypeSync, syncPayload{AccountID: acc.ID, Trigger: triggerMoved}, queue.Key(syncKey(acc.ID)))
 	}
 	if err != nil {
 		return err
 	}
-	_, _, err = q.Enqueue(tx, queue.TypeGmailWatchRenew, watchPayload{AccountID: acc.ID}, queue.Key(watchKey(acc.ID)))
+	_, _, err = q.Enqueue(tx, TypeWatchRenew, watchPayload{AccountID: acc.ID}, queue.Key(watchKey(acc.ID)))
 	return err
 }

@@ -42,7 +42,7 @@ func (e *env) run(rec queue.Record, payload []byte) error {
 func (e *env) syncNow() {
 	e.t.Helper()
 	for range 5 {
-		recs := append(e.records(queue.TypeGmailFullSync), e.records(queue.TypeGmailSync)...)
+		recs := append(e.records(gmail.TypeFullSync), e.records(gmail.TypeSync)...)
 		if len(recs) == 0 {
 			return
 		}
@@ -95,7 +95,7 @@ func TestOrderingAnyQueueOrder(t *testing.T) {
 		e.syncNow()
 	}
 	var events []queue.Record
-	for _, typ := range []string{queue.TypeGmailMessageAdded, queue.TypeGmailMessageRead, queue.TypeGmailMessageUnread} {
+	for _, typ := range []string{gmail.TypeMessageAdded, gmail.TypeMessageRead, gmail.TypeMessageUnread} {
 		events = append(events, e.records(typ)...)
 	}
 	if len(events) != 4 {
@@ -179,7 +179,7 @@ func TestOrderingWithSlowFetch(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if n := len(applied); n < 2 || applied[n-1] != queue.TypeGmailMessageAdded {
+	if n := len(applied); n < 2 || applied[n-1] != gmail.TypeMessageAdded {
 		t.Fatalf("message-added should have finished last, after the state events: %v", applied)
 	}
 }

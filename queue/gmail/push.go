@@ -315,7 +315,7 @@ func syncKey(accountID string) string { return "gmail:sync:" + accountID }
 // enqueueSync records the account's sync unless one is waiting.
 func (p *Pipeline) enqueueSync(tx *store.Tx, accountID, trigger string) error {
 	// BringForward: a follow-up sync waiting for its time runs now.
-	_, _, err := p.queue.Enqueue(tx, queue.TypeGmailSync, syncPayload{AccountID: accountID, Trigger: trigger},
+	_, _, err := p.queue.Enqueue(tx, TypeSync, syncPayload{AccountID: accountID, Trigger: trigger},
 		queue.Key(syncKey(accountID)), queue.BringForward())
 	return err
 }

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
-	"mailroom/queue"
 	"mailroom/queue/google"
+	"mailroom/queue/rules"
 	"mailroom/store"
 )
 
@@ -200,11 +200,11 @@ func (p *Pipeline) Backlog(ctx context.Context, accountID string) (int, error) {
 // each type for the account's group, a lookup each.
 func (p *Pipeline) queuedTasks(accountID string) (added, batches, threads int, err error) {
 	err = p.db.View(func(tx *store.Tx) error {
-		a, err := p.queue.Queued(tx, queue.TypeGmailMessageAdded, accountID)
+		a, err := p.queue.Queued(tx, TypeMessageAdded, accountID)
 		if err != nil {
 			return err
 		}
-		b, err := p.queue.Queued(tx, queue.TypeRulesReclassifyBatch, accountID)
+		b, err := p.queue.Queued(tx, rules.TypeReclassifyBatch, accountID)
 		if err != nil {
 			return err
 		}

@@ -14,6 +14,7 @@ import (
 	"mailroom/queue/gmail"
 	"mailroom/queue/google"
 	"mailroom/queue/google/accounts"
+	"mailroom/queue/rules"
 	"mailroom/store"
 )
 
@@ -223,7 +224,7 @@ func testQueuedWorkEstimate(t *testing.T, prices string, want, minutes int) {
 		// Tagged with the account as their producers tag them (the sync's
 		// record and the rules publisher; see TestProducersGroupTasks).
 		for i := range 3 {
-			if _, _, err := e.q.Enqueue(tx, queue.TypeGmailMessageAdded, gmail.Event{AccountID: acc.ID, MessageID: fmt.Sprint("m", i)}, queue.Group(acc.ID, 1)); err != nil {
+			if _, _, err := e.q.Enqueue(tx, gmail.TypeMessageAdded, gmail.Event{AccountID: acc.ID, MessageID: fmt.Sprint("m", i)}, queue.Group(acc.ID, 1)); err != nil {
 				return err
 			}
 		}
@@ -232,7 +233,7 @@ func testQueuedWorkEstimate(t *testing.T, prices string, want, minutes int) {
 			for i := range threads {
 				threads[i] = fmt.Sprint("t", i)
 			}
-			if _, _, err := e.q.Enqueue(tx, queue.TypeRulesReclassifyBatch, map[string]any{"jobId": "j", "accountId": id, "threadIds": threads}, queue.Group(id, len(threads))); err != nil {
+			if _, _, err := e.q.Enqueue(tx, rules.TypeReclassifyBatch, map[string]any{"jobId": "j", "accountId": id, "threadIds": threads}, queue.Group(id, len(threads))); err != nil {
 				return err
 			}
 		}
@@ -281,13 +282,13 @@ func TestSyncGroupsNewMessageTasksByAccount(t *testing.T) {
 		e.notify(email)
 	}
 	e.syncNow()
-	if n := len(e.records(queue.TypeGmailMessageAdded)); n != 4 {
+	if n := len(e.records(gmail.TypeMessageAdded)); n != 4 {
 		t.Fatalf("%d message-added tasks recorded, want 4", n)
 	}
 	for id, want := range map[string]queue.Count{acc.ID: {Tasks: 3, Weight: 3}, other.ID: {Tasks: 1, Weight: 1}} {
 		var got queue.Count
 		err := e.db.View(func(tx *store.Tx) (err error) {
-			got, err = e.q.Queued(tx, queue.TypeGmailMessageAdded, id)
+			got, err = e.q.Queued(tx, gmail.TypeMessageAdded, id)
 			return err
 		})
 		if err != nil || got != want {

@@ -7,14 +7,13 @@ import (
 	"testing"
 
 	"mailroom/internal/googlefake"
-	"mailroom/queue"
 	"mailroom/queue/gmail"
 	"mailroom/queue/google"
 )
 
 // eventTypes are the gmail event task types, state changes first.
-var eventTypes = []string{queue.TypeGmailMessageRead, queue.TypeGmailMessageUnread, queue.TypeGmailMessageTrashed,
-	queue.TypeGmailMessageRestored, queue.TypeGmailMessageDeleted, queue.TypeGmailMessageLabeled, queue.TypeGmailMessageAdded}
+var eventTypes = []string{gmail.TypeMessageRead, gmail.TypeMessageUnread, gmail.TypeMessageTrashed,
+	gmail.TypeMessageRestored, gmail.TypeMessageDeleted, gmail.TypeMessageLabeled, gmail.TypeMessageAdded}
 
 // runEvents runs, once each, the event tasks waiting now whose message
 // is one of ids (none: all), and returns how many ran.
@@ -39,7 +38,7 @@ func (e *env) runEvents(ids ...string) int {
 // runFullSyncOnce runs the waiting gmail:full-sync task once.
 func (e *env) runFullSyncOnce() {
 	e.t.Helper()
-	for _, r := range e.records(queue.TypeGmailFullSync) {
+	for _, r := range e.records(gmail.TypeFullSync) {
 		if err := e.run(r, r.Payload); err != nil {
 			e.t.Fatalf("full sync: %v", err)
 		}
@@ -86,12 +85,12 @@ func TestNoMessageReadTwiceWhenFullAndHistorySyncOverlap(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.notify(ann)
-	for _, r := range e.records(queue.TypeGmailSync) {
+	for _, r := range e.records(gmail.TypeSync) {
 		if err := e.run(r, r.Payload); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if n := len(e.records(queue.TypeGmailMessageAdded)); n != 2 {
+	if n := len(e.records(gmail.TypeMessageAdded)); n != 2 {
 		t.Fatalf("%d message-added events, want 2", n)
 	}
 	e.fake.ResetCounters()
@@ -222,7 +221,7 @@ func TestBodyReadOnlyWhenARuleReadsBodies(t *testing.T) {
 				t.Fatal(err)
 			}
 			e.notify(ann)
-			for _, r := range e.records(queue.TypeGmailSync) {
+			for _, r := range e.records(gmail.TypeSync) {
 				if err := e.run(r, r.Payload); err != nil {
 					t.Fatal(err)
 				}

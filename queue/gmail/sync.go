@@ -319,7 +319,7 @@ func (p *Pipeline) enqueueNextRead(tx *store.Tx, acc store.Account, behind bool,
 	default:
 		return nil
 	}
-	_, _, err := p.queue.Enqueue(tx, queue.TypeGmailSync, syncPayload{AccountID: acc.ID, Trigger: trigger},
+	_, _, err := p.queue.Enqueue(tx, TypeSync, syncPayload{AccountID: acc.ID, Trigger: trigger},
 		queue.Key(syncKey(acc.ID)), queue.RunAt(at))
 	return err
 }
@@ -372,7 +372,7 @@ func (p *Pipeline) record(accountID string, events []typedEvent, mark uint64) er
 		for _, te := range events {
 			te.Event.RecordedAt = now
 			var opts []queue.Option
-			if te.Type == queue.TypeGmailMessageAdded {
+			if te.Type == TypeMessageAdded {
 				// Counted per account for the quota backlog (a
 				// messages.get each).
 				opts = append(opts, queue.Group(accountID, 1))

@@ -76,7 +76,7 @@ func TestHistoryTooOldFallsBackToFullSync(t *testing.T) {
 func TestPollSyncsWithoutPush(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{cfg: gmail.Config{PollInterval: 300 * time.Millisecond}})
-	m := e.p.Maintainer()
+	m := e.p.Services()[0] // the maintainer
 	if err := m.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -78,7 +78,7 @@ func TestRevokedTokenPutsTheAccountInErrorAndDeadLettersItsTasks(t *testing.T) {
 	testkit.Eventually(t, 10*time.Second, "the account in error", func() bool { return e.account(acc.ID).Status == store.AccountError })
 	var dead []store.DeadLetter
 	testkit.Eventually(t, 10*time.Second, "the sync dead-lettered", func() bool {
-		_ = e.db.View(func(tx *store.Tx) (err error) { dead, _, err = tx.DeadLetters(queue.TypeGmailSync, "", 10); return err })
+		_ = e.db.View(func(tx *store.Tx) (err error) { dead, _, err = tx.DeadLetters(gmail.TypeSync, "", 10); return err })
 		return len(dead) == 1
 	})
 	if dead[0].Attempts != 1 {
@@ -124,7 +124,7 @@ func TestRevokedTokenFailsMessageAddedPermanently(t *testing.T) {
 	}
 	e.notify(ann)
 	e.syncNow()
-	recs := e.records(queue.TypeGmailMessageAdded)
+	recs := e.records(gmail.TypeMessageAdded)
 	if len(recs) != 1 {
 		t.Fatalf("%d message-added records", len(recs))
 	}
@@ -163,7 +163,7 @@ func TestDeletedAccountTasksFailPermanently(t *testing.T) {
 	if _, err := e.p.Delete(context.Background(), acc.ID); err != nil {
 		t.Fatal(err)
 	}
-	for _, typ := range []string{queue.TypeGmailSync, queue.TypeGmailMessageAdded, queue.TypeGmailMessageRead} {
+	for _, typ := range []string{gmail.TypeSync, gmail.TypeMessageAdded, gmail.TypeMessageRead} {
 		recs := e.records(typ)
 		if len(recs) == 0 {
 			t.Fatalf("no %s record", typ)
@@ -199,7 +199,7 @@ func TestDeadFullSyncPutsTheAccountInError(t *testing.T) {
 		var dead []store.DeadLetter
 		testkit.Eventually(t, 20*time.Second, "the full sync dead-lettered", func() bool {
 			_ = e.db.View(func(tx *store.Tx) (err error) {
-				dead, _, err = tx.DeadLetters(queue.TypeGmailFullSync, "", 10)
+				dead, _, err = tx.DeadLetters(gmail.TypeFullSync, "", 10)
 				return err
 			})
 			return len(dead) == 1

@@ -205,7 +205,7 @@ func TestSaveWhileAJobRuns(t *testing.T) {
 	}
 	// Batches already running at the publish may still apply A: at most one
 	// per worker of the queue.
-	row, _ := queue.NewTable(queue.TableConfig{}).Lookup(queue.TypeRulesReclassifyBatch)
+	row := Tasks(0)[0] // TypeReclassifyBatch
 	workers := row.Concurrency
 	if j1.RulesSkipped < j1.Batches-doneAfter-workers || j1.RulesSkipped > j1.Batches-doneBefore {
 		t.Errorf("job 1 skipped rule A in %d batches; %d to %d were done at the publish (and at most %d running)", j1.RulesSkipped, doneBefore, doneAfter, workers)
@@ -283,7 +283,7 @@ func TestSupersededBatchesAreDropped(t *testing.T) {
 		t.Errorf("job 1 is %s, want superseded", st.Jobs[1].State)
 	}
 	var outbox int
-	f.db.View(func(tx *store.Tx) (err error) { outbox, err = f.q.Len(tx, queue.TypeRulesReclassifyBatch); return err })
+	f.db.View(func(tx *store.Tx) (err error) { outbox, err = f.q.Len(tx, TypeReclassifyBatch); return err })
 	if outbox != 0 {
 		t.Errorf("%d batch tasks left in the outbox", outbox)
 	}
@@ -302,7 +302,7 @@ func TestStaleBatchDoesNothing(t *testing.T) {
 	job1 := f.publish()
 	var rec queue.Record
 	f.db.View(func(tx *store.Tx) error {
-		return f.q.Tasks(tx, queue.TypeRulesReclassifyBatch, func(r queue.Record) bool { rec = r; return false })
+		return f.q.Tasks(tx, TypeReclassifyBatch, func(r queue.Record) bool { rec = r; return false })
 	})
 	if _, err := f.p.Update(context.Background(), saved.Rule.ID, spec("Dev", cond("from", "contains", "x"))); err != nil {
 		t.Fatal(err)
@@ -408,7 +408,7 @@ func TestDeadLetteredBatchFinishesJobAndRedriveCompletesIt(t *testing.T) {
 	}
 	var dead []store.DeadLetter
 	f.update(func(tx *store.Tx) (err error) {
-		dead, _, err = tx.DeadLetters(queue.TypeRulesReclassifyBatch, "", 10)
+		dead, _, err = tx.DeadLetters(TypeReclassifyBatch, "", 10)
 		return err
 	})
 	if len(dead) != 1 {

@@ -59,7 +59,10 @@ func newFixture(t testing.TB, cfg Config, start bool) *fixture {
 		t.Fatal(err)
 	}
 	f.client = google.New(google.Config{APIURL: f.fake.URL(), TokenURL: f.fake.TokenURL(), ReadRetries: -1, Budget: budget})
-	table := queue.NewTable(queue.TableConfig{MaxRetries: 3, ConcurrencyMessageAdded: 1, ConcurrencyState: 1})
+	table, err := queue.NewTable(Tasks(3))
+	if err != nil {
+		t.Fatal(err)
+	}
 	f.q, err = queue.New(queue.Config{
 		RetryInitial: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond,
 		PollInterval: 10 * time.Millisecond, DelayedCheckInterval: 100 * time.Millisecond, ShutdownTimeout: 5 * time.Second,
@@ -75,7 +78,7 @@ func newFixture(t testing.TB, cfg Config, start bool) *fixture {
 		t.Fatal(err)
 	}
 	for _, tt := range table.Types() {
-		if tt.Name != queue.TypeRulesReclassifyBatch && tt.Name != queue.TypeRulesLabelWrite {
+		if tt.Name != TypeReclassifyBatch && tt.Name != TypeLabelWrite {
 			if err := table.Handle(tt.Name, func(context.Context, *queue.Task) error { return nil }); err != nil {
 				t.Fatal(err)
 			}
@@ -239,7 +242,7 @@ func (f *fixture) writerTask() *queue.Task {
 func (f *fixture) writerRecord() (rec queue.Record, ok bool) {
 	f.t.Helper()
 	f.db.View(func(tx *store.Tx) error {
-		return f.q.Tasks(tx, queue.TypeRulesLabelWrite, func(r queue.Record) bool {
+		return f.q.Tasks(tx, TypeLabelWrite, func(r queue.Record) bool {
 			rec, ok = r, true
 			return false
 		})

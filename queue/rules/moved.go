@@ -16,6 +16,6 @@ type Recorder interface {
 // MovedIn records, in the import's transaction, the writer of an account
 // moved from another mailroom with label changes waiting.
 func MovedIn(tx *store.Tx, q Recorder, accountID string, now time.Time) error {
-	_, _, err := q.Enqueue(tx, queue.TypeRulesLabelWrite, writePayload{AccountID: accountID}, queue.Key(writerKey(accountID)), queue.RunAt(now))
+	_, _, err := q.Enqueue(tx, TypeLabelWrite, writePayload{AccountID: accountID}, queue.Key(writerKey(accountID)), queue.RunAt(now))
 	return err
 }

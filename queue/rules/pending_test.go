@@ -17,7 +17,7 @@ func (f *fixture) batchTask(jobID string) *queue.Task {
 	f.t.Helper()
 	var task *queue.Task
 	f.db.View(func(tx *store.Tx) error {
-		return f.q.Tasks(tx, queue.TypeRulesReclassifyBatch, func(r queue.Record) bool {
+		return f.q.Tasks(tx, TypeReclassifyBatch, func(r queue.Record) bool {
 			var pl batchPayload
 			if json.Unmarshal(r.Payload, &pl) == nil && pl.JobID == jobID && pl.Index == 0 {
 				task = &queue.Task{ID: r.ID, Type: r.Type, Queue: r.Queue, Payload: r.Payload, Attempt: 1}

@@ -12,9 +12,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"mailroom/internal/lifecycle"
 	"mailroom/queue"
 	"mailroom/queue/google"
-	"mailroom/queue/lifecycle"
 	"mailroom/store"
 )
 
@@ -207,13 +207,13 @@ func New(cfg Config, deps Deps) (*Pipeline, error) {
 // batches and of the accounts' label writers, and the batches' dead-letter
 // hook.
 func (p *Pipeline) Register(t *queue.Table) error {
-	if err := t.Handle(queue.TypeRulesReclassifyBatch, p.HandleBatch); err != nil {
+	if err := t.Handle(TypeReclassifyBatch, p.HandleBatch); err != nil {
 		return err
 	}
-	if err := t.Handle(queue.TypeRulesLabelWrite, p.HandleLabelWrite); err != nil {
+	if err := t.Handle(TypeLabelWrite, p.HandleLabelWrite); err != nil {
 		return err
 	}
-	return t.OnDead(queue.TypeRulesReclassifyBatch, p.BatchDead)
+	return t.OnDead(TypeReclassifyBatch, p.BatchDead)
 }
 
 // Services are the pipeline's loops: the publisher of due reclassify jobs

@@ -7,8 +7,8 @@ import (
 	"slices"
 	"time"
 
+	"mailroom/internal/lifecycle"
 	"mailroom/queue"
-	"mailroom/queue/lifecycle"
 	"mailroom/store"
 )
 
@@ -177,7 +177,7 @@ func (pub *Publisher) publish(tx *store.Tx, pending store.ReclassifyPending, now
 				payload := batchPayload{JobID: job.ID, UserID: job.UserID, AccountID: a.ID, Index: job.Batches, RuleIDs: job.RuleIDs, ThreadIDs: threads}
 				// Counted per account, weighed by its threads (the Gmail
 				// quota backlog asks the queue, never this payload).
-				rec, _, err := pub.q.Enqueue(tx, queue.TypeRulesReclassifyBatch, payload, queue.Group(a.ID, len(threads)))
+				rec, _, err := pub.q.Enqueue(tx, TypeReclassifyBatch, payload, queue.Group(a.ID, len(threads)))
 				if err != nil {
 					return job, 0, err
 				}
@@ -257,7 +257,7 @@ func (pub *Publisher) dropSuperseded(tx *store.Tx, id string, now time.Time) (in
 		return 0, err
 	}
 	for _, b := range stale {
-		if err := pub.q.Cancel(tx, queue.TypeRulesReclassifyBatch, b.OutboxID); err != nil {
+		if err := pub.q.Cancel(tx, TypeReclassifyBatch, b.OutboxID); err != nil {
 			return 0, err
 		}
 		b.State = store.BatchStale

@@ -124,7 +124,7 @@ func TestRacingPublishersPublishEachJobOnce(t *testing.T) {
 		t.Fatalf("published for %d users, want %d", len(seen), users)
 	}
 	var outbox int
-	f.db.View(func(tx *store.Tx) (err error) { outbox, err = f.q.Len(tx, queue.TypeRulesReclassifyBatch); return err })
+	f.db.View(func(tx *store.Tx) (err error) { outbox, err = f.q.Len(tx, TypeReclassifyBatch); return err })
 	if outbox != 3*users {
 		t.Fatalf("outbox holds %d batch tasks, want %d", outbox, 3*users)
 	}
@@ -349,7 +349,7 @@ func TestPublishGroupsBatchesByAccount(t *testing.T) {
 		t.Helper()
 		var c queue.Count
 		err := f.db.View(func(tx *store.Tx) (err error) {
-			c, err = f.q.Queued(tx, queue.TypeRulesReclassifyBatch, f.account)
+			c, err = f.q.Queued(tx, TypeReclassifyBatch, f.account)
 			return err
 		})
 		if err != nil {

@@ -41,7 +41,7 @@ type writePayload struct {
 	AccountID string `json:"accountId"`
 }
 
-func writerKey(accountID string) string { return queue.TypeRulesLabelWrite + ":" + accountID }
+func writerKey(accountID string) string { return TypeLabelWrite + ":" + accountID }
 
 // HandleLabelWrite is the handler of rules:label-write: it sends the
 // account's label changes that are due (a group of 1,000 ids of one label
@@ -93,7 +93,7 @@ func (p *Pipeline) HandleLabelWrite(ctx context.Context, t *queue.Task) error {
 		if flush {
 			at = now
 		}
-		_, _, err = p.queue.Enqueue(tx, queue.TypeRulesLabelWrite, pl, queue.Key(writerKey(pl.AccountID)), queue.RunAt(at))
+		_, _, err = p.queue.Enqueue(tx, TypeLabelWrite, pl, queue.Key(writerKey(pl.AccountID)), queue.RunAt(at))
 		return err
 	})
 }
@@ -142,7 +142,7 @@ func (p *Pipeline) scheduleWriterTx(tx *store.Tx, accountID string, at time.Time
 			return err
 		}
 	}
-	_, _, err := p.queue.Enqueue(tx, queue.TypeRulesLabelWrite, writePayload{AccountID: accountID},
+	_, _, err := p.queue.Enqueue(tx, TypeLabelWrite, writePayload{AccountID: accountID},
 		queue.Key(writerKey(accountID)), queue.RunAt(at), queue.BringForward())
 	return err
 }
@@ -770,7 +770,7 @@ func (p *Pipeline) releaseTx(tx *store.Tx, ref batchRef, n int, failed string) e
 	if bt.WriteFailed != "" {
 		now := p.cfg.Now().UTC()
 		err := tx.DeadLetterPut(store.DeadLetter{
-			ID: bt.OutboxID, Type: queue.TypeRulesReclassifyBatch, Queue: bt.Queue, Payload: bt.Payload,
+			ID: bt.OutboxID, Type: TypeReclassifyBatch, Queue: bt.Queue, Payload: bt.Payload,
 			Error: bt.WriteFailed, Attempts: 1, FirstFailedAt: now, LastFailedAt: now,
 		})
 		if err != nil {

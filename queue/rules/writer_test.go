@@ -103,7 +103,7 @@ func (f *fixture) batchTasks() []*queue.Task {
 	f.t.Helper()
 	var tasks []*queue.Task
 	f.db.View(func(tx *store.Tx) error {
-		return f.q.Tasks(tx, queue.TypeRulesReclassifyBatch, func(r queue.Record) bool {
+		return f.q.Tasks(tx, TypeReclassifyBatch, func(r queue.Record) bool {
 			tasks = append(tasks, &queue.Task{ID: r.ID, Type: r.Type, Queue: r.Queue, Payload: r.Payload, Attempt: 1})
 			return true
 		})
@@ -292,7 +292,7 @@ func TestWriterRefusalLosesOnlyItsOwnChange(t *testing.T) {
 	}
 	var dead []store.DeadLetter
 	f.update(func(tx *store.Tx) (err error) {
-		dead, _, err = tx.DeadLetters(queue.TypeRulesReclassifyBatch, "", 10)
+		dead, _, err = tx.DeadLetters(TypeReclassifyBatch, "", 10)
 		return err
 	})
 	if len(dead) != 1 {
@@ -332,7 +332,7 @@ func TestRedrivenBatchSendsNoSecondReclassifyDone(t *testing.T) {
 	fault.Remove()
 	var dead []store.DeadLetter
 	f.update(func(tx *store.Tx) (err error) {
-		dead, _, err = tx.DeadLetters(queue.TypeRulesReclassifyBatch, "", 10)
+		dead, _, err = tx.DeadLetters(TypeReclassifyBatch, "", 10)
 		return err
 	})
 	if len(dead) != 1 {

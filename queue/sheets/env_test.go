@@ -162,7 +162,10 @@ func newEnv(t *testing.T, o envOptions) *env {
 		tokens: map[string]string{},
 		cache:  map[string]SheetsClient{},
 	}
-	table := queue.NewTable(queue.TableConfig{MaxRetries: 3, ConcurrencyMessageAdded: 1, ConcurrencyState: 1})
+	table, err := queue.NewTable(Tasks(3))
+	if err != nil {
+		t.Fatal(err)
+	}
 	q, err := queue.New(queue.Config{
 		RetryInitial: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond,
 		PollInterval: 20 * time.Millisecond, DelayedCheckInterval: o.delayedCheck,
@@ -180,7 +183,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 		t.Fatal(err)
 	}
 	for _, tt := range table.Types() {
-		if tt.Name != queue.TypeSheetsFlush {
+		if tt.Name != TypeFlush {
 			if err := table.Handle(tt.Name, func(context.Context, *queue.Task) error { return nil }); err != nil {
 				t.Fatal(err)
 			}
@@ -295,7 +298,7 @@ func (e *env) formView(id string) FormView {
 // outboxEmpty reports whether no flush record is left.
 func (e *env) outboxEmpty() bool {
 	n := 0
-	_ = e.db.View(func(tx *store.Tx) (err error) { n, err = e.q.Len(tx, queue.TypeSheetsFlush); return err })
+	_ = e.db.View(func(tx *store.Tx) (err error) { n, err = e.q.Len(tx, TypeFlush); return err })
 	return n == 0
 }
 

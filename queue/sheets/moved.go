@@ -18,6 +18,6 @@ type Recorder interface {
 // mailroom serves, and writes them once (a write the source had started is
 // read back first, as after any crash).
 func MovedIn(tx *store.Tx, q Recorder, formID string, now time.Time) error {
-	_, _, err := q.Enqueue(tx, queue.TypeSheetsFlush, flushPayload{FormID: formID}, queue.Key(flushKey(formID)), queue.RunAt(now))
+	_, _, err := q.Enqueue(tx, TypeFlush, flushPayload{FormID: formID}, queue.Key(flushKey(formID)), queue.RunAt(now))
 	return err
 }

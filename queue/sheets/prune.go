@@ -11,10 +11,10 @@ import (
 // pruneChunk is how many submissions one pruning transaction looks at.
 const pruneChunk = 2000
 
-// Pruner returns the loop that deletes written submissions older than
+// pruner returns the loop that deletes written submissions older than
 // Retention, or nil when Retention is zero (they are kept for ever). It
 // runs every Retention/24, at least every hour.
-func (p *Pipeline) Pruner() *queue.Every {
+func (p *Pipeline) pruner() *queue.Every {
 	if p.cfg.Retention <= 0 {
 		return nil
 	}

@@ -50,7 +50,7 @@ func TestPruneWrittenSubmissions(t *testing.T) {
 	for i := range 5 {
 		e.submit(f.ID, map[string]string{"name": fmt.Sprint("m", i)})
 	}
-	loop := e.p.Pruner()
+	loop := e.p.Services()[0] // the pruner
 	if err := loop.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func TestPruneWrittenSubmissions(t *testing.T) {
 func TestPrunerOffWithoutRetention(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{})
-	if e.p.Pruner() != nil {
+	if len(e.p.Services()) != 0 {
 		t.Fatal("a pruner with no retention: want none (keep for ever)")
 	}
 }

@@ -29,9 +29,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"mailroom/internal/lifecycle"
 	"mailroom/queue"
 	"mailroom/queue/google"
-	"mailroom/queue/lifecycle"
 	"mailroom/store"
 )
 
@@ -285,6 +285,7 @@ type Deps struct {
 
 // Pipeline is the Sheets pipeline.
 type Pipeline struct {
+	loops   []lifecycle.Service // Services
 	cfg     Config
 	db      *store.DB
 	clients Clients
@@ -339,22 +340,20 @@ func New(cfg Config, deps Deps) (*Pipeline, error) {
 		return nil, fmt.Errorf("sheets: metrics: %w", err)
 	}
 	p.metrics = m
+	if pruner := p.pruner(); pruner != nil {
+		p.loops = []lifecycle.Service{pruner}
+	}
 	return p, nil
 }
 
 // Register gives the task table the pipeline's flush handler.
 func (p *Pipeline) Register(t *queue.Table) error {
-	return t.Handle(queue.TypeSheetsFlush, p.HandleFlush)
+	return t.Handle(TypeFlush, p.HandleFlush)
 }
 
 // Services are the pipeline's loops: the pruner of written submissions,
-// when Retention is set. Each call makes them anew: the app calls it once.
-func (p *Pipeline) Services() []lifecycle.Service {
-	if pruner := p.Pruner(); pruner != nil {
-		return []lifecycle.Service{pruner}
-	}
-	return nil
-}
+// when Retention is set, made once by New: every call returns the same.
+func (p *Pipeline) Services() []lifecycle.Service { return slices.Clone(p.loops) }
 
 // Quota returns the write quota (per account and per project).
 func (p *Pipeline) Quota() *Quota { return p.quota }
@@ -672,7 +671,7 @@ type flushPayload struct {
 	FormID string `json:"formId"`
 }
 
-func flushKey(formID string) string { return queue.TypeSheetsFlush + ":" + formID }
+func flushKey(formID string) string { return TypeFlush + ":" + formID }
 
 // Submit validates answers against the form's columns and, in one bbolt
 // transaction (batched with concurrent submissions), stores the submission,
@@ -768,7 +767,7 @@ func (p *Pipeline) scheduleFlush(tx *store.Tx, q enqueuer, formID string, w stor
 		return nil
 	}
 	key := flushKey(formID)
-	if (w.Buffered < p.cfg.Threshold || w.State == store.FormError) && q.Pending(tx, queue.TypeSheetsFlush, key) {
+	if (w.Buffered < p.cfg.Threshold || w.State == store.FormError) && q.Pending(tx, TypeFlush, key) {
 		return nil // the usual case: the flush (or a form in error's next check) is already waiting
 	}
 	opts := []queue.Option{queue.Key(key)}
@@ -790,7 +789,7 @@ func (p *Pipeline) scheduleFlush(tx *store.Tx, q enqueuer, formID string, w stor
 		}
 		opts = append(opts, queue.RunAt(at))
 	}
-	if _, _, err := q.Enqueue(tx, queue.TypeSheetsFlush, flushPayload{FormID: formID}, opts...); err != nil {
+	if _, _, err := q.Enqueue(tx, TypeFlush, flushPayload{FormID: formID}, opts...); err != nil {
 		return fmt.Errorf("sheets: schedule flush of form %s: %w", formID, err)
 	}
 	return nil

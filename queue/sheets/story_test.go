@@ -10,7 +10,6 @@ import (
 
 	"mailroom/internal/googlefake"
 	"mailroom/internal/testkit"
-	"mailroom/queue"
 	"mailroom/store"
 )
 
@@ -302,7 +301,7 @@ func fortyBusyForms(t *testing.T, fakeLimit int) {
 		worst = max(worst, firstCall[i].Sub(firstRow[i]))
 		lastTurn = max(lastTurn, firstTurn[i])
 	}
-	row, _ := queue.NewTable(queue.TableConfig{}).Lookup(queue.TypeSheetsFlush)
+	row := Tasks(0)[0] // TypeFlush
 	if bound := nForms + row.Concurrency; lastTurn > bound {
 		t.Errorf("a form was first written by write call %d (bound %d: %d forms and %d workers)", lastTurn, bound, nForms, row.Concurrency)
 	}

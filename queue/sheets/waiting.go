@@ -96,7 +96,7 @@ func (p *Pipeline) wait(ctx context.Context, log *slog.Logger, t *queue.Task, fo
 			if err := t.Ack(tx); err != nil {
 				return err
 			}
-			_, _, err = q.Enqueue(tx, queue.TypeSheetsFlush, flushPayload{FormID: form.ID}, queue.Key(flushKey(form.ID)), queue.RunAt(now))
+			_, _, err = q.Enqueue(tx, TypeFlush, flushPayload{FormID: form.ID}, queue.Key(flushKey(form.ID)), queue.RunAt(now))
 			return err
 		}
 		if w, entered, err = tx.SheetWaiting(form.ID, msg, now); err != nil {
@@ -106,7 +106,7 @@ func (p *Pipeline) wait(ctx context.Context, log *slog.Logger, t *queue.Task, fo
 			return err
 		}
 		next = p.recheckWait(w.ErrorChecks)
-		_, _, err = q.Enqueue(tx, queue.TypeSheetsFlush, flushPayload{FormID: form.ID}, queue.Key(flushKey(form.ID)), queue.RunAt(now.Add(next)))
+		_, _, err = q.Enqueue(tx, TypeFlush, flushPayload{FormID: form.ID}, queue.Key(flushKey(form.ID)), queue.RunAt(now.Add(next)))
 		return err
 	})
 	if err != nil {
@@ -146,7 +146,7 @@ func (p *Pipeline) Retry(formID string) (FormView, error) {
 		if w.Buffered == 0 {
 			return nil
 		}
-		_, _, err = q.Enqueue(tx, queue.TypeSheetsFlush, flushPayload{FormID: formID},
+		_, _, err = q.Enqueue(tx, TypeFlush, flushPayload{FormID: formID},
 			queue.Key(flushKey(formID)), queue.RunAt(p.cfg.Now()), queue.BringForward())
 		return err
 	})
@@ -224,7 +224,7 @@ func (p *Pipeline) Repoint(ctx context.Context, formID string, in FormTarget) (F
 		if w.Buffered == 0 {
 			return nil
 		}
-		_, _, err = q.Enqueue(tx, queue.TypeSheetsFlush, flushPayload{FormID: formID},
+		_, _, err = q.Enqueue(tx, TypeFlush, flushPayload{FormID: formID},
 			queue.Key(flushKey(formID)), queue.RunAt(p.cfg.Now()), queue.BringForward())
 		return err
 	})

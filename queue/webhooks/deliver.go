@@ -24,10 +24,10 @@ type deliverPayload struct {
 	Batch     store.WebhookBatch `json:"batch"`
 }
 
-// Run schedules deliveries until ctx ends: a pass plans the next batch of
+// run schedules deliveries until ctx ends: a pass plans the next batch of
 // every webhook without one in flight, on every commit of events, on Kick,
 // and every few seconds (a webhook whose batch finished).
-func (p *Pipeline) Run(ctx context.Context) {
+func (p *Pipeline) run(ctx context.Context) {
 	tick := time.NewTicker(5 * time.Second)
 	defer tick.Stop()
 	for {
@@ -160,7 +160,7 @@ func (p *Pipeline) planTx(tx *store.Tx, w *store.Webhook, now time.Time) (bool, 
 		ID: fmt.Sprintf("msg_%s_%d_%d", w.ID, w.Generation, last), After: after, Through: last,
 		Count: len(events), CreatedAt: now.UTC(),
 	}
-	if _, _, err := p.q.Enqueue(tx, queue.TypeWebhooksDeliver, deliverPayload{WebhookID: w.ID, Batch: *w.Batch}); err != nil {
+	if _, _, err := p.q.Enqueue(tx, TypeDeliver, deliverPayload{WebhookID: w.ID, Batch: *w.Batch}); err != nil {
 		return false, err
 	}
 	return true, tx.WebhookPut(*w)

@@ -78,7 +78,10 @@ func TestHostileReceiverReachesNoAlert(t *testing.T) {
 	alerts := queue.NewAlerter(queue.AlertConfig{WebhookURL: inbox.srv.URL, Interval: 10 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { alerts.Run(ctx); close(done) }()
+	if err := alerts.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	go func() { <-ctx.Done(); _ = alerts.Stop(context.Background()); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
 
 	clock := &testkit.Clock{}

@@ -5,8 +5,8 @@
 // MAILROOM_WEBHOOK_MAX_AGE, then to the dead letters, and later batches go
 // on.
 //
-// Each webhook has at most one batch in flight. A scheduler (Run), woken
-// whenever events commit, plans a webhook's next batch and records its
+// Each webhook has at most one batch in flight. A scheduler (the
+// pipeline's service), woken whenever events commit, plans a webhook's next batch and records its
 // webhooks:deliver task in one transaction; the task's success moves the
 // webhook's cursor past the batch in the transaction that acks it. So a
 // crash anywhere loses nothing: an event committed is delivered (at least
@@ -29,8 +29,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"mailroom/internal/lifecycle"
 	"mailroom/queue"
-	"mailroom/queue/lifecycle"
 	"mailroom/store"
 )
 
@@ -125,6 +125,8 @@ type Pipeline struct {
 	// acks commits finished batches, those finishing together in one
 	// transaction.
 	acks *store.GroupCommit
+	// scheduler runs run with the one lifecycle (Services).
+	scheduler *scheduler
 
 	mu     sync.Mutex
 	oldest time.Duration // the oldest undelivered event's age, as of the last pass
@@ -136,7 +138,7 @@ type metrics struct {
 }
 
 // New builds the pipeline; Register gives the task table its handler, and
-// Run schedules deliveries while it runs.
+// its service (Services) schedules deliveries while it runs.
 func New(cfg Config, deps Deps) (*Pipeline, error) {
 	if deps.DB == nil || deps.Queue == nil {
 		return nil, errors.New("webhooks: a store and a queue are required")
@@ -153,6 +155,7 @@ func New(cfg Config, deps Deps) (*Pipeline, error) {
 	if err := p.registerMetrics(cfg.Registerer); err != nil {
 		return nil, err
 	}
+	p.scheduler = &scheduler{p: p}
 	return p, nil
 }
 
@@ -184,10 +187,10 @@ func (p *Pipeline) registerMetrics(reg prometheus.Registerer) error {
 // Register gives the task table the delivery handler and its dead-letter
 // hook.
 func (p *Pipeline) Register(t *queue.Table) error {
-	if err := t.Handle(queue.TypeWebhooksDeliver, p.handleDeliver); err != nil {
+	if err := t.Handle(TypeDeliver, p.handleDeliver); err != nil {
 		return err
 	}
-	return t.OnDead(queue.TypeWebhooksDeliver, p.deliverDead)
+	return t.OnDead(TypeDeliver, p.deliverDead)
 }
 
 // OldestUndelivered is the age of the oldest event some webhook has yet
@@ -375,16 +378,17 @@ func (p *Pipeline) Deliveries(id string, before uint64, limit int) ([]store.Deli
 }
 
 // Services are the pipeline's loops: the scheduler, which plans batches
-// while it runs (Run).
-func (p *Pipeline) Services() []lifecycle.Service { return []lifecycle.Service{&scheduler{p: p}} }
+// while it runs.
+func (p *Pipeline) Services() []lifecycle.Service { return []lifecycle.Service{p.scheduler} }
 
-// scheduler runs Run with the one lifecycle.
+// scheduler runs run with the one lifecycle: the pipeline's one service,
+// the same at every call of Services.
 type scheduler struct {
 	lifecycle.Base
 	p *Pipeline
 }
 
-func (s *scheduler) Start(ctx context.Context) error { return s.StartLoop(ctx, s.p.Run) }
+func (s *scheduler) Start(ctx context.Context) error { return s.StartLoop(ctx, s.p.run) }
 
 // Kick asks the scheduler for a pass now.
 func (p *Pipeline) Kick() {

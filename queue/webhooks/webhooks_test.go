@@ -129,7 +129,10 @@ func newEnv(t *testing.T, cfg Config) *env {
 	reg := prometheus.NewRegistry()
 	cfg.Registerer = reg
 	cfg.Logger = slog.New(slog.NewTextHandler(testkit.LogWriter(t), &slog.HandlerOptions{Level: slog.LevelWarn}))
-	table := queue.NewTable(queue.TableConfig{MaxRetries: 3, ConcurrencyMessageAdded: 1, ConcurrencyState: 1})
+	table, err := queue.NewTable(Tasks())
+	if err != nil {
+		t.Fatal(err)
+	}
 	q, err := queue.New(queue.Config{
 		RetryInitial: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond,
 		PollInterval: 20 * time.Millisecond, DelayedCheckInterval: 100 * time.Millisecond,
@@ -146,7 +149,7 @@ func newEnv(t *testing.T, cfg Config) *env {
 		t.Fatal(err)
 	}
 	for _, tt := range table.Types() {
-		if tt.Name != queue.TypeWebhooksDeliver {
+		if tt.Name != TypeDeliver {
 			_ = table.Handle(tt.Name, func(context.Context, *queue.Task) error { return nil })
 		}
 	}
@@ -156,7 +159,11 @@ func newEnv(t *testing.T, cfg Config) *env {
 	t.Cleanup(func() { _ = q.Stop(context.Background()) })
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { p.Run(ctx); close(done) }()
+	scheduler := p.Services()[0]
+	if err := scheduler.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	go func() { <-ctx.Done(); _ = scheduler.Stop(context.Background()); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
 	return &env{t: t, db: db, q: q, p: p, reg: reg}
 }
@@ -296,7 +303,7 @@ func TestMaxAgeDeadLettersThenGoesOnAndRedrive(t *testing.T) {
 	var dead []store.DeadLetter
 	testkit.Eventually(t, 30*time.Second, "the first batch in the dead letters", func() bool {
 		_ = e.db.View(func(tx *store.Tx) (err error) {
-			dead, _, err = tx.DeadLetters(queue.TypeWebhooksDeliver, "", 10)
+			dead, _, err = tx.DeadLetters(TypeDeliver, "", 10)
 			return err
 		})
 		return len(dead) == 1
@@ -378,7 +385,7 @@ func TestStoredCursorFromNowhereCannotLoop(t *testing.T) {
 				cur.Cursor = math.MaxUint64
 				if inFlight {
 					cur.Batch = &store.WebhookBatch{ID: "msg_" + w.ID + "_0_5", After: math.MaxUint64, Through: 5, Count: 5, CreatedAt: time.Now().UTC()}
-					if _, _, err := e.q.Enqueue(tx, queue.TypeWebhooksDeliver, deliverPayload{WebhookID: w.ID, Batch: *cur.Batch}); err != nil {
+					if _, _, err := e.q.Enqueue(tx, TypeDeliver, deliverPayload{WebhookID: w.ID, Batch: *cur.Batch}); err != nil {
 						return err
 					}
 				}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"mailroom/internal/lifecycle"
 	"mailroom/internal/testkit"
 	"mailroom/queue/broker"
 )
@@ -67,6 +68,11 @@ func open(t testing.TB, cfg broker.Config) *broker.Broker {
 			t.Errorf("brokertest: %v", err)
 		}
 	})
+	// The embedded store's clock runs for the whole test, as the app's
+	// ordered services run it.
+	if err := lifecycle.Sequence(b.Services()).Start(ctx); err != nil {
+		t.Fatalf("brokertest: %v", err)
+	}
 	return b
 }
 

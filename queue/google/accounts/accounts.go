@@ -14,9 +14,9 @@ import (
 	"sync"
 	"time"
 
+	"mailroom/internal/lifecycle"
 	"mailroom/queue"
 	"mailroom/queue/google"
-	"mailroom/queue/lifecycle"
 	"mailroom/store"
 )
 

@@ -21,7 +21,7 @@ import (
 // Service is a part of the app that runs in the background between Start
 // and Stop. Start returns once the service runs (its loops run in their
 // own goroutines, until Stop, not until Start's ctx ends); a second Start
-// while it runs returns ErrStarted. Stop ends it and waits for its
+// while it runs does nothing and returns nil (as River's). Stop ends it and waits for its
 // goroutines, at most until ctx ends; a Stop of a service that does not
 // run (never started, or stopped already) does nothing.
 type Service interface {
@@ -29,12 +29,10 @@ type Service interface {
 	Stop(ctx context.Context) error
 }
 
-// ErrStarted is returned by Start while the service runs.
-var ErrStarted = errors.New("lifecycle: the service is running already")
-
 // Base is embedded by a service: it gives the service its started guard,
 // its run's context and the wait for its goroutines, so the service writes
-// only its Start (Begin, then Run.Go for each loop) and, when it has work
+// only its Start (Begin, returning at once when a run is under way, then
+// Run.Go for each loop) and, when it has work
 // of its own to do at stop, its Stop (Ending, then Run.End). A service
 // that is one loop starts it with StartLoop, and one with nothing to do at
 // stop uses Base's Stop. The zero Base is ready.
@@ -50,29 +48,28 @@ type Run struct {
 	wg     sync.WaitGroup
 }
 
-// Begin starts a run of the service: ErrStarted when one is under way.
-// The run's context keeps ctx's values but not its cancellation or
-// deadline: it ends at Stop, however the caller's ctx ends.
-func (b *Base) Begin(ctx context.Context) (*Run, error) {
+// Begin starts a run of the service; ok is false, and the run nil, when
+// one is under way already (the caller's Start then does nothing). The
+// run's context keeps ctx's values but not its cancellation or deadline:
+// it ends at Stop, however the caller's ctx ends.
+func (b *Base) Begin(ctx context.Context) (r *Run, ok bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.run != nil {
-		return nil, ErrStarted
+		return nil, false
 	}
-	r := &Run{}
+	r = &Run{}
 	r.ctx, r.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	b.run = r
-	return r, nil
+	return r, true
 }
 
-// StartLoop begins a run (ErrStarted when one is under way) and runs loop
-// in it until Stop.
+// StartLoop begins a run and runs loop in it until Stop; while a run is
+// under way it does nothing.
 func (b *Base) StartLoop(ctx context.Context, loop func(ctx context.Context)) error {
-	r, err := b.Begin(ctx)
-	if err != nil {
-		return err
+	if r, ok := b.Begin(ctx); ok {
+		r.Go(loop)
 	}
-	r.Go(loop)
 	return nil
 }
 
