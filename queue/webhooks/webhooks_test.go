@@ -350,6 +350,11 @@ func TestReplayCursorChecked(t *testing.T) {
 	w := e.hook(r, CreateRequest{})
 	want := e.emit(3, "u1", store.EventFormState)
 	waitFor(t, r, want)
+	// The receiver has them before the delivery's ack moves the cursor.
+	testkit.Eventually(t, 5*time.Second, "the cursor past the delivered events", func() bool {
+		got, err := e.p.Webhook(w.ID)
+		return err == nil && got.Cursor == w.Cursor+3
+	})
 	for _, after := range []uint64{w.Cursor + 4, math.MaxUint64} {
 		if err := e.p.Replay(w.ID, after); !errors.Is(err, store.ErrCursorAhead) {
 			t.Errorf("replay after %d (the newest is %d): %v, want ErrCursorAhead", after, w.Cursor+3, err)
