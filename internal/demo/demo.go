@@ -292,7 +292,7 @@ func (d *demo) retry(ctx context.Context, what string, fn func() error) error {
 	}
 }
 
-// sleep waits for d or until ctx ends.
+// demoSleep waits for d or until ctx ends.
 func demoSleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()

@@ -37,6 +37,17 @@ func (e *env) run(rec queue.Record, payload []byte) error {
 	return tt.Handler(context.Background(), &queue.Task{ID: rec.ID, Type: rec.Type, Queue: rec.Queue, Payload: payload, Attempt: 1})
 }
 
+// runAll runs every waiting task of a type once, failing the test on an
+// error.
+func (e *env) runAll(typ string) {
+	e.t.Helper()
+	for _, r := range e.records(typ) {
+		if err := e.run(r, r.Payload); err != nil {
+			e.t.Fatalf("%s: %v", typ, err)
+		}
+	}
+}
+
 // syncNow runs the waiting gmail:full-sync and gmail:sync tasks until
 // none is left (a full sync records a history sync after it).
 func (e *env) syncNow() {

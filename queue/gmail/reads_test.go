@@ -38,11 +38,7 @@ func (e *env) runEvents(ids ...string) int {
 // runFullSyncOnce runs the waiting gmail:full-sync task once.
 func (e *env) runFullSyncOnce() {
 	e.t.Helper()
-	for _, r := range e.records(gmail.TypeFullSync) {
-		if err := e.run(r, r.Payload); err != nil {
-			e.t.Fatalf("full sync: %v", err)
-		}
-	}
+	e.runAll(gmail.TypeFullSync)
 }
 
 // reads is how many content reads (messages.get, threads.get) Gmail
@@ -85,11 +81,7 @@ func TestNoMessageReadTwiceWhenFullAndHistorySyncOverlap(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.notify(ann)
-	for _, r := range e.records(gmail.TypeSync) {
-		if err := e.run(r, r.Payload); err != nil {
-			t.Fatal(err)
-		}
-	}
+	e.runAll(gmail.TypeSync)
 	if n := len(e.records(gmail.TypeMessageAdded)); n != 2 {
 		t.Fatalf("%d message-added events, want 2", n)
 	}
@@ -221,11 +213,7 @@ func TestBodyReadOnlyWhenARuleReadsBodies(t *testing.T) {
 				t.Fatal(err)
 			}
 			e.notify(ann)
-			for _, r := range e.records(gmail.TypeSync) {
-				if err := e.run(r, r.Payload); err != nil {
-					t.Fatal(err)
-				}
-			}
+			e.runAll(gmail.TypeSync)
 			// A resync stores the message before its message-added runs.
 			if err := e.p.Resync(context.Background(), acc.ID); err != nil {
 				t.Fatal(err)
