@@ -106,7 +106,10 @@ func eventsOnBroker(ctx context.Context, o Options, r *Result, tg benchTarget, s
 			r.add("CPU per event at every webhook (this process: mailroom, emulator, source and receiver), "+name, float64((processCPU()-cpu0).Microseconds())/1000/float64(n), "ms")
 		}
 		r.addTarget("most events/s delivered with p99 change to 2xx <= 1 s, "+name, ph.best, "events/s", target, true)
-		r.add("p99 change to 2xx at that rate, "+name, ms(ph.bestP99), "ms")
+		// A phase with no step within the bound has no rate, so no p99.
+		if ph.best > 0 {
+			r.add("p99 change to 2xx at that rate, "+name, ms(ph.bestP99), "ms")
+		}
 		r.add("peak events/s at every webhook in a step's window, "+name, ph.most, "events/s")
 		r.Notes = append(r.Notes, fmt.Sprintf("%s: %s", name, ph.summary()))
 		if ph.unbounded {
