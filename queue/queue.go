@@ -397,11 +397,7 @@ func (q *Queue) process(tt TaskType) asynq.HandlerFunc {
 			return &retryError{err: err, delay: q.Backoff(t.Attempt)}
 		}
 		if dead {
-			q.metrics.dead.WithLabelValues(tt.Name).Inc()
 			q.log.Warn("task dead-lettered", "task_id", id, "type", tt.Name, "attempts", failures, "err", err)
-			if q.cfg.Alerts != nil {
-				q.cfg.Alerts.Notify(tt.Name, id, err.Error())
-			}
 			rl.done(id)
 			return asynq.RevokeTask
 		}
@@ -449,18 +445,12 @@ func (q *Queue) recordFailure(tt TaskType, t *Task, cause error) (dead bool, fai
 		if err := tx.OutboxDelete(tt.Queue, t.ID); err != nil {
 			return err
 		}
-		if q.cfg.Alerts != nil {
-			// The alert commits with the dead letter it announces.
-			if err := q.cfg.Alerts.record(tx, tt.Name, rec.ID, rec.LastError, now); err != nil {
-				return err
-			}
-		}
 		if tt.OnDead != nil {
 			if err := tt.OnDead(tx, t); err != nil {
 				return fmt.Errorf("dead-letter hook of %s: %w", tt.Name, err)
 			}
 		}
-		return tx.DeadLetterPut(store.DeadLetter{
+		return q.BuryTx(tx, store.DeadLetter{
 			ID: rec.ID, Type: rec.Type, Queue: rec.Queue, Payload: rec.Payload, Key: rec.Key,
 			Group: rec.Group, Weight: rec.Weight,
 			Error: rec.LastError, Attempts: rec.Failures,
@@ -468,6 +458,30 @@ func (q *Queue) recordFailure(tt TaskType, t *Task, cause error) (dead bool, fai
 		})
 	})
 	return dead, failures, err
+}
+
+// BuryTx archives d as a dead letter in tx, with its alert (committed with
+// it): the way every failure reaches the dead letters, whether a task's
+// handler failed for good or a pipeline found the task's work failed after
+// the task itself completed (a reclassify batch whose label changes Gmail
+// refused when its account's writer sent them). d keeps its task's key,
+// group and weight, so that a redrive runs it as the task ran.
+func (q *Queue) BuryTx(tx *store.Tx, d store.DeadLetter) error {
+	if q.cfg.Alerts != nil {
+		if err := q.cfg.Alerts.record(tx, d.Type, d.ID, d.Error, d.LastFailedAt); err != nil {
+			return err
+		}
+	}
+	if err := tx.DeadLetterPut(d); err != nil {
+		return err
+	}
+	tx.OnCommit(func() {
+		q.metrics.dead.WithLabelValues(d.Type).Inc()
+		if q.cfg.Alerts != nil {
+			q.cfg.Alerts.Notify(d.Type, d.ID, d.Error)
+		}
+	})
+	return nil
 }
 
 // Truncate shortens s to at most n bytes, cut at a character's start,

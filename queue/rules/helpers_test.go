@@ -66,6 +66,9 @@ func newFixture(t testing.TB, cfg Config, start bool) *fixture {
 	f.q, err = queue.New(queue.Config{
 		RetryInitial: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond,
 		PollInterval: 10 * time.Millisecond, DelayedCheckInterval: 100 * time.Millisecond, ShutdownTimeout: 5 * time.Second,
+		// Durable alerts that are never posted (the alerter is not
+		// started): a test reads what a dead letter left pending.
+		Alerts: queue.NewAlerter(queue.AlertConfig{WebhookURL: "http://127.0.0.1:1/never", DB: f.db}),
 	}, f.db, f.broker.RedisConnOpt(), table)
 	if err != nil {
 		t.Fatal(err)

@@ -126,11 +126,13 @@ var _ Gmail = (*google.Gmail)(nil)
 // service, queue/google/accounts, knows how: token, refresh, saving it).
 type GmailOpener func(ctx context.Context, accountID string) (Gmail, error)
 
-// Enqueuer records batch tasks in a transaction and cancels those a newer
-// job supersedes; *queue.Queue is one.
+// Enqueuer records batch tasks in a transaction, cancels those a newer job
+// supersedes, and archives those whose label changes Gmail refused for good
+// once the writer sent them; *queue.Queue is one.
 type Enqueuer interface {
 	Enqueue(tx *store.Tx, typ string, payload any, opts ...queue.Option) (queue.Record, bool, error)
 	Cancel(tx *store.Tx, typ, id string) error
+	BuryTx(tx *store.Tx, d store.DeadLetter) error
 }
 
 var _ Enqueuer = (*queue.Queue)(nil)

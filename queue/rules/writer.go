@@ -768,12 +768,7 @@ func (p *Pipeline) releaseTx(tx *store.Tx, ref batchRef, n int, failed string) e
 	bt.Unsent = 0
 	job.BatchesWriting--
 	if bt.WriteFailed != "" {
-		now := p.cfg.Now().UTC()
-		err := tx.DeadLetterPut(store.DeadLetter{
-			ID: bt.OutboxID, Type: TypeReclassifyBatch, Queue: bt.Queue, Payload: bt.Payload,
-			Error: bt.WriteFailed, Attempts: 1, FirstFailedAt: now, LastFailedAt: now,
-		})
-		if err != nil {
+		if err := p.buryBatchTx(tx, bt); err != nil {
 			return err
 		}
 		bt.State = store.BatchFailed
@@ -807,6 +802,19 @@ func (p *Pipeline) releaseTx(tx *store.Tx, ref batchRef, n int, failed string) e
 		})
 	}
 	return nil
+}
+
+// buryBatchTx archives a writing batch one of whose label changes Gmail
+// refused for good, through the queue as a failed task is: with its alert,
+// and with the group and weight it was enqueued with (its account, its
+// threads), so that a redrive shares the account's turn as it did.
+func (p *Pipeline) buryBatchTx(tx *store.Tx, bt store.ReclassifyBatch) error {
+	now := p.cfg.Now().UTC()
+	return p.queue.BuryTx(tx, store.DeadLetter{
+		ID: bt.OutboxID, Type: TypeReclassifyBatch, Queue: bt.Queue, Payload: bt.Payload,
+		Group: bt.AccountID, Weight: bt.Threads,
+		Error: bt.WriteFailed, Attempts: 1, FirstFailedAt: now, LastFailedAt: now,
+	})
 }
 
 // redirectTx makes the waiting label write of a message's label, if any,

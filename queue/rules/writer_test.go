@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -296,7 +297,21 @@ func TestWriterRefusalLosesOnlyItsOwnChange(t *testing.T) {
 		return err
 	})
 	if len(dead) != 1 {
-		t.Errorf("%d dead letters, want the failed batch's", len(dead))
+		t.Fatalf("%d dead letters, want the failed batch's", len(dead))
+	}
+	// Through the queue, as a failed task: its account's group and its
+	// threads' weight (a redrive shares the account's turn), and an alert
+	// committed with it.
+	if d := dead[0]; d.Group != f.account || d.Weight == 0 {
+		t.Errorf("dead letter group %q weight %d, want account %s and the batch's threads", d.Group, d.Weight, f.account)
+	}
+	var alerts []store.PendingAlert
+	f.update(func(tx *store.Tx) (err error) {
+		alerts, err = tx.PendingAlerts()
+		return err
+	})
+	if len(alerts) != 1 || alerts[0].Type != TypeReclassifyBatch || alerts[0].Count != 1 || !strings.Contains(alerts[0].NewestError, "refused for the test") {
+		t.Errorf("pending alerts %+v, want one for the batch, with Gmail's refusal", alerts)
 	}
 }
 
