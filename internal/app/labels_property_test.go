@@ -127,7 +127,8 @@ type labelWorld struct {
 func newLabelWorld(t *testing.T, seed uint64) *labelWorld {
 	fake := googlefake.StartForTest(t, googlefake.Options{PushAudience: pushAudience, PushMinInterval: -1, GmailQuotaWindow: labelQuotaWindow})
 	w := &labelWorld{t: t, rng: rand.New(rand.NewPCG(seed, 0x1abe1)), fake: fake, email: gmailAddr}
-	w.gate = &writeGate{h: fake.Handler(), rng: rand.New(rand.NewPCG(seed, 0x9a7e))}
+	w.gate = &writeGate{h: fake.Handler(), rng: rand.New(rand.NewPCG(seed, 0x9a7e)),
+		history: func() uint64 { return fake.Gmail.HistoryID(gmailAddr) }}
 	hs := httptest.NewServer(w.gate)
 	t.Cleanup(hs.Close)
 	t.Cleanup(w.gate.open)
@@ -403,10 +404,40 @@ func (w *labelWorld) settle() error {
 		w.gate.mu.Lock()
 		abandoned := slices.Clone(w.gate.abandoned)
 		w.gate.mu.Unlock()
-		return fmt.Errorf("%w\nheld calls whose callers gave up: %q\nwrites naming those messages, in the order they landed:\n%s",
-			err, abandoned, strings.Join(w.gate.writesOf(w.wrong), "\n"))
+		return fmt.Errorf("%w\nheld calls whose callers gave up: %q\nwrites naming those messages, in the order they landed:\n%s\nwhat the app holds of them:\n%s",
+			err, abandoned, strings.Join(w.gate.writesOf(w.wrong), "\n"), w.held(w.wrong))
 	}
 	return nil
+}
+
+// held says what the app holds of each message: the mirror's labels with
+// the history ids of their last changes, the provenance records and the
+// label writes that wait.
+func (w *labelWorld) held(ids []string) string {
+	var b strings.Builder
+	err := w.ta.DB().View(func(tx *store.Tx) error {
+		for _, id := range slices.Compact(slices.Sorted(slices.Values(ids))) {
+			m, err := tx.MessageGet(w.acc, id)
+			if err != nil {
+				return err
+			}
+			prov, err := tx.LabelProvenance(w.acc, id)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(&b, "%s: mirror labels %v (base history %d, label history %v)\n  provenance %+v\n", id, m.LabelIDs, m.BaseHID, m.LabelHIDs, prov)
+			for l := range prov {
+				if lw, err := tx.LabelWriteGet(w.acc, l, id); err == nil {
+					fmt.Fprintf(&b, "  waiting write %+v\n", lw)
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		fmt.Fprintf(&b, "(%v)", err)
+	}
+	return b.String()
 }
 
 // diagnose says what the app holds: its dead letters, queues and jobs.
@@ -526,11 +557,12 @@ func (w *labelWorld) labelsAsRules() error {
 // order). A held write whose caller gave up (a crash) lands or not, as
 // the seed says.
 type writeGate struct {
-	h      http.Handler
-	mu     sync.Mutex
-	rng    *rand.Rand
-	closed bool
-	parked []*heldWrite
+	h       http.Handler
+	history func() uint64 // the mailbox's history id
+	mu      sync.Mutex
+	rng     *rand.Rand
+	closed  bool
+	parked  []*heldWrite
 	// abandoned lists the held calls whose callers gave up.
 	abandoned []string
 	writes    []string // the POSTs served, in order
@@ -597,7 +629,8 @@ func (g *writeGate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (g *writeGate) landed(r *http.Request, body []byte) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.writes = append(g.writes, fmt.Sprintf("%s %s", r.URL.Path[strings.LastIndex(r.URL.Path, "/messages"):], body))
+	g.writes = append(g.writes, fmt.Sprintf("%s %s %s (history %d after it)", time.Now().Format("15:04:05.000"),
+		r.URL.Path[strings.LastIndex(r.URL.Path, "/messages"):], bytes.TrimSpace(body), g.history()))
 }
 
 // writesOf returns the writes that name one of ids.
