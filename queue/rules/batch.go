@@ -645,17 +645,14 @@ func labelNames(ids, names map[string]string) map[string]string {
 func (b *batch) queueWrites(changes []provChange, names map[string]string, start time.Time) error {
 	now := b.p.cfg.Now().UTC()
 	var (
-		labeled, unlabeled, touched map[string]bool
-		nAdd, nRemove, unsent       int
-		void                        bool
+		w    plannedWrites
+		void bool
 	)
-	account := b.pl.AccountID
 	// One commit shared with the other batches that commit at the same
 	// moment (their fsyncs, not their plans, would bound the rate); the
 	// function may run again, so it starts from nothing each time.
 	err := b.p.db.Batch(func(tx *store.Tx) error {
-		labeled, unlabeled, touched = map[string]bool{}, map[string]bool{}, map[string]bool{}
-		nAdd, nRemove, unsent, void = 0, 0, 0, false
+		void = false
 		bt, err := tx.ReclassifyBatchGet(b.pl.JobID, b.pl.Index)
 		if err != nil {
 			return err
@@ -664,104 +661,13 @@ func (b *batch) queueWrites(changes []provChange, names map[string]string, start
 			return b.task.Ack(tx) // a second delivery of a batch that ran
 		}
 		if bt.State == store.BatchStale {
-			// Dropped by a newer job's publish while it ran: that job plans
-			// these threads again, and none of this plan's changes has
-			// reached Gmail (the writer would send them), so the plan is
-			// void and the batch stays skipped. Its job may have finished
-			// at that publish: recording changes now would leave them
-			// going out after its reclassify.done.
 			void = true
-			job, err := tx.ReclassifyJobGet(b.pl.JobID)
-			if err != nil {
-				return err
-			}
-			job.GmailCalls += b.calls
-			if err := tx.ReclassifyJobPut(job); err != nil {
-				return err
-			}
-			return b.task.Ack(tx)
+			return b.voidTx(tx)
 		}
-		for _, c := range changes {
-			id := c.msg.m.ID
-			if !c.add && !c.remove {
-				if err := b.p.decideTx(tx, account, c); err != nil {
-					return err
-				}
-				continue
-			}
-			pr := *c.p
-			pr.Pending = true
-			if err := tx.LabelProvenancePut(account, id, c.label, pr); err != nil {
-				return err
-			}
-			lw := store.LabelWrite{AccountID: account, LabelID: c.label, MessageID: id, ThreadID: c.msg.m.ThreadID,
-				Add: c.add, LabelName: names[c.label], JobID: b.pl.JobID, Batch: b.pl.Index, Prov: pr, At: now}
-			old, replaced, err := tx.LabelWritePut(&lw)
-			if err != nil {
-				return err
-			}
-			if replaced {
-				if err := b.p.releaseTx(tx, batchRef{old.JobID, old.Batch}, 1, ""); err != nil {
-					return err
-				}
-			}
-			unsent++
-			touched[c.label] = true
-			if c.add {
-				labeled[c.msg.m.ThreadID] = true
-				nAdd++
-			} else {
-				unlabeled[c.msg.m.ThreadID] = true
-				nRemove++
-			}
-		}
-		// releaseTx may have rewritten the job: read it after.
-		job, err := tx.ReclassifyJobGet(b.pl.JobID)
-		if err != nil {
+		if w, err = b.writeDownTx(tx, changes, names, now); err != nil {
 			return err
 		}
-		// A failed batch redriven from the dead letters counts again, but
-		// its job, finished once (reclassify.done sent), stays finished: it
-		// is never done twice.
-		*batchCounter(&job, bt.State)--
-		job.RulesSkipped += len(b.pl.RuleIDs) - len(b.live)
-		job.GmailCalls += b.calls
-		bt.WriteFailed = "" // a redriven batch starts afresh
-		bt.ThreadsLabeled, bt.ThreadsUnlabeled = len(labeled), len(unlabeled)
-		bt.MessagesLabeled, bt.MessagesUnlabeled = nAdd, nRemove
-		if unsent == 0 {
-			bt.State = store.BatchDone
-			job.BatchesDone++
-			job.ThreadsLabeled += len(labeled)
-			job.ThreadsUnlabeled += len(unlabeled)
-			if job.Waiting() == 0 && job.FinishedAt.IsZero() {
-				job.FinishedAt = now
-			}
-		} else {
-			bt.State, bt.Unsent, bt.Payload = store.BatchWriting, unsent, b.task.Payload
-			job.BatchesWriting++
-		}
-		if err := tx.ReclassifyBatchPut(bt); err != nil {
-			return err
-		}
-		if err := tx.ReclassifyJobPut(job); err != nil {
-			return err
-		}
-		if unsent > 0 {
-			// The writer waits for more changes of its labels, but not when
-			// a group is full (or the job's last batch has run: below).
-			at := now.Add(b.p.cfg.WriteDelay)
-			full := slices.ContainsFunc(slices.Collect(maps.Keys(touched)), func(l string) bool {
-				return tx.LabelWriteCount(account, l, google.MaxBatchModify) >= google.MaxBatchModify
-			})
-			if full {
-				at = now
-			}
-			if err := b.p.scheduleWriterTx(tx, account, at); err != nil {
-				return err
-			}
-		}
-		if err := b.p.flushJobTx(tx, job); err != nil {
+		if err := b.plannedTx(tx, bt, w, now); err != nil {
 			return err
 		}
 		return b.task.Ack(tx)
@@ -771,11 +677,134 @@ func (b *batch) queueWrites(changes []provChange, names map[string]string, start
 	}
 	if void {
 		// Counted stale by the publish that dropped it.
-		b.p.log.Debug("reclassify batch superseded while it ran", "job_id", b.pl.JobID, "batch", b.pl.Index, "account_id", account)
+		b.p.log.Debug("reclassify batch superseded while it ran", "job_id", b.pl.JobID, "batch", b.pl.Index, "account_id", b.pl.AccountID)
 		return nil
 	}
 	b.p.metrics.batches.WithLabelValues("run").Inc()
-	b.p.log.Debug("reclassify batch planned", "job_id", b.pl.JobID, "batch", b.pl.Index, "account_id", account,
-		"rules", len(b.live), "messages", len(b.msgs), "label_changes", unsent, "gmail_calls", b.calls, "elapsed", time.Since(start))
+	b.p.log.Debug("reclassify batch planned", "job_id", b.pl.JobID, "batch", b.pl.Index, "account_id", b.pl.AccountID,
+		"rules", len(b.live), "messages", len(b.msgs), "label_changes", w.unsent, "gmail_calls", b.calls, "elapsed", time.Since(start))
 	return nil
+}
+
+// voidTx completes the task of a batch dropped by a newer job's publish
+// while it ran: that job plans these threads again, and none of this plan's
+// changes has reached Gmail (the writer would send them), so the plan is
+// void and the batch stays skipped. Its job may have finished at that
+// publish: recording changes now would leave them going out after its
+// reclassify.done. Only its Gmail calls count.
+func (b *batch) voidTx(tx *store.Tx) error {
+	job, err := tx.ReclassifyJobGet(b.pl.JobID)
+	if err != nil {
+		return err
+	}
+	job.GmailCalls += b.calls
+	if err := tx.ReclassifyJobPut(job); err != nil {
+		return err
+	}
+	return b.task.Ack(tx)
+}
+
+// plannedWrites counts what a batch's plan left for the writer.
+type plannedWrites struct {
+	labeled, unlabeled map[string]bool // thread ids
+	touched            map[string]bool // label ids
+	nAdd, nRemove      int
+	unsent             int
+}
+
+// writeDownTx records the plan's changes: a decision that needs no Gmail
+// call at once, the others as pending provenance and label writes (an
+// older plan's write for the same label of the same message is replaced,
+// and counted as handled in its batch).
+func (b *batch) writeDownTx(tx *store.Tx, changes []provChange, names map[string]string, now time.Time) (plannedWrites, error) {
+	account := b.pl.AccountID
+	w := plannedWrites{labeled: map[string]bool{}, unlabeled: map[string]bool{}, touched: map[string]bool{}}
+	for _, c := range changes {
+		id := c.msg.m.ID
+		if !c.add && !c.remove {
+			if err := b.p.decideTx(tx, account, c); err != nil {
+				return w, err
+			}
+			continue
+		}
+		pr := *c.p
+		pr.Pending = true
+		if err := tx.LabelProvenancePut(account, id, c.label, pr); err != nil {
+			return w, err
+		}
+		lw := store.LabelWrite{AccountID: account, LabelID: c.label, MessageID: id, ThreadID: c.msg.m.ThreadID,
+			Add: c.add, LabelName: names[c.label], JobID: b.pl.JobID, Batch: b.pl.Index, Prov: pr, At: now}
+		old, replaced, err := tx.LabelWritePut(&lw)
+		if err != nil {
+			return w, err
+		}
+		if replaced {
+			if err := b.p.releaseTx(tx, batchRef{old.JobID, old.Batch}, 1, ""); err != nil {
+				return w, err
+			}
+		}
+		w.unsent++
+		w.touched[c.label] = true
+		if c.add {
+			w.labeled[c.msg.m.ThreadID] = true
+			w.nAdd++
+		} else {
+			w.unlabeled[c.msg.m.ThreadID] = true
+			w.nRemove++
+		}
+	}
+	return w, nil
+}
+
+// plannedTx moves the batch on in its job: done when it left nothing to
+// write, writing (with the counts its job takes once its changes are in
+// Gmail) otherwise, and then schedules the account's writer.
+func (b *batch) plannedTx(tx *store.Tx, bt store.ReclassifyBatch, w plannedWrites, now time.Time) error {
+	// releaseTx may have rewritten the job: read it after.
+	job, err := tx.ReclassifyJobGet(b.pl.JobID)
+	if err != nil {
+		return err
+	}
+	// A failed batch redriven from the dead letters counts again, but
+	// its job, finished once (reclassify.done sent), stays finished: it
+	// is never done twice.
+	*batchCounter(&job, bt.State)--
+	job.RulesSkipped += len(b.pl.RuleIDs) - len(b.live)
+	job.GmailCalls += b.calls
+	bt.WriteFailed = "" // a redriven batch starts afresh
+	bt.ThreadsLabeled, bt.ThreadsUnlabeled = len(w.labeled), len(w.unlabeled)
+	bt.MessagesLabeled, bt.MessagesUnlabeled = w.nAdd, w.nRemove
+	if w.unsent == 0 {
+		bt.State = store.BatchDone
+		job.BatchesDone++
+		job.ThreadsLabeled += len(w.labeled)
+		job.ThreadsUnlabeled += len(w.unlabeled)
+		if job.Waiting() == 0 && job.FinishedAt.IsZero() {
+			job.FinishedAt = now
+		}
+	} else {
+		bt.State, bt.Unsent, bt.Payload = store.BatchWriting, w.unsent, b.task.Payload
+		job.BatchesWriting++
+	}
+	if err := tx.ReclassifyBatchPut(bt); err != nil {
+		return err
+	}
+	if err := tx.ReclassifyJobPut(job); err != nil {
+		return err
+	}
+	if w.unsent > 0 {
+		// The writer waits for more changes of its labels, but not when
+		// a group is full (or the job's last batch has run: flushJobTx).
+		at := now.Add(b.p.cfg.WriteDelay)
+		full := slices.ContainsFunc(slices.Collect(maps.Keys(w.touched)), func(l string) bool {
+			return tx.LabelWriteCount(b.pl.AccountID, l, google.MaxBatchModify) >= google.MaxBatchModify
+		})
+		if full {
+			at = now
+		}
+		if err := b.p.scheduleWriterTx(tx, b.pl.AccountID, at); err != nil {
+			return err
+		}
+	}
+	return b.p.flushJobTx(tx, job)
 }

@@ -555,8 +555,44 @@ func (w *writer) relabelOne(ctx context.Context, label string, chunks []*writeCh
 			owner = batchRef{c.writes[0].JobID, c.writes[0].Batch}
 		}
 	}
-	var kept []keptLabel
-	err := w.p.db.View(func(tx *store.Tx) error {
+	kept, keptName, err := w.kept(label)
+	if err != nil {
+		return err
+	}
+	name = cmp.Or(name, keptName)
+	newID := ""
+	if name != "" {
+		key := strings.ToLower(name)
+		ids, _, err := w.p.labelIDs(ctx, w.gm, w.account, map[string]string{key: name}, map[string]bool{key: true})
+		if err != nil {
+			return err
+		}
+		newID = ids[key]
+	}
+	m := &labelMove{w: w, from: label, to: newID, name: name, owner: owner}
+	return w.p.db.Update(func(tx *store.Tx) error {
+		m.tx, m.rel = tx, newReleases(w.p)
+		if err := m.writes(chunks); err != nil {
+			return err
+		}
+		taken, err := m.keptLabels(kept)
+		if err != nil {
+			return err
+		}
+		if err := m.forgetRest(); err != nil {
+			return err
+		}
+		if err := w.p.takeOverTx(tx, owner, taken); err != nil {
+			return err
+		}
+		return m.rel.apply(tx)
+	})
+}
+
+// kept returns the records of the labels that rules' current versions kept
+// on messages under label id label, and the name of one such rule's label.
+func (w *writer) kept(label string) (kept []keptLabel, name string, err error) {
+	err = w.p.db.View(func(tx *store.Tx) error {
 		rules := map[string]store.Rule{}
 		return tx.LabelProvenanceOfLabel(w.account, label, func(msg string, pr store.Provenance) error {
 			if pr.Pending || !pr.Present {
@@ -572,101 +608,112 @@ func (w *writer) relabelOne(ctx context.Context, label string, chunks []*writeCh
 			}
 			if r.ID != "" && !r.Deleted && r.Version == pr.Version {
 				kept = append(kept, keptLabel{msg, pr})
-				if name == "" {
-					name = r.Label
-				}
+				name = cmp.Or(name, r.Label)
 			}
 			return nil
 		})
+	})
+	return kept, name, err
+}
+
+// labelMove moves, in one transaction, what the records say of a label
+// Gmail deleted (from) to the label made anew for it (to; "" when no rule
+// wants it any more).
+type labelMove struct {
+	w        *writer
+	tx       *store.Tx
+	rel      *releases
+	from, to string
+	name     string
+	owner    batchRef // the batch that takes over the kept labels
+}
+
+// put makes lw a pending write of the new label, unless a newer plan for
+// the new label is there already.
+func (m *labelMove) put(lw store.LabelWrite) error {
+	if _, err := m.tx.LabelWriteGet(m.w.account, m.to, lw.MessageID); err == nil {
+		m.rel.add(lw, "")
+		return nil
+	}
+	lw.LabelID = m.to
+	lw.Prov.Pending = true
+	if err := m.tx.LabelProvenancePut(m.w.account, lw.MessageID, m.to, lw.Prov); err != nil {
+		return err
+	}
+	_, _, err := m.tx.LabelWritePut(&lw)
+	return err
+}
+
+// writes drops the refused calls' changes that still wait: removals are
+// done (the label went from every message), additions move to the new
+// label.
+func (m *labelMove) writes(chunks []*writeChunk) error {
+	for _, c := range chunks {
+		for _, lw := range c.writes {
+			cur, err := m.tx.LabelWriteGet(m.w.account, lw.LabelID, lw.MessageID)
+			if err != nil || cur.Seq != lw.Seq {
+				continue
+			}
+			if err := dropWriteTx(m.tx, lw); err != nil {
+				return err
+			}
+			if !lw.Add || m.to == "" {
+				m.rel.add(lw, "")
+				continue
+			}
+			if err := m.put(lw); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// keptLabels puts the labels the rules kept back, under the new label, and
+// returns how many the owner batch takes over.
+func (m *labelMove) keptLabels(kept []keptLabel) (taken int, err error) {
+	now := m.w.p.cfg.Now().UTC()
+	for _, k := range kept {
+		if err := m.tx.LabelProvenanceDelete(m.w.account, k.message, m.from); err != nil {
+			return taken, err
+		}
+		if m.to == "" {
+			continue
+		}
+		if _, err := m.tx.LabelWriteGet(m.w.account, m.to, k.message); err == nil {
+			continue
+		}
+		pr := k.prov
+		pr.At = now
+		lw := store.LabelWrite{AccountID: m.w.account, LabelID: m.to, MessageID: k.message, Add: true,
+			LabelName: m.name, JobID: m.owner.job, Batch: m.owner.index, Prov: pr, At: now}
+		if err := m.put(lw); err != nil {
+			return taken, err
+		}
+		taken++
+	}
+	return taken, nil
+}
+
+// forgetRest forgets the rest of the old label's records that no write
+// waits on: it is gone from every message.
+func (m *labelMove) forgetRest() error {
+	var gone []string
+	err := m.tx.LabelProvenanceOfLabel(m.w.account, m.from, func(msg string, pr store.Provenance) error {
+		if _, err := m.tx.LabelWriteGet(m.w.account, m.from, msg); errors.Is(err, store.ErrNotFound) {
+			gone = append(gone, msg)
+		}
+		return nil
 	})
 	if err != nil {
 		return err
 	}
-	newID := ""
-	if name != "" {
-		key := strings.ToLower(name)
-		ids, _, err := w.p.labelIDs(ctx, w.gm, w.account, map[string]string{key: name}, map[string]bool{key: true})
-		if err != nil {
+	for _, msg := range gone {
+		if err := m.tx.LabelProvenanceDelete(m.w.account, msg, m.from); err != nil {
 			return err
 		}
-		newID = ids[key]
 	}
-	return w.p.db.Update(func(tx *store.Tx) error {
-		rel := newReleases(w.p)
-		move := func(lw store.LabelWrite) error {
-			if _, err := tx.LabelWriteGet(w.account, newID, lw.MessageID); err == nil {
-				// A newer plan for the new label is there already.
-				rel.add(lw, "")
-				return nil
-			}
-			lw.LabelID = newID
-			lw.Prov.Pending = true
-			if err := tx.LabelProvenancePut(w.account, lw.MessageID, newID, lw.Prov); err != nil {
-				return err
-			}
-			_, _, err := tx.LabelWritePut(&lw)
-			return err
-		}
-		for _, c := range chunks {
-			for _, lw := range c.writes {
-				cur, err := tx.LabelWriteGet(w.account, lw.LabelID, lw.MessageID)
-				if err != nil || cur.Seq != lw.Seq {
-					continue
-				}
-				if err := dropWriteTx(tx, lw); err != nil {
-					return err
-				}
-				if !lw.Add || newID == "" {
-					rel.add(lw, "")
-					continue
-				}
-				if err := move(lw); err != nil {
-					return err
-				}
-			}
-		}
-		now := w.p.cfg.Now().UTC()
-		taken := 0
-		for _, k := range kept {
-			if err := tx.LabelProvenanceDelete(w.account, k.message, label); err != nil {
-				return err
-			}
-			if newID == "" {
-				continue
-			}
-			pr := k.prov
-			pr.At = now
-			lw := store.LabelWrite{AccountID: w.account, LabelID: newID, MessageID: k.message, Add: true,
-				LabelName: name, JobID: owner.job, Batch: owner.index, Prov: pr, At: now}
-			if _, err := tx.LabelWriteGet(w.account, newID, k.message); err == nil {
-				continue
-			}
-			if err := move(lw); err != nil {
-				return err
-			}
-			taken++
-		}
-		// The rest of the label's records: it is gone from every message.
-		var gone []string
-		err := tx.LabelProvenanceOfLabel(w.account, label, func(msg string, pr store.Provenance) error {
-			if _, err := tx.LabelWriteGet(w.account, label, msg); errors.Is(err, store.ErrNotFound) {
-				gone = append(gone, msg)
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		for _, msg := range gone {
-			if err := tx.LabelProvenanceDelete(w.account, msg, label); err != nil {
-				return err
-			}
-		}
-		if err := w.p.takeOverTx(tx, owner, taken); err != nil {
-			return err
-		}
-		return rel.apply(tx)
-	})
+	return nil
 }
 
 // takeOverTx adds n changes to a writing batch's (the labels it puts back
