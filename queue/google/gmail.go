@@ -117,13 +117,25 @@ type Label struct {
 func (g *Gmail) call(ctx context.Context, read bool, units int, fn func() error) error {
 	b := g.c.cfg.Budget
 	if b == nil {
-		return Classify(call(ctx, g.c, g.ts, apiGmail, read, fn))
+		return Classify(call(ctx, g.c, g.ts, apiGmail, read, func() error {
+			passed, err := g.passGate(ctx, read)
+			if err != nil {
+				return err
+			}
+			defer passed()
+			return fn()
+		}))
 	}
 	attempt := func() error {
 		at, err := b.spend(ctx, g.account, units)
 		if err != nil {
 			return err
 		}
+		passed, err := g.passGate(ctx, read)
+		if err != nil {
+			return err
+		}
+		defer passed()
 		release, err := b.acquire(ctx, g.account)
 		if err != nil {
 			return err
@@ -151,6 +163,14 @@ func (g *Gmail) call(ctx context.Context, read bool, units int, fn func() error)
 			return err
 		}
 	}
+}
+
+// passGate passes a write call's gate (WithWriteGate); reads pass none.
+func (g *Gmail) passGate(ctx context.Context, read bool) (release func(), err error) {
+	if read {
+		return func() {}, nil
+	}
+	return pass(ctx)
 }
 
 // maxRefusedRetries is how many times a call Google refused for quota is

@@ -111,20 +111,35 @@ func (p *Pipeline) applyNew(ctx context.Context, accountID string, m store.Messa
 	if len(add)+len(remove) == 0 {
 		return nil
 	}
-	if err := p.putRecords(accountID, m.ID, records, true); err != nil {
+	if err := p.modifyNew(ctx, gm, accountID, m.ID, add, remove, records); err != nil {
+		return err
+	}
+	p.metrics.labels.WithLabelValues("new_mail", "added").Add(float64(len(add)))
+	return p.settle(ctx, accountID, m, rules, nil)
+}
+
+// modifyNew makes new mail's label changes with messages.modify, holding
+// the labels (lockLabels) from the pending records to the confirmed ones.
+func (p *Pipeline) modifyNew(ctx context.Context, gm Gmail, accountID, messageID string, add, remove []string, records map[string]store.Provenance) error {
+	unlock, err := p.lockLabels(ctx, accountID, add, remove)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if err := p.putRecords(accountID, messageID, records, true); err != nil {
 		return err
 	}
 	p.metrics.gmailCalls.WithLabelValues("modify").Inc()
-	hid, err := gm.Modify(ctx, m.ID, add, remove)
+	hid, err := gm.Modify(ctx, messageID, add, remove)
 	if err != nil {
 		if errors.Is(err, google.ErrNotFound) {
 			// Deleted at Google since it was fetched: there is nothing to
 			// label, and its message-deleted event updates the mirror.
-			return p.dropPending(accountID, m.ID, records)
+			return p.dropPending(accountID, messageID, records)
 		}
 		if errors.Is(err, google.ErrInvalidLabel) {
 			// Refused whole: no label went on (ApplyNew makes it anew).
-			return errors.Join(err, p.dropPending(accountID, m.ID, records))
+			return errors.Join(err, p.dropPending(accountID, messageID, records))
 		}
 		return err
 	}
@@ -134,11 +149,7 @@ func (p *Pipeline) applyNew(ctx context.Context, accountID string, m store.Messa
 		pr.SeenHID = max(pr.SeenHID, hid)
 		records[l] = pr
 	}
-	if err := p.putRecords(accountID, m.ID, records, false); err != nil {
-		return err
-	}
-	p.metrics.labels.WithLabelValues("new_mail", "added").Add(float64(len(add)))
-	return p.settle(ctx, accountID, m, rules, nil)
+	return p.putRecords(accountID, messageID, records, false)
 }
 
 // putRecords writes the provenance records of message messageID's labels

@@ -214,52 +214,62 @@ func (b *batch) run(ctx context.Context) error {
 			// The account's writer sends the changes, with other batches'.
 			return b.queueWrites(changes, labelNames(ids, names), start)
 		}
-		if len(adds)+len(removes) > 0 {
-			if err := b.stampHistory(ctx, changes); err != nil {
-				return err
-			}
-			if err := b.intend(changes); err != nil {
-				return err
-			}
-		}
-		tApply := time.Now()
-		failed, err := b.apply(ctx, adds, removes)
-		if !retried && errors.Is(err, google.ErrInvalidLabel) {
-			// A label id cached here was deleted in Gmail.
-			if known, err = b.relabel(ctx, changes, failed); err != nil {
-				return err
-			}
-			continue
-		}
-		tCommit := time.Now()
-		if cerr := b.commit(changes, failed, err == nil); cerr != nil {
-			return errors.Join(err, cerr)
-		}
-		if err != nil {
+		again, err := b.direct(ctx, changes, adds, removes, retried)
+		if err != nil || !again {
 			return err
 		}
-		b.p.log.Debug("reclassify batch done", "job_id", b.pl.JobID, "batch", b.pl.Index, "account_id", b.pl.AccountID,
-			"rules", len(b.live), "messages", len(b.msgs), "gmail_calls", b.calls, "elapsed", time.Since(start),
-			"plan", tApply.Sub(start), "gmail", tCommit.Sub(tApply), "commit", time.Since(tCommit))
-		return nil
+		// A label id cached here was deleted in Gmail: plan again.
+		if known, err = b.relabel(ctx); err != nil {
+			return err
+		}
 	}
 }
 
+// direct makes a batch's label changes itself (a settle's; tests' batches
+// without a queue) and records them, holding the labels it changes
+// (lockLabels) from the history stamp to the record. again reports that
+// Gmail refused a label id (deleted there since it was cached) on the first
+// try: what reached Gmail is recorded, and the caller plans again.
+func (b *batch) direct(ctx context.Context, changes []provChange, adds, removes map[string][]string, retried bool) (again bool, err error) {
+	start := time.Now()
+	unlock, err := b.p.lockLabels(ctx, b.pl.AccountID, slices.Collect(maps.Keys(adds)), slices.Collect(maps.Keys(removes)))
+	if err != nil {
+		return false, err
+	}
+	defer unlock()
+	if len(adds)+len(removes) > 0 {
+		if err := b.stampHistory(ctx, changes); err != nil {
+			return false, err
+		}
+		if err := b.intend(changes); err != nil {
+			return false, err
+		}
+	}
+	tApply := time.Now()
+	failed, err := b.apply(ctx, adds, removes)
+	if !retried && errors.Is(err, google.ErrInvalidLabel) {
+		return true, b.commitReached(changes, failed)
+	}
+	tCommit := time.Now()
+	if cerr := b.commit(changes, failed, err == nil); cerr != nil {
+		return false, errors.Join(err, cerr)
+	}
+	if err != nil {
+		return false, err
+	}
+	b.p.log.Debug("reclassify batch done", "job_id", b.pl.JobID, "batch", b.pl.Index, "account_id", b.pl.AccountID,
+		"rules", len(b.live), "messages", len(b.msgs), "gmail_calls", b.calls, "locked", tApply.Sub(start),
+		"gmail", tCommit.Sub(tApply), "commit", time.Since(tCommit))
+	return false, nil
+}
+
 // relabel prepares a second attempt after Gmail refused a label id (it was
-// deleted there since it was cached): it records the changes that did reach
-// Gmail, reads the account's labels again into the label map (so labelIDs
+// deleted there since it was cached; direct recorded the changes that did
+// reach Gmail): it reads the account's labels again into the label map (so labelIDs
 // makes the label anew where a rule wants it) and the messages' provenance
 // again, and returns the label ids Gmail has (plan drops the records of a
 // label that is gone instead of removing it).
-func (b *batch) relabel(ctx context.Context, changes []provChange, failed map[string]bool) (map[string]bool, error) {
-	if err := b.commit(changes, failed, false); err != nil {
-		return nil, err
-	}
-	for _, c := range changes {
-		if (c.add || c.remove) && c.reached(failed) {
-			b.applied = append(b.applied, c)
-		}
-	}
+func (b *batch) relabel(ctx context.Context) (map[string]bool, error) {
 	b.calls++
 	known, err := b.p.refreshLabels(ctx, b.gm, b.pl.AccountID)
 	if err != nil {
@@ -275,6 +285,20 @@ func (b *batch) relabel(ctx context.Context, changes []provChange, failed map[st
 		return nil
 	})
 	return known, err
+}
+
+// commitReached records the changes of a first try that reached Gmail
+// before it refused a label id (see relabel).
+func (b *batch) commitReached(changes []provChange, failed map[string]bool) error {
+	if err := b.commit(changes, failed, false); err != nil {
+		return err
+	}
+	for _, c := range changes {
+		if (c.add || c.remove) && c.reached(failed) {
+			b.applied = append(b.applied, c)
+		}
+	}
+	return nil
 }
 
 // fetchBodies reads the text of every message of the batch from Gmail, a

@@ -165,7 +165,18 @@ type Pipeline struct {
 	log       *slog.Logger
 	metrics   *metrics
 	gate      *gate
-	writers   writerLocks
+	// writers keep one writer run per account at a time in this process.
+	// The task's key keeps one task per account, but asynq delivers a task
+	// at least once: after a broker loss the relay hands a writer task out
+	// again while its first run may still be sending, and two runs of one
+	// account could then land an older change (an add a newer plan
+	// replaced) after the newer one (its remove), leaving Gmail wrong while
+	// the records say it is right. Runs in several processes (an external
+	// Redis) are not ordered by it, like the reclassify gate.
+	writers keyedLocks
+	// writeLocks: one Gmail write of a label of an account in flight
+	// (lockLabels, writer.gate).
+	writeLocks keyedLocks
 	// labelLocks give label creation of one account's label one caller
 	// at a time (labelIDs).
 	labelLocks keyedLocks

@@ -98,37 +98,89 @@ func (p *Pipeline) HandleLabelWrite(ctx context.Context, t *queue.Task) error {
 	})
 }
 
-// writerLocks keeps one writer run per account at a time in this process.
-// The task's key keeps one task per account, but asynq delivers a task at
-// least once: after a broker loss the relay hands a writer task out again
-// while its first run may still be sending, and two runs of one account
-// could then land an older change (an add a newer plan replaced) after the
-// newer one (its remove), leaving Gmail wrong while the records say it is
-// right. Runs in several processes (an external Redis) are not ordered by
-// it, like the reclassify gate.
-type writerLocks struct {
-	mu sync.Mutex
-	m  map[string]chan struct{}
+// lockAll locks every key, in order (so that two callers never wait for
+// each other), and returns what unlocks them all.
+func (l *keyedLocks) lockAll(ctx context.Context, keys []string) (unlock func(), err error) {
+	var unlocks []func()
+	unlockAll := func() {
+		for _, u := range slices.Backward(unlocks) {
+			u()
+		}
+	}
+	for _, k := range slices.Compact(slices.Sorted(slices.Values(keys))) {
+		u, err := l.lock(ctx, k)
+		if err != nil {
+			unlockAll()
+			return nil, err
+		}
+		unlocks = append(unlocks, u)
+	}
+	return unlockAll, nil
 }
 
-// lock waits until no other run of the account's writer runs here, or ctx
-// ends; the caller calls unlock when done.
-func (l *writerLocks) lock(ctx context.Context, account string) (unlock func(), err error) {
-	l.mu.Lock()
-	if l.m == nil {
-		l.m = map[string]chan struct{}{}
+// lockLabels holds the account's labels for a direct change (new mail's,
+// a settle's): no other write of them is in flight until unlock.
+//
+// New mail's labels, a settle's and the writer's go to Gmail by different
+// calls (messages.modify, a settle's batchModify, the writer's
+// batchModify), and Gmail takes calls in flight together in any order: one
+// made while another of the same label was out could land first and be
+// undone by the older one (the label property test saw a reclassify's add
+// land after a settle's removal and stay, as nobody's). So each holds the
+// lock of every label it changes while its call is out; the writer's call,
+// which may wait long for quota, takes it only once its units are granted
+// (google.WithWriteGate, writer.gate) and then checks that no newer change
+// replaced its own meanwhile. Runs in several processes (an external
+// Redis) are not ordered by it, like the writer's lock and the reclassify
+// gate.
+func (p *Pipeline) lockLabels(ctx context.Context, accountID string, labels ...[]string) (unlock func(), err error) {
+	var keys []string
+	for _, ls := range labels {
+		for _, l := range ls {
+			keys = append(keys, labelLockKey(accountID, l))
+		}
 	}
-	ch := l.m[account]
-	if ch == nil {
-		ch = make(chan struct{}, 1)
-		l.m[account] = ch
-	}
-	l.mu.Unlock()
-	select {
-	case ch <- struct{}{}:
-		return func() { <-ch }, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	return p.writeLocks.lockAll(ctx, keys)
+}
+
+func labelLockKey(accountID, labelID string) string { return accountID + "\x00" + labelID }
+
+// errSuperseded ends a writer's call before it goes out: a change of the
+// call was replaced while it waited (by a direct change redirected into it,
+// or by a newer plan). Nothing was sent; the writer looks again.
+var errSuperseded = errors.New("rules: a label change of the call was replaced while it waited")
+
+// gate is the write gate of chunk c's call (see writeLocks): the label's
+// lock, and the check that each of the call's changes is still the one
+// waiting.
+func (w *writer) gate(c *writeChunk) google.WriteGate {
+	return func(ctx context.Context) (func(), error) {
+		unlock, err := w.p.writeLocks.lock(ctx, labelLockKey(w.account, c.label))
+		if err != nil {
+			return nil, err
+		}
+		current := true
+		err = w.p.db.View(func(tx *store.Tx) error {
+			for _, lw := range c.writes {
+				cur, err := tx.LabelWriteGet(w.account, lw.LabelID, lw.MessageID)
+				if err != nil && !errors.Is(err, store.ErrNotFound) {
+					return err
+				}
+				if err != nil || cur.Seq != lw.Seq {
+					current = false
+					return nil
+				}
+			}
+			return nil
+		})
+		if err == nil && !current {
+			err = errSuperseded
+		}
+		if err != nil {
+			unlock()
+			return nil, err
+		}
+		return unlock, nil
 	}
 }
 
@@ -255,6 +307,8 @@ func (w *writer) once(ctx context.Context) (sent bool, err error) {
 	for _, c := range chunks {
 		switch {
 		case c.err == nil:
+		case errors.Is(c.err, errSuperseded):
+			// Not sent: the next round sends what replaced it.
 		case errors.Is(c.err, google.ErrInvalidLabel):
 			invalid = append(invalid, c)
 		case errors.Is(c.err, google.ErrNotFound):
@@ -371,7 +425,7 @@ func (w *writer) send(ctx context.Context, chunks []*writeChunk) {
 			remove = []string{c.label}
 		}
 		w.p.metrics.gmailCalls.WithLabelValues("batchModify").Inc()
-		c.err = w.gm.BatchModify(ctx, ids, add, remove)
+		c.err = w.gm.BatchModify(google.WithWriteGate(ctx, w.gate(c)), ids, add, remove)
 	})
 }
 

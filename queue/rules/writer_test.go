@@ -412,7 +412,7 @@ func (f *fixture) doneEvents(jobID string) int {
 // land an older change after a newer one), another account's does not,
 // and a waiting run gives up with its context.
 func TestWriterLocksOneRunPerAccount(t *testing.T) {
-	var l writerLocks
+	var l keyedLocks
 	ctx := context.Background()
 	unlockA, err := l.lock(ctx, "a")
 	if err != nil {
@@ -694,4 +694,66 @@ func TestWriterGoesWhenTheLastBatchIsAnotherAccounts(t *testing.T) {
 		t.Fatal("want one batch on each account")
 	}
 	f.runLastWithNothingToWrite(job.ID, s, mine, theirs)
+}
+
+// The writer's call for a label waits, once its quota is granted, until no
+// other write of that label is out (a direct change's), and is not made
+// when one of its changes was replaced meanwhile: made, the older change
+// could land after the newer one and stay. Here a removal the writer holds
+// for Bills waits for the label while a newer plan puts the label back:
+// the writer sends the newer change only (one call, not the removal and
+// then the add).
+func TestWriterSendsNoChangeReplacedWhileItWaitedForItsLabel(t *testing.T) {
+	t.Parallel()
+	f, id, ruleID := newBillsFixture(t)
+	ctx := context.Background()
+	bills, _ := f.fake.Gmail.LabelID(f.email, "Bills")
+	put := func(add bool) {
+		prov := store.Provenance{RuleID: ruleID, Version: 1, Present: add, Pending: true, At: time.Now()}
+		f.update(func(tx *store.Tx) error {
+			if err := tx.LabelProvenancePut(f.account, id, bills, prov); err != nil {
+				return err
+			}
+			_, _, err := tx.LabelWritePut(&store.LabelWrite{AccountID: f.account, LabelID: bills, MessageID: id,
+				Add: add, JobID: "j0", Prov: prov, At: time.Now().Add(-time.Hour)})
+			if err != nil {
+				return err
+			}
+			return f.p.scheduleWriterTx(tx, f.account, time.Now())
+		})
+	}
+	put(false)
+	key := labelLockKey(f.account, bills)
+	unlock, err := f.p.writeLocks.lock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := f.fake.Calls(googlefake.MethodMessagesBatchModify)
+	done := make(chan error, 1)
+	go func() { done <- f.runWriter() }()
+	// The writer's call waits at the label's lock.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		f.p.writeLocks.mu.Lock()
+		waiting := f.p.writeLocks.locks[key] != nil && f.p.writeLocks.locks[key].users == 2
+		f.p.writeLocks.mu.Unlock()
+		if waiting {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the writer's call never waited for the label")
+		}
+	}
+	put(true)
+	unlock()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	f.drainWriter()
+	if n := f.fake.Calls(googlefake.MethodMessagesBatchModify) - before; n != 1 {
+		t.Errorf("%d batchModify calls, want 1: the replaced removal was sent too", n)
+	}
+	if !f.gmailLabeled("Bills")[id] {
+		t.Error("Bills is off the message: the newer change (put it back) was lost")
+	}
+	f.checkNothingWaits()
 }
