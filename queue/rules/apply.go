@@ -168,11 +168,19 @@ func (p *Pipeline) putRecords(accountID, messageID string, records map[string]st
 					return err
 				}
 			}
-			if pending && !pr.Present {
+			var err error
+			switch {
+			case pending && !pr.Present:
 				continue
+			case pending:
+				pr.Pending = true
+				err = tx.LabelProvenancePut(accountID, messageID, l, pr)
+			case pr.Present:
+				err = confirmTx(tx, accountID, messageID, l, pr)
+			default:
+				err = tx.LabelProvenancePut(accountID, messageID, l, pr)
 			}
-			pr.Pending = pending
-			if err := tx.LabelProvenancePut(accountID, messageID, l, pr); err != nil {
+			if err != nil {
 				return err
 			}
 		}

@@ -619,13 +619,34 @@ func (b *batch) putProvenance(tx *store.Tx, changes []provChange, failed map[str
 		case c.p == nil:
 			err = tx.LabelProvenanceDelete(b.pl.AccountID, c.msg.m.ID, c.label)
 		default:
-			err = tx.LabelProvenancePut(b.pl.AccountID, c.msg.m.ID, c.label, *c.p)
+			err = confirmTx(tx, b.pl.AccountID, c.msg.m.ID, c.label, *c.p)
 		}
 		if err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// confirmTx makes the pending record of a direct change that Gmail made
+// (intend, putRecords) confirmed as p, unless a newer intent replaced it
+// while the call was out (a reclassify's plan for the writer): that one
+// stands, and the writer confirms it once it has sent it. Confirmed over
+// it, the newer change would land after this one with a record that says
+// otherwise (the property test saw a reclassify's add stay, as nobody's,
+// under a settle's confirmed removal).
+func confirmTx(tx *store.Tx, accountID, messageID, labelID string, p store.Provenance) error {
+	cur, err := tx.LabelProvenanceGet(accountID, messageID, labelID)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+	mine := p
+	mine.Pending = true
+	if err != nil || !sameIntent(cur, mine) {
+		return nil
+	}
+	p.Pending = false
+	return tx.LabelProvenancePut(accountID, messageID, labelID, p)
 }
 
 // commitSettle records a settle's provenance and, once all of it reached

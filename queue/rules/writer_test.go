@@ -757,3 +757,75 @@ func TestWriterSendsNoChangeReplacedWhileItWaitedForItsLabel(t *testing.T) {
 	}
 	f.checkNothingWaits()
 }
+
+// A settle's change confirmed while a newer plan for the same label waits
+// for the writer leaves the newer plan's record: confirmed over it, the
+// settle's removal would say "not on" while the newer add lands after it,
+// and the label would stay as nobody's (the property test found this).
+func TestSettleLeavesANewerPlanForTheWriter(t *testing.T) {
+	t.Parallel()
+	f, id, ruleID := newBillsFixture(t)
+	ctx := context.Background()
+	bills, _ := f.fake.Gmail.LabelID(f.email, "Bills")
+	// The rule no longer matches: a settle of the thread takes Bills off,
+	// slowly; meanwhile a newer plan (the rule matching again) records an
+	// add for the writer.
+	saved, err := f.p.Update(ctx, ruleID, spec("Bills", cond("subject", "contains", "receipt")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fault, err := f.fake.InjectFault(googlefake.Fault{Method: googlefake.MethodMessagesBatchModify, MessageID: id, Latency: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	settled := make(chan error, 1)
+	go func() { settled <- f.p.settle(ctx, f.account, f.stored(id), nil, []string{ruleID}) }()
+	newer := store.Provenance{RuleID: ruleID, Version: saved.Rule.Version, JobID: "j9", Present: true, Pending: true, At: time.Now().Add(time.Minute)}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		var pr store.Provenance
+		f.update(func(tx *store.Tx) (err error) {
+			pr, err = tx.LabelProvenanceGet(f.account, id, bills)
+			return err
+		})
+		if pr.Pending && !pr.Present {
+			break // the settle's removal is out
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the settle never sent its removal")
+		}
+	}
+	f.update(func(tx *store.Tx) error {
+		if err := tx.LabelProvenancePut(f.account, id, bills, newer); err != nil {
+			return err
+		}
+		_, _, err := tx.LabelWritePut(&store.LabelWrite{AccountID: f.account, LabelID: bills, MessageID: id,
+			Add: true, JobID: "j9", Prov: newer, At: time.Now().Add(-time.Hour)})
+		if err != nil {
+			return err
+		}
+		return f.p.scheduleWriterTx(tx, f.account, time.Now())
+	})
+	if err := <-settled; err != nil {
+		t.Fatal(err)
+	}
+	fault.Remove()
+	var pr store.Provenance
+	f.update(func(tx *store.Tx) (err error) {
+		pr, err = tx.LabelProvenanceGet(f.account, id, bills)
+		return err
+	})
+	if !sameIntent(pr, newer) {
+		t.Fatalf("record after the settle %+v, want the newer plan's pending add %+v", pr, newer)
+	}
+	f.drainWriter()
+	if !f.gmailLabeled("Bills")[id] {
+		t.Fatal("the newer plan's add was not sent")
+	}
+	f.update(func(tx *store.Tx) (err error) {
+		pr, err = tx.LabelProvenanceGet(f.account, id, bills)
+		return err
+	})
+	if !pr.Present || pr.Pending {
+		t.Errorf("record after the writer %+v, want the add confirmed (the label is the rule's)", pr)
+	}
+}
