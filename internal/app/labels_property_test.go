@@ -381,8 +381,15 @@ func (w *labelWorld) settle() error {
 	var idle error
 	deadline := time.Now().Add(45 * time.Second)
 	for time.Now().Before(deadline) {
+		// Idle twice, a moment apart: the queues' counts come from the
+		// outbox and the broker, read one after the other, and a task on
+		// its way between them (new mail's, pushed at the last operation)
+		// is in neither for an instant.
 		if idle = w.idle(); idle == nil {
-			break
+			time.Sleep(300 * time.Millisecond)
+			if idle = w.idle(); idle == nil {
+				break
+			}
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
