@@ -469,16 +469,7 @@ func TestGmailCallsSpendTheBudget(t *testing.T) {
 	const ann = "ann@example.com"
 	refresh := fake.AddAccount(ann)
 	reg := prometheus.NewRegistry()
-	bud, err := NewBudget(BudgetConfig{UserUnits: 30, Window: time.Second, MaxWait: 5 * time.Second, Registerer: reg},
-		brokertest.Embedded(t).Client())
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := New(Config{APIURL: fake.URL(), TokenURL: fake.TokenURL(), ReadRetries: -1, Budget: bud})
-	gm, err := c.Gmail(ctx, "acc-1", c.TokenSource(Token{RefreshToken: refresh}, nil))
-	if err != nil {
-		t.Fatal(err)
-	}
+	gm := budgetedGmail(t, fake, refresh, BudgetConfig{UserUnits: 30, Window: time.Second, MaxWait: 5 * time.Second, Registerer: reg})
 	start := time.Now()
 	for range 12 { // 60 units at 30 a second
 		if _, err := gm.Labels(ctx); err != nil {

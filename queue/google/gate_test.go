@@ -21,15 +21,7 @@ func TestWriteGate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bud, err := NewBudget(BudgetConfig{}, brokertest.Embedded(t).Client())
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := New(Config{APIURL: fake.URL(), TokenURL: fake.TokenURL(), ReadRetries: -1, Budget: bud})
-	gm, err := c.Gmail(ctx, "acc-1", c.TokenSource(Token{RefreshToken: refresh}, nil))
-	if err != nil {
-		t.Fatal(err)
-	}
+	gm := budgetedGmail(t, fake, refresh, BudgetConfig{})
 	var passed, released int
 	open := WithWriteGate(ctx, func(context.Context) (func(), error) {
 		passed++
@@ -60,4 +52,21 @@ func TestWriteGate(t *testing.T) {
 	if n := fake.Calls(googlefake.MethodMessagesBatchModify); n != 1 {
 		t.Errorf("%d batchModify calls reached Gmail, want 1 (the closed gate's is not made)", n)
 	}
+}
+
+// budgetedGmail is the Gmail API of the emulator's account with refresh
+// token refresh, through a client whose budget is cfg over an embedded
+// broker.
+func budgetedGmail(t *testing.T, fake *googlefake.Server, refresh string, cfg BudgetConfig) *Gmail {
+	t.Helper()
+	bud, err := NewBudget(cfg, brokertest.Embedded(t).Client())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := New(Config{APIURL: fake.URL(), TokenURL: fake.TokenURL(), ReadRetries: -1, Budget: bud})
+	gm, err := c.Gmail(WithPriority(context.Background(), PriorityLive), "acc-1", c.TokenSource(Token{RefreshToken: refresh}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return gm
 }

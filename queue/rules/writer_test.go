@@ -709,18 +709,7 @@ func TestWriterSendsNoChangeReplacedWhileItWaitedForItsLabel(t *testing.T) {
 	ctx := context.Background()
 	bills, _ := f.fake.Gmail.LabelID(f.email, "Bills")
 	put := func(add bool) {
-		prov := store.Provenance{RuleID: ruleID, Version: 1, Present: add, Pending: true, At: time.Now()}
-		f.update(func(tx *store.Tx) error {
-			if err := tx.LabelProvenancePut(f.account, id, bills, prov); err != nil {
-				return err
-			}
-			_, _, err := tx.LabelWritePut(&store.LabelWrite{AccountID: f.account, LabelID: bills, MessageID: id,
-				Add: add, JobID: "j0", Prov: prov, At: time.Now().Add(-time.Hour)})
-			if err != nil {
-				return err
-			}
-			return f.p.scheduleWriterTx(tx, f.account, time.Now())
-		})
+		f.planWrite(id, bills, store.Provenance{RuleID: ruleID, Version: 1, JobID: "j0", Present: add, Pending: true, At: time.Now()})
 	}
 	put(false)
 	key := labelLockKey(f.account, bills)
@@ -794,17 +783,7 @@ func TestSettleLeavesANewerPlanForTheWriter(t *testing.T) {
 			t.Fatal("the settle never sent its removal")
 		}
 	}
-	f.update(func(tx *store.Tx) error {
-		if err := tx.LabelProvenancePut(f.account, id, bills, newer); err != nil {
-			return err
-		}
-		_, _, err := tx.LabelWritePut(&store.LabelWrite{AccountID: f.account, LabelID: bills, MessageID: id,
-			Add: true, JobID: "j9", Prov: newer, At: time.Now().Add(-time.Hour)})
-		if err != nil {
-			return err
-		}
-		return f.p.scheduleWriterTx(tx, f.account, time.Now())
-	})
+	f.planWrite(id, bills, newer)
 	if err := <-settled; err != nil {
 		t.Fatal(err)
 	}
@@ -828,4 +807,22 @@ func TestSettleLeavesANewerPlanForTheWriter(t *testing.T) {
 	if !pr.Present || pr.Pending {
 		t.Errorf("record after the writer %+v, want the add confirmed (the label is the rule's)", pr)
 	}
+}
+
+// planWrite records what a reclassify batch's plan records for the writer
+// (queueWrites): the pending provenance prov of a message's label and its
+// label write, due now.
+func (f *fixture) planWrite(id, label string, prov store.Provenance) {
+	f.t.Helper()
+	f.update(func(tx *store.Tx) error {
+		if err := tx.LabelProvenancePut(f.account, id, label, prov); err != nil {
+			return err
+		}
+		_, _, err := tx.LabelWritePut(&store.LabelWrite{AccountID: f.account, LabelID: label, MessageID: id,
+			Add: prov.Present, JobID: prov.JobID, Prov: prov, At: time.Now().Add(-time.Hour)})
+		if err != nil {
+			return err
+		}
+		return f.p.scheduleWriterTx(tx, f.account, time.Now())
+	})
 }
