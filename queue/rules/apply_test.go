@@ -123,7 +123,7 @@ func TestApplyNewMessageDeletedMeanwhile(t *testing.T) {
 }
 
 // A rule saved while new mail's labels are on their way to Gmail: the save's
-// reclassify may run before ApplyNew records what it did, and then it
+// reclassify may plan before ApplyNew records what it did, and then it
 // cannot see it. ApplyNew notices that the rules changed under it and
 // settles the message with the rules as they are now, so the label the
 // rule wants now is on and the one it no longer wants is off.
@@ -167,15 +167,23 @@ func TestApplyNewSettlesARuleSavedMeanwhile(t *testing.T) {
 			if _, err := tc.save(f, saved.Rule.ID); err != nil {
 				t.Fatal(err)
 			}
-			f.waitDone(f.publish().ID)
+			// The save's reclassify plans the message while the modify is
+			// out; its changes of Dev wait for that modify (one write of a
+			// label in flight), so its job ends after ApplyNew.
+			job := f.publish()
+			testkit.Eventually(t, 10*time.Second, "the save's reclassify to plan every batch", func() bool {
+				j := f.job(job.ID)
+				return !j.FinishedAt.IsZero() || j.Waiting() <= j.BatchesWriting
+			})
 			select {
 			case err := <-applied:
-				t.Fatalf("ApplyNew returned (%v) before the save's reclassify finished: the race was not set up", err)
+				t.Fatalf("ApplyNew returned (%v) before the save's reclassify planned: the race was not set up", err)
 			default:
 			}
 			if err := <-applied; err != nil {
 				t.Fatal(err)
 			}
+			f.waitDone(job.ID)
 			for _, l := range []string{"Dev", "Builds"} {
 				want := map[string]bool{}
 				if l == tc.want {

@@ -210,9 +210,13 @@ func (b *batch) run(ctx context.Context) error {
 			return err
 		}
 		changes, adds, removes := b.plan(ids, known)
-		if b.task != nil && b.p.queue != nil {
+		switch {
+		case b.p.queue != nil && b.task != nil:
 			// The account's writer sends the changes, with other batches'.
 			return b.queueWrites(changes, labelNames(ids, names), start)
+		case b.p.queue != nil:
+			// A settle's: the writer sends them too, at once.
+			return b.settleWrites(changes, labelNames(ids, names))
 		}
 		again, err := b.direct(ctx, changes, adds, removes, retried)
 		if err != nil || !again {
@@ -225,8 +229,28 @@ func (b *batch) run(ctx context.Context) error {
 	}
 }
 
-// direct makes a batch's label changes itself (a settle's; tests' batches
-// without a queue) and records them, holding the labels it changes
+// settleWrites records a settle's changes for the account's writer, due at
+// once (they belong to no job), and schedules it: the writer is the one
+// path by which the rules' batchModify calls reach Gmail, so that a
+// settle's change and a reclassify's of the same label replace each other
+// as plans do (the latest intent wins) instead of racing there.
+func (b *batch) settleWrites(changes []provChange, names map[string]string) error {
+	now := b.p.cfg.Now().UTC()
+	err := b.p.db.Batch(func(tx *store.Tx) error {
+		w, err := b.writeDownTx(tx, changes, names, now)
+		if err != nil || w.unsent == 0 {
+			return err
+		}
+		return b.p.scheduleWriterTx(tx, b.pl.AccountID, now)
+	})
+	if err != nil {
+		return fmt.Errorf("rules: record the settled labels of thread %v: %w", b.pl.ThreadIDs, err)
+	}
+	return nil
+}
+
+// direct makes a batch's label changes itself (batches of a pipeline
+// without a queue: tests) and records them, holding the labels it changes
 // (lockLabels) from the history stamp to the record. again reports that
 // Gmail refused a label id (deleted there since it was cached) on the first
 // try: what reached Gmail is recorded, and the caller plans again.

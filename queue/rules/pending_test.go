@@ -141,6 +141,8 @@ func TestApplyNewCutShortAfterGmailMadeItsChange(t *testing.T) {
 	if err := f.p.ApplyNew(ctx, f.account, f.stored(id), ""); err != nil {
 		t.Fatal(err)
 	}
+	// The settle's removal goes by the account's writer, due at once.
+	f.drainWriter()
 	f.checkLabels("Dev", map[string]bool{})
 	// The version 2 reclassify finds nothing left to do.
 	f.fake.ResetCounters()

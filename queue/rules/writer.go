@@ -484,6 +484,9 @@ func (w *writer) record(chunks []*writeChunk, hid uint64) error {
 					return err
 				}
 				rel.add(lw, "")
+				if lw.JobID == "" {
+					rel.settled(lw)
+				}
 			}
 		}
 		return rel.apply(tx)
@@ -796,6 +799,8 @@ type releases struct {
 	counts map[batchRef]int
 	failed map[batchRef]string // why a change of the batch was refused for good
 	calls  map[string]int      // job id -> Gmail calls to count
+	// settles counts the settles' changes sent, by direction (add: true).
+	settles map[bool]int
 }
 
 type batchRef struct {
@@ -804,7 +809,7 @@ type batchRef struct {
 }
 
 func newReleases(p *Pipeline) *releases {
-	return &releases{p: p, counts: map[batchRef]int{}, failed: map[batchRef]string{}, calls: map[string]int{}}
+	return &releases{p: p, counts: map[batchRef]int{}, failed: map[batchRef]string{}, calls: map[string]int{}, settles: map[bool]int{}}
 }
 
 // add counts lw as released; failed, when not empty, says why Gmail
@@ -817,7 +822,20 @@ func (r *releases) add(lw store.LabelWrite, failed string) {
 	}
 }
 
+// settled counts a settle's change (one of no job) that reached Gmail as
+// new mail's, once the transaction commits.
+func (r *releases) settled(lw store.LabelWrite) {
+	r.settles[lw.Add]++
+}
+
 func (r *releases) apply(tx *store.Tx) error {
+	if len(r.settles) > 0 {
+		m, added, removed := r.p.metrics, r.settles[true], r.settles[false]
+		tx.OnCommit(func() {
+			m.labels.WithLabelValues("new_mail", "added").Add(float64(added))
+			m.labels.WithLabelValues("new_mail", "removed").Add(float64(removed))
+		})
+	}
 	for _, job := range slices.Sorted(maps.Keys(r.calls)) {
 		j, err := tx.ReclassifyJobGet(job)
 		if errors.Is(err, store.ErrNotFound) {

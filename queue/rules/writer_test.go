@@ -3,12 +3,14 @@ package rules
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"mailroom/internal/googlefake"
+	"mailroom/internal/testkit"
 	"mailroom/queue"
 	"mailroom/store"
 )
@@ -747,65 +749,63 @@ func TestWriterSendsNoChangeReplacedWhileItWaitedForItsLabel(t *testing.T) {
 	f.checkNothingWaits()
 }
 
-// A settle's change confirmed while a newer plan for the same label waits
+// New mail's label confirmed while a newer plan for the same label waits
 // for the writer leaves the newer plan's record: confirmed over it, the
-// settle's removal would say "not on" while the newer add lands after it,
-// and the label would stay as nobody's (the property test found this).
-func TestSettleLeavesANewerPlanForTheWriter(t *testing.T) {
+// add would say "on, the rule's" while the newer removal lands after it,
+// and a record that says otherwise is what the next plan trusts (the
+// property test found this with a settle's removal and a reclassify's add).
+func TestNewMailLeavesANewerPlanForTheWriter(t *testing.T) {
 	t.Parallel()
-	f, id, ruleID := newBillsFixture(t)
+	f := newFixture(t, testConfig(), false)
 	ctx := context.Background()
-	bills, _ := f.fake.Gmail.LabelID(f.email, "Bills")
-	// The rule no longer matches: a settle of the thread takes Bills off,
-	// slowly; meanwhile a newer plan (the rule matching again) records an
-	// add for the writer.
-	saved, err := f.p.Update(ctx, ruleID, spec("Bills", cond("subject", "contains", "receipt")))
+	saved, err := f.p.Create(ctx, f.user, spec("Dev", cond("from", "contains", "@github.com")))
 	if err != nil {
 		t.Fatal(err)
 	}
-	fault, err := f.fake.InjectFault(googlefake.Fault{Method: googlefake.MethodMessagesBatchModify, MessageID: id, Latency: 300 * time.Millisecond})
+	id, err := f.fake.Gmail.AddMessage(f.email, googlefake.Message{From: "ci@github.com", Subject: "Build failed"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	settled := make(chan error, 1)
-	go func() { settled <- f.p.settle(ctx, f.account, f.stored(id), nil, []string{ruleID}) }()
-	newer := store.Provenance{RuleID: ruleID, Version: saved.Rule.Version, JobID: "j9", Present: true, Pending: true, At: time.Now().Add(time.Minute)}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		var pr store.Provenance
+	f.mirror()
+	fault, err := f.fake.InjectFault(googlefake.Fault{Method: googlefake.MethodMessagesModify, MessageID: id, Latency: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	applied := make(chan error, 1)
+	go func() { applied <- f.p.ApplyNew(ctx, f.account, f.stored(id), "") }()
+	var dev string
+	record := func() (pr store.Provenance) {
 		f.update(func(tx *store.Tx) (err error) {
-			pr, err = tx.LabelProvenanceGet(f.account, id, bills)
+			pr, err = tx.LabelProvenanceGet(f.account, id, dev)
+			if errors.Is(err, store.ErrNotFound) {
+				return nil
+			}
 			return err
 		})
-		if pr.Pending && !pr.Present {
-			break // the settle's removal is out
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the settle never sent its removal")
-		}
+		return pr
 	}
-	f.planWrite(id, bills, newer)
-	if err := <-settled; err != nil {
+	testkit.Eventually(t, 10*time.Second, "new mail's add to go out", func() bool {
+		dev, _ = f.fake.Gmail.LabelID(f.email, "Dev")
+		pr := record()
+		return dev != "" && pr.Pending && pr.Present
+	})
+	// Meanwhile a plan (the rule's, say, after a person's edit elsewhere)
+	// takes the label off again, for the writer.
+	newer := store.Provenance{RuleID: saved.Rule.ID, Version: saved.Rule.Version, JobID: "j9", Pending: true, At: time.Now().Add(time.Minute)}
+	f.planWrite(id, dev, newer)
+	if err := <-applied; err != nil {
 		t.Fatal(err)
 	}
 	fault.Remove()
-	var pr store.Provenance
-	f.update(func(tx *store.Tx) (err error) {
-		pr, err = tx.LabelProvenanceGet(f.account, id, bills)
-		return err
-	})
-	if !sameIntent(pr, newer) {
-		t.Fatalf("record after the settle %+v, want the newer plan's pending add %+v", pr, newer)
+	if pr := record(); !sameIntent(pr, newer) {
+		t.Fatalf("record after new mail's add %+v, want the newer plan's pending removal %+v", pr, newer)
 	}
 	f.drainWriter()
-	if !f.gmailLabeled("Bills")[id] {
-		t.Fatal("the newer plan's add was not sent")
+	if f.gmailLabeled("Dev")[id] {
+		t.Fatal("the newer plan's removal was not sent")
 	}
-	f.update(func(tx *store.Tx) (err error) {
-		pr, err = tx.LabelProvenanceGet(f.account, id, bills)
-		return err
-	})
-	if !pr.Present || pr.Pending {
-		t.Errorf("record after the writer %+v, want the add confirmed (the label is the rule's)", pr)
+	if pr := record(); pr.Present || pr.Pending {
+		t.Errorf("record after the writer %+v, want the removal confirmed", pr)
 	}
 }
 
