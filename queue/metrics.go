@@ -148,7 +148,7 @@ func (q *Queue) Stats(ctx context.Context) ([]QueueStats, error) {
 			}
 			s.Pending, s.Active, s.Scheduled, s.Retry = info.Pending, info.Active, info.Scheduled, info.Retry
 		}
-		s.Outbox = max(outbox[qi.Name]-q.relays[qi.Name].backlog(), 0)
+		s.Outbox = max(outbox[qi.Name]-q.relays[qi.Name].handedOver(), 0)
 		s.Pending += s.Outbox
 		for _, typ := range qi.Types {
 			s.Processed += counterValue(q.metrics.processed.WithLabelValues(typ))

@@ -23,7 +23,11 @@ type relay struct {
 
 	mu       sync.Mutex
 	inflight map[string]struct{} // handed and not yet finished
-	cursor   string              // last handed id
+	// enqueuing holds the records of inflight whose enqueue has not
+	// returned yet: the broker may not list them, so they still count as
+	// the outbox's in the queues' figures (handedOver).
+	enqueuing map[string]struct{}
+	cursor    string // last handed id
 	// handing is set while fill reads and hands a batch; forward collects
 	// the records brought forward meanwhile: the batch may hold one read
 	// before its new run time, which is brought forward again once handed.
@@ -32,7 +36,7 @@ type relay struct {
 }
 
 func newRelay(q *Queue, name string) *relay {
-	return &relay{q: q, queue: name, wakeC: make(chan struct{}, 1), reconcileC: make(chan struct{}, 1), inflight: map[string]struct{}{}}
+	return &relay{q: q, queue: name, wakeC: make(chan struct{}, 1), reconcileC: make(chan struct{}, 1), inflight: map[string]struct{}{}, enqueuing: map[string]struct{}{}}
 }
 
 func (r *relay) wake() {
@@ -47,6 +51,7 @@ func (r *relay) done(id string) {
 	r.mu.Lock()
 	_, was := r.inflight[id]
 	delete(r.inflight, id)
+	delete(r.enqueuing, id)
 	r.mu.Unlock()
 	if was {
 		r.wake()
@@ -58,6 +63,15 @@ func (r *relay) backlog() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.inflight)
+}
+
+// handedOver is the part of the backlog the broker has taken (its enqueue
+// returned): the queues' figures count the rest as the outbox's, so that a
+// task on its way is never in neither count.
+func (r *relay) handedOver() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.inflight) - len(r.enqueuing)
 }
 
 func (r *relay) run(ctx context.Context) {
@@ -118,6 +132,7 @@ func (r *relay) fill(ctx context.Context) error {
 		r.mu.Lock()
 		for _, rec := range recs {
 			r.inflight[rec.ID] = struct{}{}
+			r.enqueuing[rec.ID] = struct{}{}
 		}
 		r.mu.Unlock()
 		handed, err := r.hand(ctx, recs)
@@ -152,6 +167,9 @@ func (r *relay) hand(ctx context.Context, recs []store.OutboxRecord) (int, error
 			defer wg.Done()
 			for i := range next {
 				errs[i] = r.enqueue(ctx, recs[i])
+				r.mu.Lock()
+				delete(r.enqueuing, recs[i].ID)
+				r.mu.Unlock()
 			}
 		}()
 	}
