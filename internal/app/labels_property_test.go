@@ -382,9 +382,10 @@ func (w *labelWorld) settle() error {
 	deadline := time.Now().Add(45 * time.Second)
 	for time.Now().Before(deadline) {
 		// Idle twice, a moment apart: the queues' counts come from the
-		// outbox and the broker, read one after the other, and a task on
-		// its way between them (new mail's, pushed at the last operation)
-		// is in neither for an instant.
+		// outbox and the broker, read one after the other (a task on its
+		// way between them was in neither count for an instant before
+		// 038fa5a, and new mail pushed at the last operation was checked
+		// before its rules ran), and no count is taken at one instant.
 		if idle = w.idle(); idle == nil {
 			time.Sleep(300 * time.Millisecond)
 			if idle = w.idle(); idle == nil {
