@@ -369,6 +369,12 @@ local function refuse(wait, why, reserve)
   if old > now then big = tonumber(redis.call('HGET', KEYS[2], c) or '0') end
   if cost > big then big = cost end
   redis.call('HSET', KEYS[2], c, big)
+  -- Work below live that waits is busy until it asks again: its busy
+  -- period goes on (see below) however long the wait.
+  if prio > 0 then
+    local pa = tonumber(redis.call('HGET', KEYS[2], 'pa') or '0')
+    if now + wait > pa then redis.call('HSET', KEYS[2], 'pa', now + wait) end
+  end
   redis.call('PEXPIRE', KEYS[2], ttl)
   return {0, wait, uused, ueff, why, reserve or reserved}
 end
@@ -403,7 +409,9 @@ local paced = prio > 0 and pace > 0 and reserved == 0
 -- window has passed, and live mail arriving meanwhile has only what is
 -- left. From the next window on, live work finds units as its own leave
 -- the window (they entered it evenly, and it goes first while it waits),
--- besides the share below(lim) keeps.
+-- besides the share below(lim) keeps. 'pa' is when such work last asked,
+-- or, refused, when it will ask again (a first burst's callers wait out
+-- the window and come back as it leaves: still the same busy period).
 if prio > 0 and pace > 0 then
   local asked = tonumber(redis.call('HGET', KEYS[2], 'pa') or '0')
   local began = tonumber(redis.call('HGET', KEYS[2], 'pb') or '0')
@@ -411,7 +419,7 @@ if prio > 0 and pace > 0 then
     began = now
     redis.call('HSET', KEYS[2], 'pb', began)
   end
-  redis.call('HSET', KEYS[2], 'pa', now)
+  if now > asked then redis.call('HSET', KEYS[2], 'pa', now) end
   redis.call('PEXPIRE', KEYS[2], ttl)
   if now < began + window then
     cap = math.max(math.min(cap, ueff - math.floor(ueff / 3)), 1)

@@ -222,6 +222,31 @@ func TestBudgetFirstWindowSpendsAtOnce(t *testing.T) {
 	})
 }
 
+// The first burst's callers, refused until it leaves the window, hand
+// their tasks back and come back as it leaves, more than a window after
+// they last spent: the busy period goes on, and they take the whole
+// window freed, not a first window's share again.
+func TestBudgetBurstCallersComingBackStayBusy(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, b *broker.Broker) {
+		bud, clk := newBudget(t, b, BudgetConfig{UserUnits: 6000, ProjectUnits: 1_200_000})
+		c := &pacedCaller{t: t, b: bud, account: "a"}
+		for c.spend(20, PriorityBulk).OK {
+		}
+		g, err := bud.trySpend(context.Background(), "a", 20, PriorityBulk, false, time.Millisecond)
+		if err != nil || g.OK || g.Wait < 55*time.Second {
+			t.Fatalf("bulk past its first window's share: %+v (%v), want a wait of about the window", g, err)
+		}
+		clk.Advance(g.Wait + 1500*time.Millisecond) // the task engine brings it back late
+		granted := 0
+		for c.spend(20, PriorityBulk).OK {
+			granted += 20
+		}
+		if granted < 5800 {
+			t.Fatalf("coming back as the burst left, bulk took %d units, want the window freed (5,880)", granted)
+		}
+	})
+}
+
 // A busy period ends when no work below live has asked for a whole
 // window: the next one keeps live work's share in its first window again.
 func TestBudgetIdleAccountKeepsLiveShareAgain(t *testing.T) {
