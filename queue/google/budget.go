@@ -456,7 +456,15 @@ end
 local pwait = ptat - now - ppace
 local c = math.min(cost, cap)
 if uused + c > cap then
-  return refuse(waitFor(ulist, uused, cap - c), 3)
+  -- Work below live waits until a tenth of the window has freed, not
+  -- for the next bucket: in a busy window the units that trickle out are
+  -- live work's own, which it takes again as they leave, and a caller
+  -- polling for them each second only gives up at MaxWait and hands its
+  -- task back, to come back late (the task engine's schedule) when its
+  -- burst leaves the window.
+  local need = c
+  if prio > 0 and pace > 0 then need = math.min(math.max(c, math.floor(ueff / 10)), cap) end
+  return refuse(waitFor(ulist, uused, cap - need), 3)
 end
 local pc = math.min(cost, pcapw)
 if pused + pc > pcapw then
@@ -705,13 +713,28 @@ func (b *Budget) spend(ctx context.Context, account string, units int) (time.Tim
 				cause, scope = ErrProjectQuotaWait, ScopeProject
 			}
 			return time.Time{}, &Refused{Err: fmt.Errorf("google: account %s, %s call of %d units: %s: %w",
-				account, p, units, g.Reason, cause), RetryAfter: g.Wait, Scope: scope}
+				account, p, units, g.Reason, cause), RetryAfter: handBack(g.Wait), Scope: scope}
 		}
 		if err := b.cfg.Wait(ctx, g.Wait); err != nil {
 			return time.Time{}, err
 		}
 		waited += g.Wait
 	}
+}
+
+// handBackLead is how much earlier than the budget's wait a task handed
+// back asks to come back. The task engine brings a task back on its
+// whole-second schedule, checked every second or so, so a task that asks
+// for the exact wait comes back up to a couple of seconds after its units
+// are there, and work waiting for a window's burst to leave loses that
+// much of every window. Back a little early, the call waits the rest in
+// its task (well under MaxWait).
+const handBackLead = 2 * time.Second
+
+// handBack is the RetryAfter of a task handed back for a budget wait:
+// handBackLead early, and never less than half the wait.
+func handBack(wait time.Duration) time.Duration {
+	return max(wait-handBackLead, wait/2)
 }
 
 // sleep is BudgetConfig.Wait's default: a timer, ended by ctx.

@@ -247,6 +247,46 @@ func TestBudgetBurstCallersComingBackStayBusy(t *testing.T) {
 	})
 }
 
+// In a busy window the units that trickle out are live work's own, and
+// live work takes them again: work below live that finds the window full
+// is told to wait until a tenth of it frees, not for the next second's
+// trickle, and a task handed back for that wait asks
+// to come back a little early, to wait the rest in the task.
+func TestBudgetBusyWindowWaitsForAUsefulShare(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, b *broker.Broker) {
+		bud, clk := newBudget(t, b, BudgetConfig{UserUnits: 6000, ProjectUnits: 1_200_000, MaxWait: time.Second})
+		c := &pacedCaller{t: t, b: bud, account: "a"}
+		live := func() {
+			if g := spend(t, bud, "a", 25, PriorityLive); !g.OK {
+				t.Fatalf("live work: %+v", g)
+			}
+		}
+		for c.spend(20, PriorityBulk).OK {
+		}
+		for range 60 {
+			clk.Advance(time.Second)
+			live()
+			c.spend(20, PriorityBulk)
+		}
+		clk.Advance(2 * time.Second)
+		for c.spend(20, PriorityBulk).OK { // the burst left: bulk fills the window
+		}
+		clk.Advance(time.Second)
+		live()
+		g, err := bud.trySpend(context.Background(), "a", 20, PriorityBulk, false, time.Millisecond)
+		// A tenth of the window (600 units) frees in 24 s of live work's
+		// 25 units a second, its burst not before 58 s.
+		if err != nil || g.OK || g.Wait < 20*time.Second || g.Wait > 60*time.Second {
+			t.Fatalf("bulk in a full busy window: %+v (%v), want the wait until a tenth of the window frees (24 s), not the next trickle", g, err)
+		}
+		ctx := WithPriority(context.Background(), PriorityBulk)
+		err = bud.Spend(ctx, "a", 20)
+		if d, limited := RetryAfter(err); !limited || d < g.Wait-3*time.Second || d > g.Wait-time.Second {
+			t.Fatalf("handed back for %s: %v (retry after %s), want to come back about 2 s early", g.Wait, err, d)
+		}
+	})
+}
+
 // A busy period ends when no work below live has asked for a whole
 // window: the next one keeps live work's share in its first window again.
 func TestBudgetIdleAccountKeepsLiveShareAgain(t *testing.T) {
