@@ -90,14 +90,16 @@ type BudgetConfig struct {
 	ProjectUnits int
 	// Window is Google's minute (tests compress it). Default one minute.
 	Window time.Duration
-	// Pace is how far ahead of the account's rate (its limit a Window),
-	// and of the project's, work below live priority (reclassify, full
-	// syncs) may spend: a window fills evenly instead of at once, so units
-	// leave it evenly too and live work finds some within a moment (a
-	// window spent at once leaves live work nothing until it has passed),
-	// and accounts that share a binding project budget progress together
-	// rather than those first in a window taking all of it. The rate over
-	// a window is the same. Default Window/10; negative: off.
+	// Pace shapes the work below live priority (reclassify, full syncs).
+	// The project's units are spread over its window at its rate, and such
+	// work may run at most Pace/10 ahead of it, so accounts that share a
+	// binding project budget progress together rather than those first in
+	// a window taking all of it. An account's own window is not paced:
+	// such work spends what it holds free at once (Google's sliding minute
+	// allows it, and pacing the first minute out would cost most of a
+	// minute), except that the first window of a busy period keeps a third
+	// of the account's units for live work (see the spend script).
+	// Default Window/10; negative: off (no share kept, no project pace).
 	Pace time.Duration
 	// Margin is added to Window. Google counts a call when it arrives, a
 	// moment after the budget granted it; the budget stamps a call's units
@@ -338,8 +340,9 @@ end
 // within_ms (a pace wait longer than this reserves nothing; 0 no limit).
 // Returns {granted, wait_ms, user units in window, user limit, why,
 // reserved (1: the caller has reserved its turn in the pace)}; why: 0
-// granted, 1 blocked by Google, 2 higher priority waiting, 3 user window,
-// 4 project window, 5 the account's pace, 6 the project's pace.
+// granted, 1 blocked by Google, 2 higher priority waiting, 3 user window
+// (or, in a busy period's first window, the share kept for live work),
+// 4 project window, 6 the project's pace (5 is no longer given).
 var spendScript = redis.NewScript(budgetLib + `
 local ulim = tonumber(ARGV[5])
 local plim = tonumber(ARGV[6])
@@ -366,6 +369,12 @@ local function refuse(wait, why, reserve)
   if old > now then big = tonumber(redis.call('HGET', KEYS[2], c) or '0') end
   if cost > big then big = cost end
   redis.call('HSET', KEYS[2], c, big)
+  -- Work below live that waits is busy until it asks again: its busy
+  -- period goes on (see below) however long the wait.
+  if prio > 0 then
+    local pa = tonumber(redis.call('HGET', KEYS[2], 'pa') or '0')
+    if now + wait > pa then redis.call('HSET', KEYS[2], 'pa', now + wait) end
+  end
   redis.call('PEXPIRE', KEYS[2], ttl)
   return {0, wait, uused, ueff, why, reserve or reserved}
 end
@@ -387,34 +396,54 @@ end
 local ucap, pcap = below(ueff), below(peff)
 local cap, pcapw = ueff, peff
 if prio > 0 then cap, pcapw = ucap, pcap end
--- Pacing: the account's units are spread over its window at its rate (a
+local paced = prio > 0 and pace > 0 and reserved == 0
+-- The account's window: Google's sliding minute lets a minute's units be
+-- spent at once, and units leave the window as they entered it, so the
+-- shape of an account's first busy window repeats in every later one
+-- while work waits. Work below live therefore spends what the window
+-- holds free at once (a full sync's first minute is not paced out over
+-- the minute: that would cost it most of a minute against Google's
+-- least time), except in the first window of a busy period (no work
+-- below live asked for a whole window), where it keeps a third of the
+-- window for live work: the units it spends then do not leave until the
+-- window has passed, and live mail arriving meanwhile has only what is
+-- left. From the next window on, live work finds units as its own leave
+-- the window (they entered it evenly, and it goes first while it waits),
+-- besides the share below(lim) keeps. 'pa' is when such work last asked,
+-- or, refused, when it will ask again (a first burst's callers wait out
+-- the window and come back as it leaves: still the same busy period).
+if prio > 0 and pace > 0 then
+  local asked = tonumber(redis.call('HGET', KEYS[2], 'pa') or '0')
+  local began = tonumber(redis.call('HGET', KEYS[2], 'pb') or '0')
+  if asked <= now - window then
+    began = now
+    redis.call('HSET', KEYS[2], 'pb', began)
+  end
+  if now > asked then redis.call('HSET', KEYS[2], 'pa', now) end
+  redis.call('PEXPIRE', KEYS[2], ttl)
+  if now < began + window then
+    cap = math.max(math.min(cap, ueff - math.floor(ueff / 3)), 1)
+  end
+end
+-- The project's pace: its units are spread over its window at its rate (a
 -- cell rate: tat is when the units spent so far would have been paid at
--- that rate), and so are the project's at the project's rate; work below
--- live may run at most pace ahead of the account's rate and a tenth of
--- that ahead of the project's. So a window fills evenly instead of at
--- once and units leave it evenly too: live work (not paced, though its
--- units count) finds some within a moment instead of waiting for a window
--- spent at once to pass, and accounts that share a binding project budget
--- progress together, a turn each, instead of those first in a window
--- taking it all (the project's lead is short so that no burst fills its
--- window early and the units leaving it a window later go to whoever asks
--- first). The rate over a window is the same (a pause of up to the lead,
--- between two tasks say, is made up). A caller the pace refuses reserves
--- its turn: its units join both paces now and it comes back (reserved)
--- when they are due, so waiting callers go one after another instead of
--- all asking again at once.
+-- that rate), and work below live may run at most a tenth of Pace ahead
+-- of it. So accounts that share a binding project budget progress
+-- together, a turn each, instead of those first in a window taking it all
+-- (the lead is short so that no burst fills the project's window early and
+-- the units leaving it a window later go to whoever asks first). The rate
+-- over a window is the same (a pause of up to the lead is made up). A
+-- caller the pace refuses reserves its turn: its units join the pace now
+-- and it comes back (reserved) when they are due, so waiting callers go
+-- one after another instead of all asking again at once.
 local ppace = math.max(math.floor(pace / 10), 1)
-local utat = math.max(tonumber(redis.call('HGET', KEYS[2], 'tat') or '0'), now - pace)
 local ptat = math.max(tonumber(redis.call('HGET', KEYS[4], 'tat') or '0'), now - ppace)
 local function reserve()
   -- Kept to the microsecond: rounded up to the millisecond, a 5-unit call
   -- at 6,000 units a minute (51.02 ms) would cost 52 ms, 2% of the rate.
-  redis.call('HSET', KEYS[2], 'tat', string.format('%.3f', utat + cost * window / ucap))
-  redis.call('PEXPIRE', KEYS[2], ttl)
   redis.call('HSET', KEYS[4], 'tat', string.format('%.3f', ptat + cost * window / pcap))
   redis.call('PEXPIRE', KEYS[4], ttl)
 end
-local paced = prio > 0 and pace > 0 and reserved == 0
 -- turn refuses a paced caller that must wait w: it reserves its turn,
 -- unless it will not wait that long (it hands its task back: a turn
 -- nobody takes would hold the pace back).
@@ -423,11 +452,19 @@ local function turn(w, why)
   reserve()
   return refuse(w, why, 1)
 end
--- uwait and pwait: how long the paces hold a caller back.
-local uwait, pwait = utat - now - pace, ptat - now - ppace
+-- pwait: how long the project's pace holds a caller back.
+local pwait = ptat - now - ppace
 local c = math.min(cost, cap)
 if uused + c > cap then
-  return refuse(waitFor(ulist, uused, cap - c), 3)
+  -- Work below live waits until a tenth of the window has freed, not
+  -- for the next bucket: in a busy window the units that trickle out are
+  -- live work's own, which it takes again as they leave, and a caller
+  -- polling for them each second only gives up at MaxWait and hands its
+  -- task back, to come back late (the task engine's schedule) when its
+  -- burst leaves the window.
+  local need = c
+  if prio > 0 and pace > 0 then need = math.min(math.max(c, math.floor(ueff / 10)), cap) end
+  return refuse(waitFor(ulist, uused, cap - need), 3)
 end
 local pc = math.min(cost, pcapw)
 if pused + pc > pcapw then
@@ -436,13 +473,10 @@ if pused + pc > pcapw then
   -- pace all the same (the later of the two waits), so the pace does not
   -- lapse while the window is full and hand the units that leave it to
   -- whoever asks first.
-  if paced then return turn(math.ceil(math.max(w, uwait, pwait)), 4) end
+  if paced then return turn(math.ceil(math.max(w, pwait)), 4) end
   return refuse(w, 4)
 end
-if paced and math.max(uwait, pwait) > 0 then
-  if pwait > uwait then return turn(math.ceil(pwait), 6) end
-  return turn(math.ceil(uwait), 5)
-end
+if paced and pwait > 0 then return turn(math.ceil(pwait), 6) end
 if pace > 0 and reserved == 0 then reserve() end
 local cur = tostring(math.floor(now / bm))
 redis.call('HINCRBY', KEYS[1], cur, cost)
@@ -555,7 +589,7 @@ const (
 
 var refusalReasons = []string{"", "blocked after Google refused", "more urgent work of the account waits",
 	"the account's quota", "the project's quota",
-	"pacing: the account's work below live spends its window evenly",
+	"pacing: the account's work below live spends its window evenly (no longer given)",
 	"pacing: work below live spends the project's window evenly"}
 
 // reasonLost names a refusal because the broker lost the window.
@@ -679,13 +713,28 @@ func (b *Budget) spend(ctx context.Context, account string, units int) (time.Tim
 				cause, scope = ErrProjectQuotaWait, ScopeProject
 			}
 			return time.Time{}, &Refused{Err: fmt.Errorf("google: account %s, %s call of %d units: %s: %w",
-				account, p, units, g.Reason, cause), RetryAfter: g.Wait, Scope: scope}
+				account, p, units, g.Reason, cause), RetryAfter: handBack(g.Wait), Scope: scope}
 		}
 		if err := b.cfg.Wait(ctx, g.Wait); err != nil {
 			return time.Time{}, err
 		}
 		waited += g.Wait
 	}
+}
+
+// handBackLead is how much earlier than the budget's wait a task handed
+// back asks to come back. The task engine brings a task back on its
+// whole-second schedule, checked every second or so, so a task that asks
+// for the exact wait comes back up to a couple of seconds after its units
+// are there, and work waiting for a window's burst to leave loses that
+// much of every window. Back a little early, the call waits the rest in
+// its task (well under MaxWait).
+const handBackLead = 2 * time.Second
+
+// handBack is the RetryAfter of a task handed back for a budget wait:
+// handBackLead early, and never less than half the wait.
+func handBack(wait time.Duration) time.Duration {
+	return max(wait-handBackLead, wait/2)
 }
 
 // sleep is BudgetConfig.Wait's default: a timer, ended by ctx.
