@@ -173,3 +173,33 @@ func TestRampWithoutALateStepIsAFloor(t *testing.T) {
 		t.Errorf("a late last step: unbounded %v, best %v; want the capacity 100", late.unbounded, late.best)
 	}
 }
+
+// TestHookReceiverTakeForgets: deliveries taken are no longer held by
+// the receiver (it runs in the measured process), and an event taken
+// still counts as a duplicate when it comes again.
+func TestHookReceiverTakeForgets(t *testing.T) {
+	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	h := newHookReceiver()
+	if err := h.register("a", func() (string, error) { return secret, nil }); err != nil {
+		t.Fatal(err)
+	}
+	body := []byte(`{"events":[{"id":"evt_1","type":"message.added","occurredAt":"2026-01-02T03:04:05Z","userId":"u","accountId":"acc","data":{"id":"m1"}}]}`)
+	post := func(msgID string) {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, signedPost(t, secret, "/hook/a", msgID, body))
+		if w.Code != http.StatusNoContent {
+			t.Fatalf("POST: %d %s, want 204", w.Code, w.Body)
+		}
+	}
+	post("msg_1")
+	if got := h.take(); len(got) != 1 || got[0].id != "evt_1" {
+		t.Fatalf("take: %v, want evt_1", got)
+	}
+	if got, _, _ := h.deliveries(); len(got) != 0 {
+		t.Errorf("the receiver still holds %d deliveries after take", len(got))
+	}
+	post("msg_2") // the same event again
+	if got, dups, _ := h.deliveries(); len(got) != 0 || dups != 1 {
+		t.Errorf("%d deliveries, %d duplicates after a repeat, want 0 and 1", len(got), dups)
+	}
+}
