@@ -100,6 +100,7 @@ func (p *Pipeline) stateHandler(typ string) queue.Handler {
 				return store.ErrNotFound
 			}
 			for i, ev := range evs {
+				var err error
 				if changed[i], err = applyTx(tx, typ, ev); err != nil {
 					return err
 				}

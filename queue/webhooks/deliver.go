@@ -90,9 +90,10 @@ func (p *Pipeline) pass(ctx context.Context) (next time.Time, err error) {
 	now, wall := p.cfg.Now(), time.Now()
 	var oldest time.Duration
 	var todo []store.Webhook // webhooks with a plan to write
+	var hooks []store.Webhook
 	err = p.db.View(func(tx *store.Tx) error {
-		hooks, err := tx.Webhooks()
-		if err != nil {
+		var err error
+		if hooks, err = tx.Webhooks(); err != nil {
 			return err
 		}
 		for _, w := range hooks {
@@ -119,6 +120,15 @@ func (p *Pipeline) pass(ctx context.Context) (next time.Time, err error) {
 	}
 	p.mu.Lock()
 	p.oldest = oldest
+	if len(p.planned) > len(hooks) { // some were deleted (with a user, say)
+		keep := make(map[string]time.Time, len(hooks))
+		for _, w := range hooks {
+			if at, ok := p.planned[w.ID]; ok {
+				keep[w.ID] = at
+			}
+		}
+		p.planned = keep
+	}
 	p.mu.Unlock()
 	if len(todo) == 0 || ctx.Err() != nil {
 		return next, nil
