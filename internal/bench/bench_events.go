@@ -351,7 +351,6 @@ type eventsTally struct {
 	log      *changeLog
 	expected func(user string, at time.Time) int
 	stepAt   func(time.Time) int
-	read     int            // deliveries read so far
 	pending  []hookDelivery // deliveries whose change was not yet logged
 
 	keys    map[string]*keyTally
@@ -381,9 +380,8 @@ func newEventsTally(recv *hookReceiver, log *changeLog, expected func(string, ti
 
 // update reads the deliveries that arrived since the last call.
 func (t *eventsTally) update() {
-	got, _, _ := t.recv.deliveries()
-	batch := append(t.pending, got[t.read:]...)
-	t.read, t.pending = len(got), nil
+	batch := append(t.pending, t.recv.take()...)
+	t.pending = nil
 	for _, d := range batch {
 		if d.typ == store.EventFormRowsWritten {
 			t.count("form/"+d.id, d, eventChange{at: d.occurredAt, step: t.stepAt(d.occurredAt)}, true)

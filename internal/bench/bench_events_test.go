@@ -11,6 +11,8 @@ import (
 	"time"
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+
+	"mailroom/internal/googlefake"
 )
 
 // TestBenchEventsQuick runs the events scenario in its quick form, so it
@@ -171,5 +173,78 @@ func TestRampWithoutALateStepIsAFloor(t *testing.T) {
 	late.add(eventsStep{asked: 150, offered: 150, ok: false})
 	if late.unbounded || late.best != 100 {
 		t.Errorf("a late last step: unbounded %v, best %v; want the capacity 100", late.unbounded, late.best)
+	}
+}
+
+// TestHookReceiverTakeForgets: deliveries taken are no longer held by
+// the receiver (it runs in the measured process), and an event taken
+// still counts as a duplicate when it comes again.
+func TestHookReceiverTakeForgets(t *testing.T) {
+	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	h := newHookReceiver()
+	if err := h.register("a", func() (string, error) { return secret, nil }); err != nil {
+		t.Fatal(err)
+	}
+	body := []byte(`{"events":[{"id":"evt_1","type":"message.added","occurredAt":"2026-01-02T03:04:05Z","userId":"u","accountId":"acc","data":{"id":"m1"}}]}`)
+	post := func(msgID string) {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, signedPost(t, secret, "/hook/a", msgID, body))
+		if w.Code != http.StatusNoContent {
+			t.Fatalf("POST: %d %s, want 204", w.Code, w.Body)
+		}
+	}
+	post("msg_1")
+	if got := h.take(); len(got) != 1 || got[0].id != "evt_1" {
+		t.Fatalf("take: %v, want evt_1", got)
+	}
+	if got, _, _ := h.deliveries(); len(got) != 0 {
+		t.Errorf("the receiver still holds %d deliveries after take", len(got))
+	}
+	post("msg_2") // the same event again
+	if got, dups, _ := h.deliveries(); len(got) != 0 || dups != 1 {
+		t.Errorf("%d deliveries, %d duplicates after a repeat, want 0 and 1", len(got), dups)
+	}
+}
+
+// TestMailboxChangerLabelsOnlyTheFirstMailbox: the label rounds go over
+// the messages the mailbox had when the changer was made, never one it
+// added since (whose label would be reported in its message.added, not
+// under its own key), so every change keeps an event of its own.
+func TestMailboxChangerLabelsOnlyTheFirstMailbox(t *testing.T) {
+	fake := googlefake.StartForTest(t, googlefake.Options{})
+	const email = "ann@example.com"
+	fake.AddAccount(email)
+	gen := googlefake.NewGenerator(1, time.Time{})
+	if _, err := gen.Add(fake.Gmail, email, 10); err != nil {
+		t.Fatal(err)
+	}
+	m, err := newMailboxChanger(fake.Gmail, email, 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := map[string]bool{}
+	for _, msg := range fake.Gmail.Messages(email) {
+		first[msg.ID] = true
+	}
+	log := &changeLog{byKey: map[string]eventChange{}}
+	for range 120 { // two new messages, past a round's end more than once
+		if err := m.change(fake.Gmail, gen, log, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	added := 0
+	for key := range log.byKey {
+		parts := strings.Split(key, "/")
+		switch parts[0] {
+		case "added":
+			added++
+		case "labeled":
+			if !first[parts[2]] {
+				t.Errorf("change %s labels a message the changer added", key)
+			}
+		}
+	}
+	if added != 2 {
+		t.Errorf("%d new messages, want 2", added)
 	}
 }

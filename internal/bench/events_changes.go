@@ -71,7 +71,12 @@ func changeKeys(d hookDelivery) []string {
 
 // mailboxChanger makes one account's changes in the emulator: every 50th
 // a new message, the others a label added to the next message, one label
-// per round over the mailbox (so each change has a key of its own).
+// per round over the mailbox (so each change has a key of its own). The
+// rounds go over the mailbox as it was when the changer was made: a label
+// added to a message the changer has just added, before mailroom read it,
+// is reported in that message's message.added (its labels), not as a
+// message.labeled of its own, so such a change would never arrive under
+// its key.
 type mailboxChanger struct {
 	email, account string
 	msgs           []string
@@ -107,7 +112,6 @@ func (m *mailboxChanger) change(g *googlefake.Gmail, gen *googlefake.Generator, 
 			return err
 		}
 		log.add("added/"+m.account+"/"+ids[0], c)
-		m.msgs = append(m.msgs, ids...)
 		return nil
 	}
 	if m.pos == len(m.msgs) {

@@ -31,16 +31,20 @@ type hookDelivery struct {
 type hookReceiver struct {
 	mu        sync.Mutex
 	verifiers map[string]*standardwebhooks.Webhook // webhook name -> its secret's verifier
-	seen      map[string]bool                      // webhook name + "/" + event id
-	got       []hookDelivery
+	seen      map[seenKey]bool
+	got       []hookDelivery // not yet taken (take)
 	dups      int
 	posts     int
 	bad       []string // why each refused POST was refused
 }
 
 func newHookReceiver() *hookReceiver {
-	return &hookReceiver{verifiers: map[string]*standardwebhooks.Webhook{}, seen: map[string]bool{}}
+	return &hookReceiver{verifiers: map[string]*standardwebhooks.Webhook{}, seen: map[seenKey]bool{}}
 }
+
+// seenKey is a webhook's event the receiver took (its strings are the
+// delivery's own: no key is built per event).
+type seenKey struct{ hook, id string }
 
 // register creates webhook name (create returns its secret) and lets its
 // deliveries in, checked with that secret. POSTs wait while it runs, so
@@ -99,7 +103,7 @@ func (h *hookReceiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	h.mu.Lock()
 	h.posts++
 	for _, e := range body.Events {
-		key := name + "/" + e.ID
+		key := seenKey{name, e.ID}
 		if h.seen[key] {
 			h.dups++
 			continue
@@ -129,8 +133,20 @@ func (h *hookReceiver) check() error {
 	return fmt.Errorf("the receiver refused %d POSTs; the first: %s", len(h.bad), h.bad[0])
 }
 
-// deliveries returns the distinct deliveries so far, the duplicates and
-// the POSTs that verified.
+// take returns the distinct deliveries since the last take, and forgets
+// them: a reader that takes each once (the events scenario's tally) keeps
+// what it needs, and the receiver, which runs in the process a scenario
+// measures, does not hold every delivery of a run in its heap.
+func (h *hookReceiver) take() []hookDelivery {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	got := h.got
+	h.got = nil
+	return got
+}
+
+// deliveries returns the distinct deliveries not taken, the duplicates
+// and the POSTs that verified.
 func (h *hookReceiver) deliveries() (got []hookDelivery, dups, posts int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -26,6 +26,58 @@ type LabelChange struct {
 	HistoryID uint64 `json:"historyId,string"`
 }
 
+// eventGroup is the payload of a state event task that carries several
+// changes of one type and account, from one history page: one task and one
+// commit for them all rather than one each. A task of one change carries
+// the Event itself, as before groups (an outbox may still hold those).
+type eventGroup struct {
+	AccountID string  `json:"accountId"`
+	Events    []Event `json:"events"`
+}
+
+// maxGroup bounds the changes of one eventGroup.
+const maxGroup = 100
+
+// eventTask is one task of a page's events: its type and payload (an
+// Event or an eventGroup) and the events it carries.
+type eventTask struct {
+	Type    string
+	Payload any
+	Events  int
+}
+
+// tasksOf turns a page's events into tasks: one per new message (each is
+// read from Gmail, and counted for the quota backlog), and the state
+// changes of each type in groups of up to maxGroup, in the order
+// classify gave them.
+func tasksOf(accountID string, events []typedEvent) []eventTask {
+	var out []eventTask
+	byType := map[string][]Event{}
+	var order []string
+	for _, te := range events {
+		if te.Type == TypeMessageAdded {
+			out = append(out, eventTask{Type: te.Type, Payload: te.Event, Events: 1})
+			continue
+		}
+		if _, seen := byType[te.Type]; !seen {
+			order = append(order, te.Type)
+		}
+		byType[te.Type] = append(byType[te.Type], te.Event)
+	}
+	for _, typ := range order {
+		for evs := byType[typ]; len(evs) > 0; {
+			n := min(len(evs), maxGroup)
+			if n == 1 {
+				out = append(out, eventTask{Type: typ, Payload: evs[0], Events: 1})
+			} else {
+				out = append(out, eventTask{Type: typ, Payload: eventGroup{AccountID: accountID, Events: evs[:n]}, Events: n})
+			}
+			evs = evs[n:]
+		}
+	}
+	return out
+}
+
 // typedEvent is an event and its task type.
 type typedEvent struct {
 	Type  string

@@ -25,6 +25,28 @@ func decodeEvent(t *queue.Task) (Event, error) {
 	return ev, nil
 }
 
+// decodeEvents reads a state event task's changes: one Event, or an
+// eventGroup of one account's.
+func decodeEvents(t *queue.Task) ([]Event, error) {
+	var pl struct {
+		Event
+		Events []Event `json:"events"`
+	}
+	if err := json.Unmarshal(t.Payload, &pl); err != nil || pl.AccountID == "" {
+		return nil, queue.Permanent(fmt.Errorf("gmail: %s: bad payload %q", t.Type, t.Payload))
+	}
+	if len(pl.Events) == 0 {
+		ev, err := decodeEvent(t)
+		return []Event{ev}, err
+	}
+	for _, ev := range pl.Events {
+		if ev.AccountID != pl.AccountID || ev.MessageID == "" {
+			return nil, queue.Permanent(fmt.Errorf("gmail: %s: bad payload %q", t.Type, t.Payload))
+		}
+	}
+	return pl.Events, nil
+}
+
 // apply changes a message for one event type; it reports whether the
 // message took the change (false: it already held a newer state).
 func apply(typ string, m *store.Message, ev Event) bool {
@@ -53,47 +75,64 @@ func apply(typ string, m *store.Message, ev Event) bool {
 
 // stateHandler handles the six state events (read, unread, trashed,
 // restored, deleted, labeled): a local change, applied in the transaction
-// that acks the task, so it happens exactly once. A message not stored yet
-// (its message-added has not run) gets a placeholder that remembers the
-// change; the fetch merges into it.
+// that acks the task, so it happens exactly once. A task may carry several
+// changes of one account (an eventGroup): they are applied in one
+// transaction. A message not stored yet (its message-added has not run)
+// gets a placeholder that remembers the change; the fetch merges into it.
 func (p *Pipeline) stateHandler(typ string) queue.Handler {
 	return func(ctx context.Context, t *queue.Task) error {
 		ctx = google.WithPriority(ctx, google.PriorityLive)
-		ev, err := decodeEvent(t)
+		evs, err := decodeEvents(t)
 		if err != nil {
 			return err
 		}
+		accountID := evs[0].AccountID
 		if typ == TypeMessageLabeled {
-			p.learnLabels(ctx, ev.AccountID, labelIDs(ev.Labels))
+			var ids []string
+			for _, ev := range evs {
+				ids = append(ids, labelIDs(ev.Labels)...)
+			}
+			p.learnLabels(ctx, accountID, ids)
 		}
-		var changed bool
+		changed := make([]bool, len(evs))
 		err = p.writes.Do(func(tx *store.Tx) error {
-			changed = false
-			if !tx.AccountExists(ev.AccountID) {
+			if !tx.AccountExists(accountID) {
 				return store.ErrNotFound
 			}
-			m, err := tx.MessageGet(ev.AccountID, ev.MessageID)
-			if errors.Is(err, store.ErrNotFound) {
-				m = store.Message{ID: ev.MessageID, ThreadID: ev.ThreadID}
-			} else if err != nil {
-				return err
-			}
-			if changed = apply(typ, &m, ev); changed {
-				if err := tx.MessagePut(ev.AccountID, m); err != nil {
+			for i, ev := range evs {
+				var err error
+				if changed[i], err = applyTx(tx, typ, ev); err != nil {
 					return err
 				}
 			}
 			return t.Ack(tx)
 		})
 		if errors.Is(err, store.ErrNotFound) {
-			return queue.Permanent(fmt.Errorf("%w: %s", ErrAccountGone, ev.AccountID))
+			return queue.Permanent(fmt.Errorf("%w: %s", ErrAccountGone, accountID))
 		}
 		if err != nil {
-			return fmt.Errorf("gmail: %s %s: %w", typ, ev.MessageID, err)
+			return fmt.Errorf("gmail: %s %s: %w", typ, evs[0].MessageID, err)
 		}
-		p.applied(typ, ev, changed)
+		for i, ev := range evs {
+			p.applied(typ, ev, changed[i])
+		}
 		return nil
 	}
+}
+
+// applyTx applies one state event to its message in tx, and reports
+// whether the message took it.
+func applyTx(tx *store.Tx, typ string, ev Event) (bool, error) {
+	m, err := tx.MessageGet(ev.AccountID, ev.MessageID)
+	if errors.Is(err, store.ErrNotFound) {
+		m = store.Message{ID: ev.MessageID, ThreadID: ev.ThreadID}
+	} else if err != nil {
+		return false, err
+	}
+	if !apply(typ, &m, ev) {
+		return false, nil
+	}
+	return true, tx.MessagePut(ev.AccountID, m)
 }
 
 func labelIDs(lcs []LabelChange) []string {

@@ -172,11 +172,20 @@ func register(p *gmail.Pipeline, table *queue.Table, handled func(string, gmail.
 				if err := inner(ctx, t); err != nil {
 					return err
 				}
-				var ev gmail.Event
-				if err := json.Unmarshal(t.Payload, &ev); err != nil {
+				// One change, or a group of one account's.
+				var pl struct {
+					gmail.Event
+					Events []gmail.Event `json:"events"`
+				}
+				if err := json.Unmarshal(t.Payload, &pl); err != nil {
 					return err
 				}
-				handled(typ, ev)
+				if len(pl.Events) == 0 {
+					pl.Events = []gmail.Event{pl.Event}
+				}
+				for _, ev := range pl.Events {
+					handled(typ, ev)
+				}
 				return nil
 			}
 		}

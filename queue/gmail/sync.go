@@ -358,26 +358,30 @@ func (p *Pipeline) historySync(ctx context.Context, gm *google.Gmail, accountID 
 	}
 }
 
-// record writes events into the outbox and moves the watermark to mark, in
+// record writes the events' tasks into the outbox (tasksOf: state changes
+// of a type grouped) and moves the watermark to mark, in
 // one transaction: the live watermark of the full sync in progress when
 // there is one (the account's watermark says what is all recorded, and a
 // full sync has not recorded all yet), else the account's.
 func (p *Pipeline) record(accountID string, events []typedEvent, mark uint64) error {
 	now := p.now().UnixMilli()
+	for i := range events {
+		events[i].Event.RecordedAt = now
+	}
+	tasks := tasksOf(accountID, events)
 	err := p.db.Update(func(tx *store.Tx) error {
 		acc, err := tx.AccountGet(accountID)
 		if err != nil {
 			return err
 		}
-		for _, te := range events {
-			te.Event.RecordedAt = now
+		for _, task := range tasks {
 			var opts []queue.Option
-			if te.Type == TypeMessageAdded {
+			if task.Type == TypeMessageAdded {
 				// Counted per account for the quota backlog (a
 				// messages.get each).
 				opts = append(opts, queue.Group(accountID, 1))
 			}
-			if _, _, err := p.queue.Enqueue(tx, te.Type, te.Event, opts...); err != nil {
+			if _, _, err := p.queue.Enqueue(tx, task.Type, task.Payload, opts...); err != nil {
 				return err
 			}
 		}

@@ -26,20 +26,31 @@ type deliverPayload struct {
 
 // run schedules deliveries until ctx ends: a pass plans the next batch of
 // every webhook without one in flight, on every commit of events, on Kick,
-// and every few seconds (a webhook whose batch finished).
+// when a webhook held back by Pace is due, and every few seconds (a
+// webhook whose batch finished).
 func (p *Pipeline) run(ctx context.Context) {
 	tick := time.NewTicker(5 * time.Second)
 	defer tick.Stop()
+	due := time.NewTimer(time.Hour)
+	defer due.Stop()
 	for {
 		changed := p.db.EventsChanged()
-		if err := p.pass(ctx); err != nil && ctx.Err() == nil {
+		next, err := p.pass(ctx)
+		if err != nil && ctx.Err() == nil {
 			p.log.Error("plan webhook batches", "err", err)
+		}
+		due.Stop()
+		var dueC <-chan time.Time
+		if !next.IsZero() {
+			due.Reset(time.Until(next))
+			dueC = due.C
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-changed:
 		case <-p.kick:
+		case <-dueC:
 		case <-tick.C:
 		}
 		// Let a burst of commits gather into batches.
@@ -51,17 +62,38 @@ func (p *Pipeline) run(ctx context.Context) {
 	}
 }
 
+// paced reports when webhook id may have its next batch planned (Pace
+// after its last), and whether that is still ahead of now.
+func (p *Pipeline) paced(id string, now time.Time) (time.Time, bool) {
+	p.mu.Lock()
+	at := p.planned[id].Add(p.cfg.Pace)
+	p.mu.Unlock()
+	return at, now.Before(at)
+}
+
+// notePlanned records, once tx commits, that w's batch was planned now.
+func (p *Pipeline) notePlanned(tx *store.Tx, id string) {
+	tx.OnCommit(func() {
+		p.mu.Lock()
+		p.planned[id] = time.Now()
+		p.mu.Unlock()
+	})
+}
+
 // pass plans a batch for each webhook that has none in flight and events
 // waiting, and measures the oldest undelivered event. It reads every
 // webhook in one read, and writes the plans, if any, in one transaction:
-// a pass costs one commit however many webhooks there are.
-func (p *Pipeline) pass(ctx context.Context) error {
-	now := p.cfg.Now()
+// a pass costs one commit however many webhooks there are. A webhook
+// whose last batch was planned less than Pace ago waits: pass returns
+// when the first of those is due (zero: none waits).
+func (p *Pipeline) pass(ctx context.Context) (next time.Time, err error) {
+	now, wall := p.cfg.Now(), time.Now()
 	var oldest time.Duration
 	var todo []store.Webhook // webhooks with a plan to write
-	err := p.db.View(func(tx *store.Tx) error {
-		hooks, err := tx.Webhooks()
-		if err != nil {
+	var hooks []store.Webhook
+	err = p.db.View(func(tx *store.Tx) error {
+		var err error
+		if hooks, err = tx.Webhooks(); err != nil {
 			return err
 		}
 		for _, w := range hooks {
@@ -70,22 +102,38 @@ func (p *Pipeline) pass(ctx context.Context) error {
 				return fmt.Errorf("webhook %s: %w", w.ID, err)
 			}
 			oldest = max(oldest, age)
-			if write {
-				todo = append(todo, w)
+			if !write {
+				continue
 			}
+			if at, wait := p.paced(w.ID, wall); wait {
+				if next.IsZero() || at.Before(next) {
+					next = at
+				}
+				continue
+			}
+			todo = append(todo, w)
 		}
 		return nil
 	})
 	if err != nil {
-		return err
+		return time.Time{}, err
 	}
 	p.mu.Lock()
 	p.oldest = oldest
+	if len(p.planned) > len(hooks) { // some were deleted (with a user, say)
+		keep := make(map[string]time.Time, len(hooks))
+		for _, w := range hooks {
+			if at, ok := p.planned[w.ID]; ok {
+				keep[w.ID] = at
+			}
+		}
+		p.planned = keep
+	}
 	p.mu.Unlock()
 	if len(todo) == 0 || ctx.Err() != nil {
-		return nil
+		return next, nil
 	}
-	return p.db.Update(func(tx *store.Tx) error {
+	return next, p.db.Update(func(tx *store.Tx) error {
 		for _, w := range todo {
 			cur, err := tx.WebhookGet(w.ID)
 			if errors.Is(err, store.ErrNotFound) {
@@ -97,7 +145,7 @@ func (p *Pipeline) pass(ctx context.Context) error {
 			if cur.Batch != nil || cur.Cursor != w.Cursor || cur.Generation != w.Generation {
 				continue // changed meanwhile: the next pass sees it
 			}
-			if _, err := p.planTx(tx, &cur, now); err != nil {
+			if _, err := p.planTx(tx, &cur, now, false); err != nil {
 				return fmt.Errorf("webhook %s: %w", w.ID, err)
 			}
 		}
@@ -135,9 +183,10 @@ func look(tx *store.Tx, w store.Webhook, now time.Time) (age time.Duration, writ
 // planTx records, in tx, w's next batch and its webhooks:deliver task; w
 // must have none in flight. With no event waiting for w it moves w's
 // cursor past those it does not take once they reach skipAhead, and a
-// cursor past the newest event back to the newest (clampCursor). It
-// reports whether it planned a batch.
-func (p *Pipeline) planTx(tx *store.Tx, w *store.Webhook, now time.Time) (bool, error) {
+// cursor past the newest event back to the newest (clampCursor). With
+// onlyFull it plans only a full batch (MaxBatch events), and leaves the
+// rest alone. It reports whether it planned a batch.
+func (p *Pipeline) planTx(tx *store.Tx, w *store.Webhook, now time.Time, onlyFull bool) (bool, error) {
 	after := max(w.Cursor, tx.EventsPruned())
 	if head := tx.EventsHead(); after > head {
 		return false, p.clampCursor(tx, w, head)
@@ -147,6 +196,9 @@ func (p *Pipeline) planTx(tx *store.Tx, w *store.Webhook, now time.Time) (bool, 
 	events, next, err := tx.Events(q)
 	if err != nil {
 		return false, err
+	}
+	if onlyFull && len(events) < MaxBatch {
+		return false, nil
 	}
 	if len(events) == 0 {
 		if next < w.Cursor+skipAhead {
@@ -163,6 +215,7 @@ func (p *Pipeline) planTx(tx *store.Tx, w *store.Webhook, now time.Time) (bool, 
 	if _, _, err := p.q.Enqueue(tx, TypeDeliver, deliverPayload{WebhookID: w.ID, Batch: *w.Batch}); err != nil {
 		return false, err
 	}
+	p.notePlanned(tx, w.ID)
 	return true, tx.WebhookPut(*w)
 }
 
@@ -302,7 +355,7 @@ func (p *Pipeline) nothingToPost(t *queue.Task, pl deliverPayload) error {
 			if err := tx.WebhookPut(w); err != nil {
 				return err
 			}
-			if planned, err = p.planNext(tx, &w, true, p.cfg.Now()); err != nil {
+			if planned, err = p.planNext(tx, &w, true, false, p.cfg.Now()); err != nil {
 				return err
 			}
 		}
@@ -344,7 +397,7 @@ func (p *Pipeline) delivered(t *queue.Task, pl deliverPayload, events []store.Ev
 		if err := tx.WebhookPut(w); err != nil {
 			return err
 		}
-		if planned, err = p.planNext(tx, &w, moved, now); err != nil {
+		if planned, err = p.planNext(tx, &w, moved, pl.Batch.Count >= MaxBatch, now); err != nil {
 			return err
 		}
 		return t.Ack(tx)
@@ -365,12 +418,16 @@ func (p *Pipeline) delivered(t *queue.Task, pl deliverPayload, events []store.Ev
 // planNext plans w's next batch in the transaction that finished its
 // batch (moved: the batch was w's, and w's cursor moved past it), so that
 // the next batch's task is recorded at once rather than at the
-// scheduler's next pass. It reports whether it planned one.
-func (p *Pipeline) planNext(tx *store.Tx, w *store.Webhook, moved bool, now time.Time) (bool, error) {
+// scheduler's next pass. A webhook behind (the batch that finished was
+// full) drains at full speed; otherwise, before Pace has passed since
+// w's last batch, only a full batch is planned, and the rest waits for
+// the scheduler to plan it when due. It reports whether it planned one.
+func (p *Pipeline) planNext(tx *store.Tx, w *store.Webhook, moved, behind bool, now time.Time) (bool, error) {
 	if !moved || w.Batch != nil {
 		return false, nil
 	}
-	return p.planTx(tx, w, now)
+	_, wait := p.paced(w.ID, time.Now())
+	return p.planTx(tx, w, now, wait && !behind)
 }
 
 // noteFailure records a failed attempt on its webhook and in the delivery

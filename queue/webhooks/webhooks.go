@@ -63,6 +63,11 @@ func (e *InvalidError) Error() string { return e.Field + ": " + e.Message }
 // DefaultMaxAge is Config.MaxAge's default, which serve's flag table reads.
 const DefaultMaxAge = 72 * time.Hour
 
+// DefaultPace is Config.Pace's default: at most five batches a second for
+// a webhook that is not behind, so that a hundred webhooks cost at most
+// 500 tasks a second whatever the rate of events.
+const DefaultPace = 200 * time.Millisecond
+
 // Config configures the pipeline. Zero values take the defaults named.
 type Config struct {
 	// MaxAge is how long a batch is retried before it goes to the dead
@@ -75,7 +80,15 @@ type Config struct {
 	Timeout time.Duration
 	// Settle is the least time between two scheduling passes, so a burst
 	// of commits makes batches, not a pass per commit. Default 20ms.
-	Settle     time.Duration
+	Settle time.Duration
+	// Pace is the least time between the plans of two batches of one
+	// webhook that keeps up: a webhook taking a steady stream gets a
+	// batch per Pace, not one per event or two, since a batch's cost (a
+	// task, a signed POST, a commit) hardly depends on its size. It
+	// delays an event by at most Pace. A webhook behind is not paced:
+	// when a full batch (MaxBatch) finishes, or a batch finishes with a
+	// full one waiting, the next is planned at once. Default DefaultPace.
+	Pace       time.Duration
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
 	// Alert raises a one-off operational alert (a webhook failing for an
@@ -95,6 +108,9 @@ func (c *Config) defaults() {
 	}
 	if c.Settle <= 0 {
 		c.Settle = 20 * time.Millisecond
+	}
+	if c.Pace <= 0 {
+		c.Pace = DefaultPace
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -130,6 +146,10 @@ type Pipeline struct {
 
 	mu     sync.Mutex
 	oldest time.Duration // the oldest undelivered event's age, as of the last pass
+	// planned is when each webhook's last batch was planned (Pace), on
+	// the real clock: pacing spares the machine, whatever clock the
+	// pipeline reads. Kept in memory: after a restart no batch waits.
+	planned map[string]time.Time
 }
 
 type metrics struct {
@@ -148,7 +168,7 @@ func New(cfg Config, deps Deps) (*Pipeline, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	p := &Pipeline{cfg: cfg, db: deps.DB, q: deps.Queue, client: deps.Client, log: log.With("component", "webhooks"), kick: make(chan struct{}, 1), acks: &store.GroupCommit{DB: deps.DB}}
+	p := &Pipeline{cfg: cfg, db: deps.DB, q: deps.Queue, client: deps.Client, log: log.With("component", "webhooks"), kick: make(chan struct{}, 1), acks: &store.GroupCommit{DB: deps.DB}, planned: map[string]time.Time{}}
 	if p.client == nil {
 		p.client = newClient(cfg.Timeout, cfg.AllowPrivate)
 	}
@@ -297,6 +317,9 @@ func (p *Pipeline) Webhook(id string) (store.Webhook, error) {
 // Delete removes a webhook; a batch in flight finds it gone and stops.
 func (p *Pipeline) Delete(id string) error {
 	err := p.db.Update(func(tx *store.Tx) error { return tx.WebhookDelete(id) })
+	p.mu.Lock()
+	delete(p.planned, id)
+	p.mu.Unlock()
 	if errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("%w: %s", ErrNotFound, id)
 	}

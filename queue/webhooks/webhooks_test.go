@@ -552,7 +552,7 @@ func TestNextBatchPlannedAsOneFinishes(t *testing.T) {
 	e.hook(r, CreateRequest{})
 	want := e.emit(2*MaxBatch+50, "u1", store.EventFormState)
 	// The scheduler now waits out its hour: this pass is the only one.
-	if err := e.p.pass(context.Background()); err != nil {
+	if _, err := e.p.pass(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, r, want)
@@ -560,5 +560,65 @@ func TestNextBatchPlannedAsOneFinishes(t *testing.T) {
 	defer r.mu.Unlock()
 	if len(r.sizes) != 3 {
 		t.Errorf("%d POSTs of %v events, want 3", len(r.sizes), r.sizes)
+	}
+}
+
+// TestSteadyStreamIsPaced: a webhook taking a steady stream of events
+// gets a batch per Pace, not one per event or two, and every event in
+// order.
+func TestSteadyStreamIsPaced(t *testing.T) {
+	t.Parallel()
+	const pace = 250 * time.Millisecond
+	e := newEnv(t, Config{AllowPrivate: true, Pace: pace})
+	r := newReceiver(t)
+	e.hook(r, CreateRequest{})
+	var want []string
+	start := time.Now()
+	for range 100 {
+		want = append(want, e.emit(1, "u1", store.EventFormState)...)
+		time.Sleep(10 * time.Millisecond)
+	}
+	took := time.Since(start)
+	waitFor(t, r, want)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	// One batch at once, then at most one per pace (and the last).
+	if most := int(took/pace) + 2; len(r.sizes) > most {
+		t.Errorf("%d POSTs (%v events) for a stream of %s, want at most %d (one per %s)", len(r.sizes), r.sizes, took.Round(time.Millisecond), most, pace)
+	}
+}
+
+// TestBehindIsNotPaced: a webhook's first batch goes at once, a backlog
+// drains batch after batch (the last one not full) without waiting for
+// the pace, and only then does the pace hold the next event.
+func TestBehindIsNotPaced(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{AllowPrivate: true, Pace: time.Hour})
+	r := newReceiver(t)
+	e.hook(r, CreateRequest{})
+	var want []string
+	err := e.db.Update(func(tx *store.Tx) error { // one commit: the first pass sees them all
+		for range 2*MaxBatch + 50 {
+			ev, err := tx.EventAppend(store.Event{Type: store.EventFormState, UserID: "u1"})
+			if err != nil {
+				return err
+			}
+			want = append(want, ev.ID())
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, r, want)
+	r.mu.Lock()
+	if !slices.Equal(r.sizes, []int{MaxBatch, MaxBatch, 50}) {
+		t.Errorf("POSTs of %v events, want 100, 100, 50", r.sizes)
+	}
+	r.mu.Unlock()
+	e.emit(1, "u1", store.EventFormState)
+	time.Sleep(time.Second)
+	if got := len(r.events()); got != len(want) {
+		t.Errorf("the receiver took %d events, want %d: the event after the backlog is held for the pace", got, len(want))
 	}
 }
