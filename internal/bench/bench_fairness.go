@@ -322,7 +322,7 @@ func (f *gmailFleet) report(r *Result, times []time.Duration, ok []bool, elapsed
 	r.add("project units spent (emulator's count)", float64(units), "units")
 	r.add("Google's floor of units (the least Google's table and call limits allow)", float64(f.leastUnits()), "units")
 	r.add("project units spent ÷ Google's floor", float64(units)/float64(f.leastUnits()), "ratio")
-	r.add("Google's floor of time (the floor's units at the project's budget, the first window's at once)", floor.Seconds(), "s")
+	r.add("Google's floor of time (the floor's units at the project's budget, a window's worth at once each time the last has left it)", floor.Seconds(), "s")
 	r.add("time until the last account converged ÷ Google's floor of time", slowest.Seconds()/floor.Seconds(), "ratio")
 	r.add("Google quota refusals (the emulator's project limit is the budget's, so they could happen)", float64(f.fake.Gmail.TotalQuotaRefusals()), "calls")
 	r.add("Gmail calls", float64(calls), "calls")

@@ -218,7 +218,7 @@ func fleetReport(r *Result, fake *googlefake.Server, sz fleetSize, floor gmailFl
 	r.add("project units spent by the fleet (emulator's count)", float64(units), "units")
 	r.add("Google's floor of units for the whole project", float64(floor.units), "units")
 	r.add("project units spent ÷ Google's floor", float64(units)/float64(floor.units), "ratio")
-	r.add("Google's floor of time (the floor's units at the project's limit, the first window's at once)", least.Seconds(), "s")
+	r.add("Google's floor of time (the floor's units at the project's limit, a window's worth at once each time the last has left it)", least.Seconds(), "s")
 	r.add("time until the last mailroom was done ÷ Google's floor of time", slowest.Seconds()/least.Seconds(), "ratio")
 	r.Notes = append(r.Notes,
 		fmt.Sprintf("%d mailrooms built by app.New in this process, each with its own data dir, embedded broker and MAILROOM_INSTANCE, and one redis-server as MAILROOM_FLEET_REDIS_URL; %d accounts each (%d in all, one user each) of %d messages, connected at once in turn; a mailroom's time is when every account of its own had its full sync done and stored its whole mailbox, from the first connect: %s", sz.mailrooms, sz.accounts, sz.mailrooms*sz.accounts, sz.messages, strings.Join(secs, ", ")),

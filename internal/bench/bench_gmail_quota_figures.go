@@ -261,9 +261,10 @@ const (
 
 // gqFigures adds one run's figures, in uncompressed time; with targets
 // for mailroom. The time is judged on the least time Google's sliding
-// minute allows (the floor's units, the first minute's all at once); the
-// floor's units at the quota's rate (the minutes of one user's quota the
-// work takes) is shown beside it. Work that fits in the first minute has
+// minute allows (floor.least: the floor's units, a minute's worth at once
+// each time the last has left the window); the floor's units at the
+// quota's rate (the minutes of one user's quota the work takes) is shown
+// beside it. Work that fits in the first minute has
 // no least time (the quick run at the 2025 prices): its time has no
 // target then.
 func gqFigures(r *Result, name string, run gqRun, size gqSize, targets bool) {
@@ -291,7 +292,7 @@ func gqFigures(r *Result, name string, run gqRun, size gqSize, targets bool) {
 	}
 	r.add(name+": mirror and every label final (1 yes, 0 not by the deadline)", final, "")
 	r.add(name+": time until the mirror and every label are final", minutes, "min")
-	r.add(name+": the least time Google's sliding minute allows (the floor's units, the first minute's all at once)", least, "min")
+	r.add(name+": the least time Google's sliding minute allows (the floor's units, a minute's worth at once each time the last has left the window)", least, "min")
 	if least > 0 {
 		add("time ÷ that least time", minutes/least, "ratio", gqTargetTime)
 	}

@@ -29,7 +29,7 @@ func TestBenchGmailQuotaQuick(t *testing.T) {
 	}
 	for _, name := range []string{"mailroom", "old limiters"} {
 		for _, fig := range []string{"time until the mirror and every label are final", "Google's floor of time at the quota's rate (the floor's units at 6,000 a minute: minutes of one user's quota)",
-			"the least time Google's sliding minute allows (the floor's units, the first minute's all at once)", "time ÷ that least time", "time ÷ the floor's time at the quota's rate",
+			"the least time Google's sliding minute allows (the floor's units, a minute's worth at once each time the last has left the window)", "time ÷ that least time", "time ÷ the floor's time at the quota's rate",
 			"Gmail units spent", "Google's floor of units (the least Google's table and call limits allow)", "Gmail calls (refused ones included)",
 			"quota refusals ÷ Gmail calls", "p99 push to label of a new matching message", "new messages matching a rule saved before they arrived (measured)"} {
 			if _, ok := got[name+": "+fig]; !ok {

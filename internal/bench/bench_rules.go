@@ -579,7 +579,7 @@ func rulesThroughputQuota(ctx context.Context, o Options, r *Result) error {
 	atRate := run.floor.atRate(benchPrices().UserUnitsPerMinute, time.Minute)
 	r.add("quota on: Google's floor of time (the floor's units at 6,000 a minute: minutes of one user's quota)", atRate.Seconds(), "s")
 	r.add("quota on: elapsed ÷ Google's floor of time", realSecs/atRate.Seconds(), "ratio")
-	r.add("quota on: the least time Google's sliding minute allows (the floor's units, the first minute's all at once)", least.Seconds(), "s")
+	r.add("quota on: the least time Google's sliding minute allows (the floor's units, a minute's worth at once each time the last has left the window)", least.Seconds(), "s")
 	if least > 0 { // none when the work fits in the first minute (the quick run)
 		r.add("quota on: elapsed ÷ that least time", realSecs/least.Seconds(), "ratio")
 	}

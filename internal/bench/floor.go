@@ -121,16 +121,24 @@ func (f gmailFloor) atRate(perWindow int, window time.Duration) time.Duration {
 }
 
 // least is the least time a budget of perWindow units a window allows
-// for the floor's units: Google's window is a sliding minute, so the
-// first window's units may all be spent at once, and then a window's
-// worth each window. It is atRate less one window (zero for work that
-// fits in one window): reached only by a program that spends its first
-// minute at once, leaving nothing that minute for mail that arrives
-// meanwhile. The benches judge time on it (issue 33: no program can do
-// the work faster under Google's quota).
+// for the floor's units. Google's window is a sliding minute: units leave
+// it a window after they entered it, so no program spends more than
+// perWindow × (whole windows elapsed + 1) by any moment, and the floor's
+// units take at least (⌈units ÷ perWindow⌉ − 1) windows (zero for work
+// that fits in one window): a window's worth at once, again each time a
+// window has passed, the rest at the last. It is reached only by a program
+// that spends each window at once, leaving nothing for mail that arrives
+// meanwhile. The benches judge time on it (issue 33: no program can do the
+// work faster under Google's quota). Until 2026-12-07 it was atRate less
+// one window, (units − perWindow) ÷ rate, which a sliding minute does not
+// allow (after a first window spent at once, nothing leaves it until the
+// window has passed): up to a window below the true least time.
 func (f gmailFloor) least(perWindow int, window time.Duration) time.Duration {
-	over := max(f.units-perWindow, 0)
-	return time.Duration(float64(window) * float64(over) / float64(perWindow))
+	if f.units <= perWindow {
+		return 0
+	}
+	windows := (f.units+perWindow-1)/perWindow - 1
+	return time.Duration(windows) * window
 }
 
 // String lists the floor's units by method, for a bench's note.

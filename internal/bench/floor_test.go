@@ -51,11 +51,15 @@ func TestGmailFloor(t *testing.T) {
 			t.Errorf("%s prices: floor %v, want %d units in %d methods", c.prices, f, total, len(c.want))
 		}
 	}
-	// The first window's units may be spent at once: 6,327 units at 6,000
-	// a minute take 327/6,000 of a minute more.
+	// A sliding minute: the first window's units at once, the next
+	// window's once they have left it. 6,327 units at 6,000 a minute take
+	// one minute (the last 327 when the first 6,000 leave), 12,000 one,
+	// 12,001 two.
 	g := gmailFloor{units: 6327}
-	if got, want := g.least(6000, time.Minute), time.Duration(float64(time.Minute)*327/6000); got != want {
-		t.Errorf("least time %s, want %s", got, want)
+	for units, want := range map[int]time.Duration{6327: time.Minute, 12000: time.Minute, 12001: 2 * time.Minute, 66132: 11 * time.Minute} {
+		if got := (gmailFloor{units: units}).least(6000, time.Minute); got != want {
+			t.Errorf("least time of %d units at 6,000 a minute %s, want %s", units, got, want)
+		}
 	}
 	if got := (gmailFloor{units: 10}).least(6000, time.Minute); got != 0 {
 		t.Errorf("least time of a window's worth %s, want 0", got)
