@@ -209,11 +209,6 @@ func startServeChild(ctx context.Context, exe, redisBin string, withRedis bool, 
 			c.stop()
 		}
 	}()
-	addr, err := freeLoopbackAddr()
-	if err != nil {
-		return nil, err
-	}
-	c.url = "http://" + addr
 	// Default settings: none of the caller's MAILROOM_* variables.
 	var base []string
 	for _, kv := range os.Environ() {
@@ -223,7 +218,6 @@ func startServeChild(ctx context.Context, exe, redisBin string, withRedis bool, 
 	}
 	base = append(base,
 		"MAILROOM_DATA_DIR="+dir,
-		"MAILROOM_HTTP_ADDR="+addr,
 		"MAILROOM_API_TOKEN="+c.token,
 		"MAILROOM_ADMIN_PASSWORD="+c.token,
 		"MAILROOM_LOG_LEVEL=warn",
@@ -249,6 +243,15 @@ func startServeChild(ctx context.Context, exe, redisBin string, withRedis bool, 
 		}
 		base = append(base, "MAILROOM_REDIS_URL=redis://"+raddr+"/0")
 	}
+	// serve's port is picked once redis-server listens on its own: picked
+	// before, the two free ports could be the same one (the run of
+	// 2026-12-07 lost its idle figures so: "address already in use").
+	addr, err := freeLoopbackAddr()
+	if err != nil {
+		return nil, err
+	}
+	c.url = "http://" + addr
+	base = append(base, "MAILROOM_HTTP_ADDR="+addr)
 	c.cmd = exec.Command(exe, "serve")
 	c.cmd.Env = append(base, env...)
 	c.cmd.Stdout, c.cmd.Stderr = &c.out, &c.out
