@@ -114,15 +114,7 @@ func TestApplyNewCutShortAfterGmailMadeItsChange(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, testConfig(), false)
 	ctx := context.Background()
-	saved, err := f.p.Create(ctx, f.user, spec("Dev", cond("from", "contains", "@github.com")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, err := f.fake.Gmail.AddMessage(f.email, googlefake.Message{From: "ci@github.com", Subject: "Build failed"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.mirror()
+	saved, id := f.devRuleAndMail()
 	lost, err := f.fake.InjectFault(googlefake.Fault{Method: googlefake.MethodMessagesModify, Code: 503, AfterWrite: true, Times: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -233,4 +225,20 @@ func TestApplyNewRetryAfterAFailedModifyMakesTheActions(t *testing.T) {
 	if m, _ := f.fake.Gmail.Message(f.email, id); m.Unread() {
 		t.Error("the retry did not mark the message read")
 	}
+}
+
+// devRuleAndMail saves a rule labelling GitHub's mail "Dev" and adds one
+// such message to the mailbox and the mirror (its rules not applied yet).
+func (f *fixture) devRuleAndMail() (saved Saved, messageID string) {
+	f.t.Helper()
+	saved, err := f.p.Create(context.Background(), f.user, spec("Dev", cond("from", "contains", "@github.com")))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	id, err := f.fake.Gmail.AddMessage(f.email, googlefake.Message{From: "ci@github.com", Subject: "Build failed"})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.mirror()
+	return saved, id
 }

@@ -758,15 +758,7 @@ func TestNewMailLeavesANewerPlanForTheWriter(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, testConfig(), false)
 	ctx := context.Background()
-	saved, err := f.p.Create(ctx, f.user, spec("Dev", cond("from", "contains", "@github.com")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, err := f.fake.Gmail.AddMessage(f.email, googlefake.Message{From: "ci@github.com", Subject: "Build failed"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.mirror()
+	saved, id := f.devRuleAndMail()
 	fault, err := f.fake.InjectFault(googlefake.Fault{Method: googlefake.MethodMessagesModify, MessageID: id, Latency: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
