@@ -474,6 +474,11 @@ func (p *Pipeline) ReclassifyAccount(tx *store.Tx, userID, accountID string) err
 			return fmt.Errorf("rules: reclassify after a full sync of account %s: %w", accountID, err)
 		}
 	}
+	if debounce == 0 && len(rs) > 0 && p.publisher != nil {
+		// Due now: published once committed, not at the next tick (up to
+		// Tick with the account's quota idle at the end of its first sync).
+		tx.OnCommit(p.publisher.Kick)
+	}
 	return nil
 }
 

@@ -54,13 +54,17 @@ func (pub *Publisher) run(ctx context.Context) {
 			pub.p.log.Error("publish due reclassify jobs", "err", err)
 		}
 		if st.Published == pub.p.cfg.PublishPerTick {
-			// More may be due: go again at once.
-			select {
-			case pub.kick <- struct{}{}:
-			default:
-			}
+			pub.Kick() // more may be due: go again at once
 		}
 	})
+}
+
+// Kick makes the publisher look for due jobs now, not at its next tick.
+func (pub *Publisher) Kick() {
+	select {
+	case pub.kick <- struct{}{}:
+	default:
+	}
 }
 
 // PublishStats says what one RunOnce did.

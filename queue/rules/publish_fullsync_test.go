@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"mailroom/internal/testkit"
 	"mailroom/store"
 )
 
@@ -59,6 +60,40 @@ func TestPublishLeavesOutAccountsInFullSync(t *testing.T) {
 	if got := f.threadsByAccount(end.ID); got[syncing] != 10 || got[f.account] != 10 {
 		t.Fatalf("the full sync's job covers threads %v; want 10 of each account", got)
 	}
+}
+
+// A full sync's end publishes its label pass once its transaction
+// commits, not at the publisher's next tick: the pass is due at once, and
+// the account's quota would sit idle until the tick (up to 10 s by
+// default, at the end of every first sync).
+func TestFullSyncLabelPassPublishedAtOnce(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig()
+	cfg.Tick = time.Hour
+	f := newFixture(t, cfg, false)
+	ctx := context.Background()
+	if _, err := f.p.Create(ctx, f.user, spec("Lists", cond("from", "contains", "list@"))); err != nil {
+		t.Fatal(err)
+	}
+	f.publish() // the save's own job
+	pub := f.p.publisher
+	if err := pub.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pub.Stop(context.Background()) })
+	f.update(func(tx *store.Tx) error {
+		a, err := tx.AccountGet(f.account)
+		if err != nil {
+			return err
+		}
+		a.Status, a.FullSyncRequested = store.AccountSyncing, a.FullSyncCompleted+1
+		return tx.AccountPut(a)
+	})
+	f.endFullSync(f.account)
+	testkit.Eventually(t, 5*time.Second, "the full sync's label pass to be published (the tick is an hour)", func() bool {
+		st, err := f.p.Status(f.user, 0)
+		return err == nil && st.Pending == nil && len(st.Jobs) == 2
+	})
 }
 
 // threadsByAccount returns the threads of job jobID's batches, by account.
