@@ -97,8 +97,9 @@ type BudgetConfig struct {
 	// a window taking all of it. An account's own window is not paced:
 	// such work spends what it holds free at once (Google's sliding minute
 	// allows it, and pacing the first minute out would cost most of a
-	// minute), except that the first window of a busy period keeps a third
-	// of the account's units for live work (see the spend script).
+	// minute), except that the first window of a busy period keeps a share
+	// for live work: a third of the account's units at its start, less as
+	// the window passes (see the spend script).
 	// Default Window/10; negative: off (no share kept, no project pace).
 	Pace time.Duration
 	// Margin is added to Window. Google counts a call when it arrives, a
@@ -369,6 +370,12 @@ local function refuse(wait, why, reserve)
   if old > now then big = tonumber(redis.call('HGET', KEYS[2], c) or '0') end
   if cost > big then big = cost end
   redis.call('HSET', KEYS[2], c, big)
+  -- What the account's status shows: a caller of the priority waits until
+  -- its wait is over, whatever was granted meanwhile (the mark above goes
+  -- once a call as large is served, while the refused caller may still
+  -- sleep in its queue, its task handed back).
+  local w = 'w' .. prio
+  if now + wait > tonumber(redis.call('HGET', KEYS[2], w) or '0') then redis.call('HSET', KEYS[2], w, now + wait) end
   -- Work below live that waits is busy until it asks again: its busy
   -- period goes on (see below) however long the wait.
   if prio > 0 then
@@ -404,14 +411,19 @@ local paced = prio > 0 and pace > 0 and reserved == 0
 -- holds free at once (a full sync's first minute is not paced out over
 -- the minute: that would cost it most of a minute against Google's
 -- least time), except in the first window of a busy period (no work
--- below live asked for a whole window), where it keeps a third of the
+-- below live asked for a whole window), where it keeps a share of the
 -- window for live work: the units it spends then do not leave until the
 -- window has passed, and live mail arriving meanwhile has only what is
--- left. From the next window on, live work finds units as its own leave
+-- left. The share is a third of the window at its start and shrinks with
+-- what is left of it (live mail that arrives at a steady rate needs less
+-- of it as the window passes; a third kept all window long left the
+-- first window's last third unspent, about a fifth of a minute of a
+-- first sync at the 2025 prices). From the next window on, live work finds units as its own leave
 -- the window (they entered it evenly, and it goes first while it waits),
 -- besides the share below(lim) keeps. 'pa' is when such work last asked,
 -- or, refused, when it will ask again (a first burst's callers wait out
 -- the window and come back as it leaves: still the same busy period).
+local firstEnds = 0 -- when the first window's share for live work is gone
 if prio > 0 and pace > 0 then
   local asked = tonumber(redis.call('HGET', KEYS[2], 'pa') or '0')
   local began = tonumber(redis.call('HGET', KEYS[2], 'pb') or '0')
@@ -422,7 +434,9 @@ if prio > 0 and pace > 0 then
   if now > asked then redis.call('HSET', KEYS[2], 'pa', now) end
   redis.call('PEXPIRE', KEYS[2], ttl)
   if now < began + window then
-    cap = math.max(math.min(cap, ueff - math.floor(ueff / 3)), 1)
+    firstEnds = began + window
+    local share = math.floor(ueff / 3 * (firstEnds - now) / window)
+    cap = math.max(math.min(cap, ueff - share), 1)
   end
 end
 -- The project's pace: its units are spread over its window at its rate (a
@@ -463,8 +477,14 @@ if uused + c > cap then
   -- task back, to come back late (the task engine's schedule) when its
   -- burst leaves the window.
   local need = c
-  if prio > 0 and pace > 0 then need = math.min(math.max(c, math.floor(ueff / 10)), cap) end
-  return refuse(waitFor(ulist, uused, cap - need), 3)
+  if prio > 0 and pace > 0 then need = math.min(math.max(c, math.floor(ueff / 10)), ucap) end
+  local w = waitFor(ulist, uused, cap - need)
+  if firstEnds > 0 and uused + need <= ucap then
+    -- Or until the first window's share has shrunk enough.
+    local grown = firstEnds - 3 * window * (ueff - uused - need) / ueff
+    w = math.min(w, math.max(math.ceil(grown - now), 1))
+  end
+  return refuse(w, 3)
 end
 local pc = math.min(cost, pcapw)
 if pused + pc > pcapw then
@@ -851,7 +871,9 @@ type Usage struct {
 	// Today is the project's units today (UTC), against
 	// DailyBillingThreshold.
 	Today int64
-	// Waiting lists the priorities with calls waiting for budget.
+	// Waiting lists the priorities with calls waiting for budget: a call
+	// refused whose wait is not over, whatever was granted since (its
+	// task may sleep in its queue, handed back).
 	Waiting []Priority
 	// BlockedUntil is set while Google's retry time holds calls back.
 	BlockedUntil time.Time
@@ -870,8 +892,7 @@ local peff, pblocked = limit(KEYS[4], plim)
 local today = tonumber(redis.call('GET', KEYS[5]) or '0')
 local w = {}
 for q = 0, 2 do
-  local d = tonumber(redis.call('HGET', KEYS[2], 'd' .. q) or '0')
-  if d > now then w[#w + 1] = q end
+  if tonumber(redis.call('HGET', KEYS[2], 'w' .. q) or '0') > now then w[#w + 1] = q end
 end
 return {uused, ueff, pused, peff, today, math.max(ublocked, pblocked), w}
 `)

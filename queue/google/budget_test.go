@@ -169,7 +169,9 @@ func (c *pacedCaller) spend(units int, p Priority) Grant {
 // (Google's sliding minute allows it; pacing it out cost the first sync
 // most of a minute against Google's least time), all but the third kept
 // for live work, which finds its units there all window long although
-// nothing leaves the window before it has passed. Then, busy, the work
+// nothing leaves the window before it has passed; the share shrinks with
+// what is left of the window, so bulk work spends the rest of the window
+// as it goes and not a minute later. Then, busy, the work
 // spends whatever leaves the window at once, up to the cap below live,
 // and never more than the limit in any window.
 func TestBudgetFirstWindowSpendsAtOnce(t *testing.T) {
@@ -184,15 +186,26 @@ func TestBudgetFirstWindowSpendsAtOnce(t *testing.T) {
 			t.Fatalf("a fresh account's bulk work took %d units at once, want about two thirds of 6,000 (the rest kept for live work)", granted)
 		}
 		// Live mail all window long: a new message a second (a read and a
-		// label, 25 units) while bulk asks, refused, for what stays free.
+		// label, 25 units) while bulk takes what the shrinking share frees.
 		for i := range 59 {
 			clk.Advance(time.Second)
 			if g := spend(t, bud, "a", 25, PriorityLive); !g.OK {
 				t.Fatalf("live work %d s into the first window: %+v, want its units at once", i+1, g)
 			}
-			if g := c.spend(20, PriorityBulk); g.OK {
-				t.Fatalf("bulk work took live work's share %d s into the first window", i+1)
+			took := false
+			for c.spend(20, PriorityBulk).OK {
+				took = true
 			}
+			u, err := bud.Usage(context.Background(), "a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if share := 2000 * (59 - i) / 60; took && u.Used > 6000-share {
+				t.Fatalf("%d s into the first window bulk work filled it to %d, past the %d kept for live work then", i+1, u.Used, share)
+			}
+		}
+		if u, err := bud.Usage(context.Background(), "a"); err != nil || u.Used < 5800 {
+			t.Fatalf("the first window ends holding %+v (%v), want it spent (5,800 or more)", u, err)
 		}
 		// The first burst leaves the window: bulk takes what it frees at
 		// once, up to the cap below live (5,880), with live's units still
@@ -222,10 +235,10 @@ func TestBudgetFirstWindowSpendsAtOnce(t *testing.T) {
 	})
 }
 
-// The first burst's callers, refused until it leaves the window, hand
-// their tasks back and come back as it leaves, more than a window after
-// they last spent: the busy period goes on, and they take the whole
-// window freed, not a first window's share again.
+// The first burst's callers, refused, hand their tasks back and may come
+// back late (the task engine runs other work first), as the burst leaves,
+// more than a window after they last spent: the busy period goes on, and
+// they take the whole window freed, not a first window's share again.
 func TestBudgetBurstCallersComingBackStayBusy(t *testing.T) {
 	brokertest.Each(t, func(t *testing.T, b *broker.Broker) {
 		bud, clk := newBudget(t, b, BudgetConfig{UserUnits: 6000, ProjectUnits: 1_200_000})
@@ -233,10 +246,10 @@ func TestBudgetBurstCallersComingBackStayBusy(t *testing.T) {
 		for c.spend(20, PriorityBulk).OK {
 		}
 		g, err := bud.trySpend(context.Background(), "a", 20, PriorityBulk, false, time.Millisecond)
-		if err != nil || g.OK || g.Wait < 55*time.Second {
-			t.Fatalf("bulk past its first window's share: %+v (%v), want a wait of about the window", g, err)
+		if err != nil || g.OK || g.Wait < 15*time.Second || g.Wait > 20*time.Second {
+			t.Fatalf("bulk past its first window's share: %+v (%v), want a wait until the share has shrunk by a tenth of the window (18 s)", g, err)
 		}
-		clk.Advance(g.Wait + 1500*time.Millisecond) // the task engine brings it back late
+		clk.Advance(61500 * time.Millisecond) // the task engine brings it back late
 		granted := 0
 		for c.spend(20, PriorityBulk).OK {
 			granted += 20
@@ -274,15 +287,30 @@ func TestBudgetBusyWindowWaitsForAUsefulShare(t *testing.T) {
 		clk.Advance(time.Second)
 		live()
 		g, err := bud.trySpend(context.Background(), "a", 20, PriorityBulk, false, time.Millisecond)
-		// A tenth of the window (600 units) frees in 24 s of live work's
-		// 25 units a second, its burst not before 58 s.
-		if err != nil || g.OK || g.Wait < 20*time.Second || g.Wait > 60*time.Second {
-			t.Fatalf("bulk in a full busy window: %+v (%v), want the wait until a tenth of the window frees (24 s), not the next trickle", g, err)
+		if err != nil || g.OK || g.Wait < 5*time.Second {
+			t.Fatalf("bulk in a full busy window: %+v (%v), want the wait until a tenth of the window frees, not the next trickle", g, err)
 		}
 		ctx := WithPriority(context.Background(), PriorityBulk)
 		err = bud.Spend(ctx, "a", 20)
 		if d, limited := RetryAfter(err); !limited || d < g.Wait-3*time.Second || d > g.Wait-time.Second {
 			t.Fatalf("handed back for %s: %v (retry after %s), want to come back about 2 s early", g.Wait, err, d)
+		}
+		// A tenth of the window (600 units below the cap of 5,880) is free
+		// when the wait is over, and not a second and a half before.
+		free := func() int {
+			u, err := bud.Usage(context.Background(), "a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return 5880 - u.Used
+		}
+		clk.Advance(g.Wait - 1500*time.Millisecond)
+		if f := free(); f >= 600 {
+			t.Fatalf("%d units free 1.5 s before the wait of %s is over: the wait was longer than a tenth of the window's", f, g.Wait)
+		}
+		clk.Advance(1500 * time.Millisecond)
+		if f := free(); f < 600 {
+			t.Fatalf("%d units free when the wait of %s is over, want a tenth of the window (600)", f, g.Wait)
 		}
 	})
 }
@@ -295,10 +323,9 @@ func TestBudgetIdleAccountKeepsLiveShareAgain(t *testing.T) {
 		c := &pacedCaller{t: t, b: bud, account: "a"}
 		for c.spend(10, PriorityBulk).OK {
 		}
-		clk.Advance(40 * time.Second)
-		g := c.spend(10, PriorityBulk) // still the first window: refused
-		if g.OK || g.Reason != refusalReasons[3] || g.Wait <= 0 || g.Wait > 22*time.Second {
-			t.Fatalf("bulk in its first window past the share: %+v, want the wait until the burst leaves", g)
+		g := c.spend(10, PriorityBulk) // the first window's share: refused
+		if g.OK || g.Reason != refusalReasons[3] || g.Wait <= 0 || g.Wait > 20*time.Second {
+			t.Fatalf("bulk in its first window past the share: %+v, want the wait until the share has shrunk by a tenth", g)
 		}
 		clk.Advance(2 * time.Minute)
 		granted := 0
@@ -1046,6 +1073,49 @@ func TestBudgetWaitingMarkOutlivesSmallerGrants(t *testing.T) {
 		}
 		if u, err := bud2.Usage(context.Background(), "b"); err != nil || len(u.Waiting) != 0 {
 			t.Errorf("waiting %v (%v) after the refused call's size was served, want none", u.Waiting, err)
+		}
+	})
+}
+
+// The account's status says work waits for as long as a refused call
+// was told to wait, even when another call of its priority is served
+// meanwhile: the one refused may sleep in its queue, its task handed
+// back, while a later one fits in the units that trickle out (before, the
+// status came and went between calls' turns).
+func TestBudgetWaitingLastsTheRefusedCallsWait(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, b *broker.Broker) {
+		bud, clk := newBudget(t, b, BudgetConfig{UserUnits: 1000, ProjectUnits: 1_000_000})
+		waiting := func() bool {
+			t.Helper()
+			u, err := bud.Usage(context.Background(), "a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return slices.Contains(u.Waiting, PriorityBulk)
+		}
+		for range 30 { // live work, 10 units a second for 30 s
+			if g := spend(t, bud, "a", 10, PriorityLive); !g.OK {
+				t.Fatalf("live: %+v", g)
+			}
+			clk.Advance(time.Second)
+		}
+		for spend(t, bud, "a", 20, PriorityBulk).OK { // a full sync's first burst
+		}
+		refused := spend(t, bud, "a", 20, PriorityBulk)
+		if refused.OK || refused.Wait < 10*time.Second {
+			t.Fatalf("bulk past its first window's share: %+v, want a wait until the share has shrunk by a tenth of the window", refused)
+		}
+		until := clk.Now().Add(refused.Wait)
+		clk.Advance(3 * time.Second) // the share has shrunk by 17 units
+		if g := spend(t, bud, "a", 20, PriorityBulk); !g.OK {
+			t.Fatalf("bulk that fits the trickle: %+v", g)
+		}
+		if !waiting() {
+			t.Errorf("%s before the refused call's wait is over, another served: the status says bulk work no longer waits", until.Sub(clk.Now()))
+		}
+		clk.Advance(until.Sub(clk.Now()) + 3*time.Second)
+		if waiting() {
+			t.Error("bulk work still shown waiting after the refused call's wait is over, none refused since")
 		}
 	})
 }
