@@ -65,6 +65,30 @@ type Message struct {
 	DeletedAt time.Time `json:"deletedAt,omitzero"`
 	Fetched   bool      `json:"fetched,omitempty"`
 	Deleted   bool      `json:"deleted,omitempty"`
+	// BodyVerdicts are the verdicts of the rules that read bodies, taken
+	// when a full sync read the message's body (the mirror keeps no
+	// bodies): the rules' label pass uses a verdict of a rule's version
+	// instead of reading the body again.
+	BodyVerdicts []BodyVerdict `json:"bodyVerdicts,omitempty"`
+}
+
+// BodyVerdict is whether version Version of rule Rule matched a message,
+// decided with its body.
+type BodyVerdict struct {
+	Rule    string `json:"rule"`
+	Version int    `json:"version"`
+	Match   bool   `json:"match,omitempty"`
+}
+
+// BodyVerdict returns the message's verdict of version version of rule
+// rule, if one was taken.
+func (m *Message) BodyVerdict(rule string, version int) (match, ok bool) {
+	for _, v := range m.BodyVerdicts {
+		if v.Rule == rule && v.Version == version {
+			return v.Match, true
+		}
+	}
+	return false, false
 }
 
 // Visible reports whether the message is listed: fetched and not deleted.
@@ -124,8 +148,10 @@ func (m *Message) ApplyDelete(hid uint64) bool {
 }
 
 // MergeFetched merges f, a whole snapshot of the message fetched from Gmail
-// as of history id f.HistoryID: the content is taken, and each label takes
-// the snapshot's state unless a newer single change was applied. It returns
+// as of history id f.HistoryID: the content is taken (and f's body
+// verdicts, when it has some: the body they were taken on does not
+// change), and each label takes the snapshot's state unless a newer
+// single change was applied. It returns
 // false when nothing changed (the message is deleted, or it already holds a
 // snapshot at least as new).
 func (m *Message) MergeFetched(f Message) bool {
@@ -136,6 +162,9 @@ func (m *Message) MergeFetched(f Message) bool {
 	if !m.Fetched {
 		m.ThreadID, m.From, m.To, m.Cc, m.Subject, m.Snippet, m.Date = f.ThreadID, f.From, f.To, f.Cc, f.Subject, f.Snippet, f.Date
 		m.Fetched, changed = true, true
+	}
+	if len(f.BodyVerdicts) > 0 && !slices.Equal(m.BodyVerdicts, f.BodyVerdicts) {
+		m.BodyVerdicts, changed = slices.Clone(f.BodyVerdicts), true
 	}
 	if m.ID == "" {
 		m.ID = f.ID

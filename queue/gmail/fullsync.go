@@ -444,8 +444,17 @@ const storeChunk = 25
 // deleted meanwhile (404, or missing from their thread) are left out; the
 // messages a threads.get answers that the listing did not name are kept
 // (see the full sync's description above). n is how many messages it
-// fetched.
+// fetched. While a rule of the user reads bodies, each message is read
+// with its body (a messages.get of format full) and stored with the
+// verdicts of those rules (store.Message.BodyVerdicts): the label pass
+// after the full sync then reads no body again (a metadata read and a
+// body read were two reads of each message, 80 units at the 2026 prices
+// against 60).
 func (p *Pipeline) fetchAndStore(ctx context.Context, gm *google.Gmail, accountID string, requested uint64, groups []store.FullSyncGroup) (n int, err error) {
+	decide, err := p.rules.BodyRules(ctx, accountID)
+	if err != nil {
+		return 0, fmt.Errorf("gmail: full sync of account %s: %w", accountID, err)
+	}
 	var ids []string
 	for _, g := range groups {
 		ids = append(ids, g.IDs...)
@@ -470,7 +479,7 @@ func (p *Pipeline) fetchAndStore(ctx context.Context, gm *google.Gmail, accountI
 			defer wg.Done()
 			for g := range next {
 				todo := slices.DeleteFunc(slices.Clone(g.IDs), func(id string) bool { return stored[id] })
-				msgs, err := p.fetchGroup(ctx, gm, accountID, g.ThreadID, todo)
+				msgs, err := p.fetchGroup(ctx, gm, accountID, g.ThreadID, todo, decide != nil)
 				if err != nil {
 					failed.Store(true)
 				}
@@ -494,7 +503,7 @@ func (p *Pipeline) fetchAndStore(ctx context.Context, gm *google.Gmail, accountI
 	resumed := 0
 	flush := func() {
 		if storeErr == nil && len(done) > 0 {
-			if storeErr = p.storeFetched(accountID, requested, batch, done, resumed); storeErr != nil {
+			if storeErr = p.storeFetched(accountID, requested, snapshots(batch, decide), done, resumed); storeErr != nil {
 				failed.Store(true)
 			}
 		}
@@ -529,10 +538,12 @@ func (p *Pipeline) fetchAndStore(ctx context.Context, gm *google.Gmail, accountI
 // no more than a messages.get of each at the prices in force
 // (google.Prices.UseThread: two or more at both lists, a tie at two under
 // 2026's), each else with messages.get. A threads.get's answer is kept
-// whole: the thread's messages that came after the listing too.
-func (p *Pipeline) fetchGroup(ctx context.Context, gm *google.Gmail, accountID, threadID string, ids []string) ([]google.Message, error) {
+// whole: the thread's messages that came after the listing too. withBody:
+// each with a messages.get of its body (Google's table prices a body read
+// by messages.get only, so no threads.get is taken to cost less).
+func (p *Pipeline) fetchGroup(ctx context.Context, gm *google.Gmail, accountID, threadID string, ids []string, withBody bool) ([]google.Message, error) {
 	var out []google.Message
-	if threadID != "" && p.google.Prices().UseThread(len(ids)) {
+	if threadID != "" && !withBody && p.google.Prices().UseThread(len(ids)) {
 		err := bulkCall(ctx, func() (err error) { out, err = gm.GetThread(ctx, threadID); return err })
 		if errors.Is(err, google.ErrNotFound) {
 			return nil, nil // the whole thread was deleted meanwhile
@@ -545,7 +556,7 @@ func (p *Pipeline) fetchGroup(ctx context.Context, gm *google.Gmail, accountID, 
 	}
 	for _, id := range ids {
 		var m google.Message
-		err := bulkCall(ctx, func() (err error) { m, err = p.fetch(ctx, gm, accountID, id, false); return err })
+		err := bulkCall(ctx, func() (err error) { m, err = p.fetch(ctx, gm, accountID, id, withBody); return err })
 		if errors.Is(err, google.ErrNotFound) {
 			continue
 		}
@@ -577,7 +588,7 @@ var errNewerFullSync = errors.New("gmail: a newer full sync began")
 // Else it merges them only and answers errNewerFullSync: the newer full
 // sync's start is later than these snapshots, so it fetches them again
 // (the merge is safe either way: the newer attribute wins).
-func (p *Pipeline) storeFetched(accountID string, requested uint64, msgs []google.Message, done []uint64, resumed int) error {
+func (p *Pipeline) storeFetched(accountID string, requested uint64, msgs []store.Message, done []uint64, resumed int) error {
 	current := false
 	err := p.db.Update(func(tx *store.Tx) error {
 		ids := make([]string, 0, len(msgs))
@@ -599,7 +610,7 @@ func (p *Pipeline) storeFetched(accountID string, requested uint64, msgs []googl
 			if err != nil && !errors.Is(err, store.ErrNotFound) {
 				return err
 			}
-			if m.MergeFetched(snapshot(f)) {
+			if m.MergeFetched(f) {
 				if err := tx.MessagePut(accountID, m); err != nil {
 					return err
 				}
@@ -688,6 +699,20 @@ func (p *Pipeline) notFetchedYet(accountID string, refs []google.MessageRef) ([]
 		}
 	}
 	return todo, nil
+}
+
+// snapshots are the fetched messages as the mirror stores them, each with
+// the verdicts of the rules that read bodies when decide is set (their
+// bodies were read for them).
+func snapshots(fetched []google.Message, decide func(store.Message, string) []store.BodyVerdict) []store.Message {
+	out := make([]store.Message, len(fetched))
+	for i, f := range fetched {
+		out[i] = snapshot(f)
+		if decide != nil {
+			out[i].BodyVerdicts = decide(out[i], f.Body)
+		}
+	}
+	return out
 }
 
 // snapshot converts a fetched message to the store's model.

@@ -65,6 +65,12 @@ type RuleApplier interface {
 	// that runs again), so its effects must be idempotent (label set
 	// operations). An error makes the message-added task retry.
 	ApplyNew(ctx context.Context, accountID string, msg store.Message, body string) error
+	// BodyRules returns how the rules of the account's user that read
+	// bodies, as they are now, decide a message with its body; nil when
+	// none does. A full sync that reads bodies for them stores the
+	// verdicts with each message, so that its label pass does not read the
+	// bodies again.
+	BodyRules(ctx context.Context, accountID string) (func(m store.Message, body string) []store.BodyVerdict, error)
 	// ReclassifyAccount schedules the user's rules over the account's
 	// mail, in tx: the transaction that records a full sync of the account
 	// complete (the mail a full sync brings in never passes ApplyNew). A
@@ -80,6 +86,11 @@ func (NoRules) NeedsBody(context.Context, string) (bool, error) { return false, 
 
 // ApplyNew implements RuleApplier.
 func (NoRules) ApplyNew(context.Context, string, store.Message, string) error { return nil }
+
+// BodyRules implements RuleApplier.
+func (NoRules) BodyRules(context.Context, string) (func(store.Message, string) []store.BodyVerdict, error) {
+	return nil, nil
+}
 
 // ReclassifyAccount implements RuleApplier.
 func (NoRules) ReclassifyAccount(*store.Tx, string, string) error { return nil }

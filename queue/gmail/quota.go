@@ -176,11 +176,12 @@ func (p *Pipeline) Backlog(ctx context.Context, accountID string) (int, error) {
 		left = counts.Total
 	}
 	pr := p.google.Prices()
-	units := left*pr.MessagesGet + (left+listPageSize-1)/listPageSize*pr.MessagesList
 	body, err := p.rules.NeedsBody(ctx, accountID)
 	if err != nil {
 		return 0, fmt.Errorf("gmail: backlog of account %s: %w", accountID, err)
 	}
+	// A full sync reads bodies while a rule reads them (fetchAndStore).
+	units := left*pr.Get(body) + (left+listPageSize-1)/listPageSize*pr.MessagesList
 	added, batches, threads, err := p.queuedTasks(accountID)
 	if err != nil {
 		return 0, err

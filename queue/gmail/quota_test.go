@@ -190,16 +190,16 @@ func (bodyRules) NeedsBody(context.Context, string) (bool, error) { return true,
 func TestQuotaStatusEstimatesQueuedWork(t *testing.T) {
 	t.Parallel()
 	// 600 downloads left and 2 list pages, 3 message-added (the rules
-	// read bodies: format full), 2 batches of 20 threads (one batchModify
-	// of up to 1,000 messages) and 20 threads' bodies; at 100 units a
-	// minute.
+	// read bodies: format full, and so do the full sync's downloads), 2
+	// batches of 20 threads (one batchModify of up to 1,000 messages) and
+	// 20 threads' bodies; at 100 units a minute.
 	for _, c := range []struct {
 		prices  string
 		units   int
 		minutes int
 	}{
 		{google.Prices2025, 600*5 + 2*5 + 3*5 + 50 + 20*5, 32},
-		{google.Prices2026, 600*20 + 2*5 + 3*60 + 50 + 20*60, 135},
+		{google.Prices2026, 600*60 + 2*5 + 3*60 + 50 + 20*60, 375},
 	} {
 		t.Run(c.prices, func(t *testing.T) {
 			t.Parallel()

@@ -53,6 +53,34 @@ func (p *Pipeline) NeedsBody(_ context.Context, accountID string) (bool, error) 
 	return need, err
 }
 
+// BodyRules returns how the live rules of the account's user that read
+// bodies, at their versions now, decide a message with its body (the
+// gmail pipeline's full sync asks, when it reads bodies for them); nil
+// when none does.
+func (p *Pipeline) BodyRules(_ context.Context, accountID string) (func(store.Message, string) []store.BodyVerdict, error) {
+	var body []*compiledRule
+	err := p.db.View(func(tx *store.Tx) error {
+		rs, err := p.userRules(tx, accountID)
+		for _, r := range rs {
+			if r.needBody && !r.deleted {
+				body = append(body, r)
+			}
+		}
+		return err
+	})
+	if err != nil || len(body) == 0 {
+		return nil, err
+	}
+	return func(m store.Message, text string) []store.BodyVerdict {
+		msg := Message{From: m.From, To: m.To, Cc: m.Cc, Subject: m.Subject, Body: text}
+		out := make([]store.BodyVerdict, 0, len(body))
+		for _, r := range body {
+			out = append(out, store.BodyVerdict{Rule: r.id, Version: r.version, Match: r.match.Match(&msg)})
+		}
+		return out
+	}, nil
+}
+
 // ApplyNew applies the user's rules to a message that just arrived and was
 // stored (gmail:message-added calls it; body is its text when NeedsBody
 // said so). The labels of the matching rules are created in Gmail when

@@ -157,13 +157,29 @@ func (b *batch) loadMessages(tx *store.Tx) error {
 	return nil
 }
 
-func (b *batch) needBody() bool {
-	for _, r := range b.live {
-		if r.needBody {
-			return true
+// needsBody reports whether a live rule that reads bodies has no verdict
+// of its version on the message: a full sync that read its body took the
+// verdicts of the rules in force then (store.Message.BodyVerdicts).
+func (bm *batchMessage) needsBody(live []*compiledRule) bool {
+	for _, r := range live {
+		if r.needBody && !r.deleted {
+			if _, ok := bm.m.BodyVerdict(r.id, r.version); !ok {
+				return true
+			}
 		}
 	}
 	return false
+}
+
+// matches reports whether live rule r matches the message: by the verdict
+// a full sync took on its body, else by msg.
+func (bm *batchMessage) matches(r *compiledRule, msg *Message) bool {
+	if r.needBody {
+		if match, ok := bm.m.BodyVerdict(r.id, r.version); ok {
+			return match
+		}
+	}
+	return r.match.Match(msg)
 }
 
 func (b *batch) run(ctx context.Context) error {
@@ -173,10 +189,8 @@ func (b *batch) run(ctx context.Context) error {
 		return err
 	}
 	b.gm = gm
-	if b.needBody() {
-		if err := b.fetchBodies(ctx); err != nil {
-			return err
-		}
+	if err := b.fetchBodies(ctx); err != nil {
+		return err
 	}
 	// Which label each message should carry, by key.
 	names := map[string]string{}
@@ -192,7 +206,7 @@ func (b *batch) run(ctx context.Context) error {
 		}
 		msg := Message{From: bm.m.From, To: bm.m.To, Cc: bm.m.Cc, Subject: bm.m.Subject, Body: bm.body}
 		for _, r := range b.live {
-			if !r.deleted && r.match.Match(&msg) {
+			if !r.deleted && bm.matches(r, &msg) {
 				if bm.wants == nil {
 					bm.wants = map[string]*compiledRule{}
 				}
@@ -325,9 +339,19 @@ func (b *batch) commitReached(changes []provChange, failed map[string]bool) erro
 	return nil
 }
 
-// fetchBodies reads the text of every message of the batch from Gmail, a
-// few at a time: the mirror keeps no bodies.
+// fetchBodies reads from Gmail, a few at a time, the text of the batch's
+// messages that a live rule reading bodies has no verdict on: the mirror
+// keeps no bodies.
 func (b *batch) fetchBodies(ctx context.Context) error {
+	var todo []*batchMessage
+	for _, bm := range b.msgs {
+		if bm.needsBody(b.live) {
+			todo = append(todo, bm)
+		}
+	}
+	if len(todo) == 0 {
+		return nil
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
@@ -336,7 +360,7 @@ func (b *batch) fetchBodies(ctx context.Context) error {
 		first error
 		next  = make(chan *batchMessage)
 	)
-	for range min(b.p.cfg.BodyFetchers, len(b.msgs)) {
+	for range min(b.p.cfg.BodyFetchers, len(todo)) {
 		wg.Go(func() {
 			for bm := range next {
 				gmsg, err := b.gm.GetMessage(ctx, bm.m.ID, true)
@@ -358,7 +382,7 @@ func (b *batch) fetchBodies(ctx context.Context) error {
 			}
 		})
 	}
-	for _, bm := range b.msgs {
+	for _, bm := range todo {
 		select {
 		case next <- bm:
 		case <-ctx.Done():

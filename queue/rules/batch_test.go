@@ -14,6 +14,7 @@ import (
 	"mailroom/internal/googlefake"
 	"mailroom/internal/testkit"
 	"mailroom/queue"
+	"mailroom/queue/google"
 	"mailroom/store"
 )
 
@@ -341,6 +342,60 @@ func TestReclassifyReadsBodies(t *testing.T) {
 		t.Fatalf("want %d", len(want))
 	}
 	f.checkLabels("Bills", want)
+}
+
+// A full sync that read a message's body left the verdicts of the rules
+// that read bodies (store.Message.BodyVerdicts, taken by BodyRules): the
+// label pass takes a verdict of the rule's version instead of reading the
+// body again, and reads the body of a message whose verdict is of another
+// version (the rule changed since).
+func TestReclassifyTakesTheFullSyncsBodyVerdicts(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, testConfig(), true)
+	ctx := context.Background()
+	var ids []string
+	for i, body := range []string{"Your invoice #12 is due", "hello", "INVOICE #7 attached", "invoice #3"} {
+		id, err := f.fake.Gmail.AddMessage(f.email, googlefake.Message{From: "a@b.c", Subject: fmt.Sprint(i), Body: body})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	f.mirror()
+	s := spec("Bills", cond("body", "matches", `(?i)invoice #\d+`))
+	saved, err := f.p.Create(ctx, f.user, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	decide, err := f.p.BodyRules(ctx, f.account)
+	if err != nil || decide == nil {
+		t.Fatalf("BodyRules: %v (nil: %t), want the Bills rule's", err, decide == nil)
+	}
+	// The first three were read by a full sync, with the rule's version;
+	// the last one's verdict is of an older version of the rule.
+	f.update(func(tx *store.Tx) error {
+		for i, id := range ids {
+			m, err := tx.MessageGet(f.account, id)
+			if err != nil {
+				return err
+			}
+			g, _ := f.fake.Gmail.Message(f.email, id)
+			m.BodyVerdicts = decide(m, g.Body)
+			if i == 3 {
+				m.BodyVerdicts = []store.BodyVerdict{{Rule: saved.Rule.ID, Version: saved.Rule.Version - 1}}
+			}
+			if err := tx.MessagePut(f.account, m); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	before := f.fake.Gmail.QuotaUnitsByMethod(f.email)[googlefake.MethodMessagesGet]
+	f.waitDone(f.publish().ID)
+	if got := f.fake.Gmail.QuotaUnitsByMethod(f.email)[googlefake.MethodMessagesGet] - before; got != google.MustPrices(google.Prices2025).MessagesGetBody {
+		t.Errorf("the label pass spent %d units on messages.get, want one body read (the message whose verdict is of another version)", got)
+	}
+	f.checkLabels("Bills", f.want(s))
 }
 
 // Saves are validated before the limit, and only accepted saves count.

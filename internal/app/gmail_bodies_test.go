@@ -1,0 +1,70 @@
+package app_test
+
+import (
+	"fmt"
+	"maps"
+	"net/http"
+	"slices"
+	"testing"
+	"time"
+
+	"mailroom/internal/app"
+	"mailroom/internal/app/apptest"
+	"mailroom/internal/googlefake"
+	"mailroom/internal/testkit"
+	"mailroom/queue/google"
+	"mailroom/queue/rules"
+)
+
+// Issue 33: with a rule on the body in force when an account connects, the
+// full sync reads each message once, with its body (a messages.get of
+// format full, 60 units at the 2026 prices), and its label pass reads no
+// body again (before, a metadata read in the full sync and a body read in
+// the pass: 80 units a message). The label lands on exactly the messages
+// whose body matches.
+func TestFullSyncReadsEachBodyOnce(t *testing.T) {
+	t.Parallel()
+	const window = 3 * time.Second
+	fake := googlefake.StartForTest(t, googlefake.Options{PushAudience: pushAudience, GmailQuotaWindow: window})
+	ta := apptest.Start(t, withGoogle(fake, func(cfg *app.Config) {
+		cfg.GmailQuotaWindow = window
+		cfg.ReclassifyDebounce, cfg.ReclassifyMaxWait, cfg.ReclassifyTick = 100*time.Millisecond, time.Second, 50*time.Millisecond
+	}))
+	userID := createUser(ta, "owner@example.com")
+	fake.AddAccount(gmailAddr)
+	storyThreads(t, fake, gmailAddr, 80) // 96 messages, threads of one and two
+	want := map[string]bool{}
+	for i := range 12 {
+		id, err := fake.Gmail.AddMessage(gmailAddr, googlefake.Message{From: "ci@example.com", To: gmailAddr,
+			Subject: fmt.Sprint("build ", i), Body: fmt.Sprintf("build %d: deploy-7f3a finished", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[id] = true
+	}
+	size := len(fake.Gmail.Messages(gmailAddr))
+	spec := rules.Spec{Label: "Deploys", Match: "any", Conditions: []rules.Condition{{Field: "body", Op: "contains", Value: "deploy-7f3a"}}}
+	ta.JSON(http.MethodPost, "/api/v1/users/"+userID+"/rules", spec, http.StatusCreated, nil)
+	connectAccount(ta, fake, userID, gmailAddr)
+
+	labelled := func() map[string]bool {
+		got := map[string]bool{}
+		id, ok := fake.Gmail.LabelID(gmailAddr, "Deploys")
+		for _, m := range fake.Gmail.Messages(gmailAddr) {
+			if ok && slices.Contains(m.LabelIDs, id) {
+				got[m.ID] = true
+			}
+		}
+		return got
+	}
+	testkit.Eventually(t, 60*time.Second, "the full sync's label pass to finish", func() bool {
+		st := reclassify(ta, userID)
+		return st.Pending == nil && len(st.Jobs) > 0 && st.Jobs[0].FinishedAt != nil && maps.Equal(labelled(), want)
+	})
+	pr := google.MustPrices(google.Prices2026)
+	units := fake.Gmail.QuotaUnitsByMethod(gmailAddr)
+	if got := units[googlefake.MethodMessagesGet]; got != size*pr.MessagesGetBody || units[googlefake.MethodThreadsGet] != 0 {
+		t.Errorf("messages.get cost %d units and threads.get %d for %d messages; want each message read once with its body (%d units) and no thread read",
+			got, units[googlefake.MethodThreadsGet], size, size*pr.MessagesGetBody)
+	}
+}
