@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"mailroom/internal/app"
-	"mailroom/internal/app/apptest"
 	"mailroom/internal/googlefake"
 	"mailroom/internal/testkit"
 	"mailroom/queue/google"
@@ -24,14 +22,7 @@ import (
 // whose body matches.
 func TestFullSyncReadsEachBodyOnce(t *testing.T) {
 	t.Parallel()
-	const window = 3 * time.Second
-	fake := googlefake.StartForTest(t, googlefake.Options{PushAudience: pushAudience, GmailQuotaWindow: window})
-	ta := apptest.Start(t, withGoogle(fake, func(cfg *app.Config) {
-		cfg.GmailQuotaWindow = window
-		cfg.ReclassifyDebounce, cfg.ReclassifyMaxWait, cfg.ReclassifyTick = 100*time.Millisecond, time.Second, 50*time.Millisecond
-	}))
-	userID := createUser(ta, "owner@example.com")
-	fake.AddAccount(gmailAddr)
+	fake, ta, userID := quotaApp(t, 3*time.Second)
 	storyThreads(t, fake, gmailAddr, 80) // 96 messages, threads of one and two
 	want := map[string]bool{}
 	for i := range 12 {

@@ -104,13 +104,7 @@ func TestGmailQuotaSettings(t *testing.T) {
 func TestNewMailIsLabelledWhileAReclassifyRuns(t *testing.T) {
 	t.Parallel()
 	const window = 3 * time.Second
-	fake := googlefake.StartForTest(t, googlefake.Options{PushAudience: pushAudience, GmailQuotaWindow: window})
-	ta := apptest.Start(t, withGoogle(fake, func(cfg *app.Config) {
-		cfg.GmailQuotaWindow = window
-		cfg.ReclassifyDebounce, cfg.ReclassifyMaxWait, cfg.ReclassifyTick = 100*time.Millisecond, time.Second, 50*time.Millisecond
-	}))
-	userID := createUser(ta, "owner@example.com")
-	fake.AddAccount(gmailAddr)
+	fake, ta, userID := quotaApp(t, window)
 	storyThreads(t, fake, gmailAddr, 1500)
 	seedAccount(t, ta, fake, userID, gmailAddr)
 	// A rule on the body: the reclassify downloads every message again,
@@ -136,6 +130,22 @@ func TestNewMailIsLabelledWhileAReclassifyRuns(t *testing.T) {
 	if r := fake.Gmail.TotalQuotaRefusals(); r != 0 {
 		t.Errorf("Google refused %d calls", r)
 	}
+}
+
+// quotaApp starts the emulator (Google's prices in force, its mailbox
+// gmailAddr empty) and the app, Gmail's minute compressed to window on
+// both sides and the rules' debounce and tick short, and creates the
+// owner; it returns the owner's id.
+func quotaApp(t *testing.T, window time.Duration) (*googlefake.Server, *apptest.App, string) {
+	t.Helper()
+	fake := googlefake.StartForTest(t, googlefake.Options{PushAudience: pushAudience, GmailQuotaWindow: window})
+	ta := apptest.Start(t, withGoogle(fake, func(cfg *app.Config) {
+		cfg.GmailQuotaWindow = window
+		cfg.ReclassifyDebounce, cfg.ReclassifyMaxWait, cfg.ReclassifyTick = 100*time.Millisecond, time.Second, 50*time.Millisecond
+	}))
+	userID := createUser(ta, "owner@example.com")
+	fake.AddAccount(gmailAddr)
+	return fake, ta, userID
 }
 
 // fullSyncDue reports whether the account's full sync has not ended (read
