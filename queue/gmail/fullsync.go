@@ -200,8 +200,10 @@ func (p *Pipeline) startFullSync(ctx context.Context, gm *google.Gmail, acc stor
 // fullSyncSlice does one run's share of the full sync start: it lists
 // what is left to list (each page recorded in its own transaction), then
 // fetches and stores the groups left, about FullSyncSlice messages, until
-// the slice is fetched or no group is left (last). Each chunk done is
-// recorded in the transaction that stores its messages.
+// the slice is fetched or no group is left (last); while no other
+// account's full sync is recorded, it goes on slice after slice, up to
+// about FullSyncRunMax messages. Each chunk done is recorded in the
+// transaction that stores its messages.
 func (p *Pipeline) fullSyncSlice(ctx context.Context, gm *google.Gmail, accountID string, start store.FullSyncStart) (last bool, err error) {
 	st, ok := start, true
 	if !st.Grouped {
@@ -224,8 +226,9 @@ func (p *Pipeline) fullSyncSlice(ctx context.Context, gm *google.Gmail, accountI
 		}
 		return gs, nil
 	}
-	for fetched := 0; fetched < p.cfg.FullSyncSlice; {
-		gs, err := groups(p.cfg.FullSyncSlice - fetched)
+	limit := p.cfg.FullSyncSlice
+	for fetched := 0; fetched < limit; {
+		gs, err := groups(limit - fetched)
 		if err != nil || len(gs) == 0 {
 			return err == nil, err
 		}
@@ -237,9 +240,21 @@ func (p *Pipeline) fullSyncSlice(ctx context.Context, gm *google.Gmail, accountI
 			return false, err
 		}
 		fetched += n
+		if fetched >= limit && limit+p.cfg.FullSyncSlice <= p.cfg.FullSyncRunMax && p.fullSyncAlone() {
+			limit += p.cfg.FullSyncSlice
+		}
 	}
 	gs, err := groups(1)
 	return len(gs) == 0, err
+}
+
+// fullSyncAlone reports whether no other account's full sync is recorded:
+// the running one's task is the queue's only record, so nobody waits for
+// a turn.
+func (p *Pipeline) fullSyncAlone() bool {
+	n := 0
+	_ = p.db.View(func(tx *store.Tx) error { n = tx.OutboxLen(fullSyncQueue); return nil })
+	return n <= 1
 }
 
 // listPage lists the page at st.PageToken and records, in one

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -218,7 +219,7 @@ func TestFullSyncWaitsInTaskForTheProjectWindow(t *testing.T) {
 		noStart: true,
 		fake:    googlefake.Options{GmailQuotaWindow: time.Second},
 		budget:  google.BudgetConfig{ProjectUnits: 200, Window: time.Second, MaxWait: time.Millisecond},
-		cfg:     gmail.Config{FullSyncSlice: 50},
+		cfg:     gmail.Config{FullSyncSlice: 50, FullSyncRunMax: 50},
 	})
 	acc := e.connect(ann, 120)
 	recs := e.records(gmail.TypeFullSync)
@@ -237,6 +238,45 @@ func TestFullSyncWaitsInTaskForTheProjectWindow(t *testing.T) {
 	}
 }
 
+// A full sync that no other account's waits for goes on past its slice,
+// slice after slice, up to FullSyncRunMax (each hand-on is a round trip
+// through the broker, most of a lone first sync's time in runs of 25);
+// once another account's full sync is recorded, a run does its slice and
+// hands on behind it.
+func TestLoneFullSyncGoesOnPastItsSlice(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{noStart: true, cfg: gmail.Config{FullSyncSlice: 25, FullSyncRunMax: 200},
+		fake: googlefake.Options{GmailQuotaWindow: time.Second}, budget: google.BudgetConfig{Window: time.Second}})
+	acc := e.connect(ann, 620)
+	overshoot := largestThread(e, ann) - 1
+	run := func() {
+		t.Helper()
+		recs := e.records(gmail.TypeFullSync)
+		if len(recs) == 0 {
+			t.Fatal("no full sync task")
+		}
+		for _, r := range recs {
+			if strings.Contains(string(r.Payload), acc.ID) {
+				if err := e.run(r, r.Payload); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+		}
+		t.Fatalf("no full sync task of %s among %d", acc.ID, len(recs))
+	}
+	run()
+	if got := fullSyncStored(e, acc.ID, 620); got < 200 || got > 200+overshoot {
+		t.Fatalf("the lone run stored %d messages, want its run's most (200, %d at most: a thread is not split)", got, 200+overshoot)
+	}
+	e.connect("bob@example.com", 10) // bob's full sync waits now
+	before := fullSyncStored(e, acc.ID, 620)
+	run()
+	if got := fullSyncStored(e, acc.ID, 620) - before; got < 25 || got > 25+overshoot {
+		t.Fatalf("with another full sync waiting, the run stored %d messages, want its slice of 25 (%d at most)", got, 25+overshoot)
+	}
+}
+
 // TestFullSyncSlicesShareListPages: the first run lists the whole mailbox
 // of 620 (two messages.list pages of 500, not one per run) and runs of 25
 // messages take their threads from that listing; each run but the last
@@ -245,7 +285,7 @@ func TestFullSyncWaitsInTaskForTheProjectWindow(t *testing.T) {
 // threads.get a thread and one messages.get a lone message.
 func TestFullSyncSlicesShareListPages(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, envOptions{noStart: true, cfg: gmail.Config{FullSyncSlice: 25},
+	e := newEnv(t, envOptions{noStart: true, cfg: gmail.Config{FullSyncSlice: 25, FullSyncRunMax: 25},
 		fake: googlefake.Options{GmailQuotaWindow: time.Second}, budget: google.BudgetConfig{Window: time.Second}})
 	acc := e.connect(ann, 620)
 	most := 25 + largestThread(e, ann) - 1

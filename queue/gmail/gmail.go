@@ -149,6 +149,13 @@ type Config struct {
 	// Default 25: accounts that share the project's budget progress
 	// evenly, in turns of about 125 units.
 	FullSyncSlice int
+	// FullSyncRunMax is how many messages one run fetches, slice after
+	// slice, while no other account's full sync is recorded (nobody waits
+	// for a turn): each hand-on is a task's round trip through the broker,
+	// which took about four fifths of a lone first sync's time in runs of
+	// 25 (10,000 units in 8 s at the 2025 prices, against 1.5 s in runs of
+	// 500). Default 1,000; at most FullSyncSlice when lower.
+	FullSyncRunMax int
 	// GoogleTimeout bounds calls made outside a task (delete's watch stop).
 	// Default 10s.
 	GoogleTimeout time.Duration
@@ -169,6 +176,7 @@ const (
 	DefaultHistoryPageSize    = 500
 	DefaultFullSyncWorkers    = 8
 	DefaultFullSyncSlice      = 25
+	DefaultFullSyncRunMax     = 1000
 	DefaultGoogleTimeout      = 10 * time.Second
 )
 
@@ -196,6 +204,9 @@ func (c *Config) defaults() {
 	}
 	if c.FullSyncSlice <= 0 {
 		c.FullSyncSlice = DefaultFullSyncSlice
+	}
+	if c.FullSyncRunMax <= 0 {
+		c.FullSyncRunMax = DefaultFullSyncRunMax
 	}
 	if c.GoogleTimeout <= 0 {
 		c.GoogleTimeout = DefaultGoogleTimeout

@@ -57,7 +57,7 @@ func reads(e *env, email string) (calls, units int) {
 // rule reads bodies). Before, both were read twice.
 func TestNoMessageReadTwiceWhenFullAndHistorySyncOverlap(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, envOptions{noStart: true, cfg: gmail.Config{FullSyncSlice: 1}})
+	e := newEnv(t, envOptions{noStart: true, cfg: gmail.Config{FullSyncSlice: 1, FullSyncRunMax: 1}})
 	acc := e.connect(ann, 0)
 	g := e.fake.Gmail
 	for i := range 6 {
@@ -126,7 +126,7 @@ func TestNoMessageReadTwiceWhenFullAndHistorySyncOverlap(t *testing.T) {
 // dropped and read again by message-added.
 func TestNoReadOfAMessageAThreadReadBrought(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, envOptions{noStart: true, cfg: gmail.Config{FullSyncSlice: 1}})
+	e := newEnv(t, envOptions{noStart: true, cfg: gmail.Config{FullSyncSlice: 1, FullSyncRunMax: 1}})
 	refresh := e.fake.AddAccount(ann)
 	g := e.fake.Gmail
 	var thread string

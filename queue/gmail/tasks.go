@@ -29,6 +29,9 @@ type TaskConfig struct {
 	ConcurrencyState        int // MAILROOM_CONCURRENCY_STATE
 }
 
+// fullSyncQueue is gmail:full-sync's queue, which holds no other type.
+const fullSyncQueue = "gmail-full-sync"
+
 // Tasks are the pipeline's rows of the task table, without handlers
 // (Register attaches them): a queue per event type, so that a backlog of
 // new mail never holds up a read.
@@ -36,7 +39,7 @@ func Tasks(cfg TaskConfig) []queue.TaskType {
 	r, state := cfg.MaxRetries, cfg.ConcurrencyState
 	return []queue.TaskType{
 		{Name: TypeSync, Queue: "gmail-sync", Concurrency: 4, MaxRetries: r, Timeout: 30 * time.Minute},
-		{Name: TypeFullSync, Queue: "gmail-full-sync", Concurrency: 4, MaxRetries: r, Timeout: 30 * time.Minute},
+		{Name: TypeFullSync, Queue: fullSyncQueue, Concurrency: 4, MaxRetries: r, Timeout: 30 * time.Minute},
 		{Name: TypeMessageAdded, Queue: "gmail-message-added", Concurrency: cfg.ConcurrencyMessageAdded, MaxRetries: r, Timeout: 2 * time.Minute},
 		{Name: TypeMessageRead, Queue: "gmail-message-read", Concurrency: state, MaxRetries: r, Timeout: time.Minute},
 		{Name: TypeMessageUnread, Queue: "gmail-message-unread", Concurrency: state, MaxRetries: r, Timeout: time.Minute},
