@@ -466,7 +466,7 @@ const storeChunk = 25
 // body read were two reads of each message, 80 units at the 2026 prices
 // against 60).
 func (p *Pipeline) fetchAndStore(ctx context.Context, gm *google.Gmail, accountID string, requested uint64, groups []store.FullSyncGroup) (n int, err error) {
-	decide, err := p.rules.BodyRules(ctx, accountID)
+	body, err := p.rules.BodyRules(ctx, accountID)
 	if err != nil {
 		return 0, fmt.Errorf("gmail: full sync of account %s: %w", accountID, err)
 	}
@@ -494,7 +494,7 @@ func (p *Pipeline) fetchAndStore(ctx context.Context, gm *google.Gmail, accountI
 			defer wg.Done()
 			for g := range next {
 				todo := slices.DeleteFunc(slices.Clone(g.IDs), func(id string) bool { return stored[id] })
-				msgs, err := p.fetchGroup(ctx, gm, accountID, g.ThreadID, todo, decide != nil)
+				msgs, err := p.fetchGroup(ctx, gm, accountID, g.ThreadID, todo, body != nil)
 				if err != nil {
 					failed.Store(true)
 				}
@@ -518,7 +518,7 @@ func (p *Pipeline) fetchAndStore(ctx context.Context, gm *google.Gmail, accountI
 	resumed := 0
 	flush := func() {
 		if storeErr == nil && len(done) > 0 {
-			if storeErr = p.storeFetched(accountID, requested, snapshots(batch, decide), done, resumed); storeErr != nil {
+			if storeErr = p.storeFetched(accountID, requested, snapshots(batch, body), done, resumed); storeErr != nil {
 				failed.Store(true)
 			}
 		}
@@ -717,14 +717,14 @@ func (p *Pipeline) notFetchedYet(accountID string, refs []google.MessageRef) ([]
 }
 
 // snapshots are the fetched messages as the mirror stores them, each with
-// the verdicts of the rules that read bodies when decide is set (their
+// the verdicts of the rules that read bodies when body is set (their
 // bodies were read for them).
-func snapshots(fetched []google.Message, decide func(store.Message, string) []store.BodyVerdict) []store.Message {
+func snapshots(fetched []google.Message, body *store.BodyRules) []store.Message {
 	out := make([]store.Message, len(fetched))
 	for i, f := range fetched {
 		out[i] = snapshot(f)
-		if decide != nil {
-			out[i].BodyVerdicts = decide(out[i], f.Body)
+		if body != nil {
+			out[i].BodyVerdicts = body.Decide(out[i], f.Body)
 		}
 	}
 	return out

@@ -65,12 +65,12 @@ type RuleApplier interface {
 	// that runs again), so its effects must be idempotent (label set
 	// operations). An error makes the message-added task retry.
 	ApplyNew(ctx context.Context, accountID string, msg store.Message, body string) error
-	// BodyRules returns how the rules of the account's user that read
-	// bodies, as they are now, decide a message with its body; nil when
-	// none does. A full sync that reads bodies for them stores the
-	// verdicts with each message, so that its label pass does not read the
-	// bodies again.
-	BodyRules(ctx context.Context, accountID string) (func(m store.Message, body string) []store.BodyVerdict, error)
+	// BodyRules returns the rules of the account's user that read bodies,
+	// as they are now; nil when none does. A read of a body for them (a
+	// full sync's, message-added's) stores their verdicts with the
+	// message, so that neither the label pass nor a message-added of a
+	// message the mirror holds reads that body again.
+	BodyRules(ctx context.Context, accountID string) (*store.BodyRules, error)
 	// ReclassifyAccount schedules the user's rules over the account's
 	// mail, in tx: the transaction that records a full sync of the account
 	// complete (the mail a full sync brings in never passes ApplyNew). A
@@ -88,9 +88,7 @@ func (NoRules) NeedsBody(context.Context, string) (bool, error) { return false, 
 func (NoRules) ApplyNew(context.Context, string, store.Message, string) error { return nil }
 
 // BodyRules implements RuleApplier.
-func (NoRules) BodyRules(context.Context, string) (func(store.Message, string) []store.BodyVerdict, error) {
-	return nil, nil
-}
+func (NoRules) BodyRules(context.Context, string) (*store.BodyRules, error) { return nil, nil }
 
 // ReclassifyAccount implements RuleApplier.
 func (NoRules) ReclassifyAccount(*store.Tx, string, string) error { return nil }

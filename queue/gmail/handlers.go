@@ -188,18 +188,20 @@ func (p *Pipeline) handleAdded(ctx context.Context, t *queue.Task) error {
 		p.applied(t.Type, ev, false)
 		return nil
 	}
-	withBody, err := p.rules.NeedsBody(ctx, acc.ID)
+	body, err := p.rules.BodyRules(ctx, acc.ID)
 	if err != nil {
 		return fmt.Errorf("gmail: ask rules whether bodies are needed: %w", err)
 	}
-	if existing.Fetched && !withBody {
+	if existing.Fetched && (body == nil || body.Judged(&existing)) {
+		// In the mirror, with the verdicts of the rules that read bodies
+		// if any (a full sync read it with its body): no read.
 		return p.applyRules(ctx, t, ev, existing, "", false)
 	}
 	gm, err := p.client(ctx, acc)
 	if err != nil {
 		return err
 	}
-	f, err := p.fetch(ctx, gm, acc.ID, ev.MessageID, withBody)
+	f, err := p.fetch(ctx, gm, acc.ID, ev.MessageID, body != nil)
 	if errors.Is(err, google.ErrNotFound) {
 		// Deleted before we got to it: its message-deleted says so.
 		p.applied(t.Type, ev, false)
@@ -209,17 +211,18 @@ func (p *Pipeline) handleAdded(ctx context.Context, t *queue.Task) error {
 		return err
 	}
 	p.learnLabels(ctx, acc.ID, f.LabelIDs)
-	m, changed, err := p.storeAdded(acc.ID, f)
+	m, changed, err := p.storeAdded(acc.ID, f, body)
 	if err != nil {
 		return err
 	}
 	return p.applyRules(ctx, t, ev, m, f.Body, changed)
 }
 
-// storeAdded merges a message read by message-added into the mirror and,
-// while the account's full sync runs, notes it as read for that full sync
-// (which then skips it), in one transaction.
-func (p *Pipeline) storeAdded(accountID string, f google.Message) (m store.Message, changed bool, err error) {
+// storeAdded merges a message read by message-added into the mirror, with
+// the verdicts of the rules that read bodies when body is set, and, while
+// the account's full sync runs, notes it as read for that full sync (which
+// then skips it), in one transaction.
+func (p *Pipeline) storeAdded(accountID string, f google.Message, body *store.BodyRules) (m store.Message, changed bool, err error) {
 	err = p.writes.Do(func(tx *store.Tx) error {
 		acc, err := tx.AccountGet(accountID)
 		if err != nil {
@@ -229,7 +232,7 @@ func (p *Pipeline) storeAdded(accountID string, f google.Message) (m store.Messa
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
 			return err
 		}
-		if changed = m.MergeFetched(snapshot(f)); changed {
+		if changed = m.MergeFetched(snapshots([]google.Message{f}, body)[0]); changed {
 			if err := tx.MessagePut(accountID, m); err != nil {
 				return err
 			}

@@ -317,6 +317,16 @@ func (e *env) account(id string) store.Account {
 	return a
 }
 
+// message returns the mirror's record of a message.
+func (e *env) message(accountID, id string) store.Message {
+	e.t.Helper()
+	var m store.Message
+	if err := e.db.View(func(tx *store.Tx) (err error) { m, err = tx.MessageGet(accountID, id); return err }); err != nil {
+		e.t.Fatal(err)
+	}
+	return m
+}
+
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s

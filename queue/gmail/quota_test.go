@@ -176,10 +176,20 @@ func TestRestartResumesTheBudgetConservatively(t *testing.T) {
 	}
 }
 
-// bodyRules is a RuleApplier whose rules read bodies.
+// bodyRules is a RuleApplier with one rule, version 1, that reads bodies
+// (it matches those that say "text").
 type bodyRules struct{ gmail.NoRules }
 
 func (bodyRules) NeedsBody(context.Context, string) (bool, error) { return true, nil }
+
+func (bodyRules) BodyRules(context.Context, string) (*store.BodyRules, error) {
+	return &store.BodyRules{
+		Versions: []store.BodyVerdict{{Rule: "r1", Version: 1}},
+		Decide: func(_ store.Message, body string) []store.BodyVerdict {
+			return []store.BodyVerdict{{Rule: "r1", Version: 1, Match: strings.Contains(body, "text")}}
+		},
+	}, nil
+}
 
 // While work waits for quota, the status says how many minutes of the
 // account's budget its queued work takes: the full sync's downloads left,

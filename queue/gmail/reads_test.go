@@ -189,19 +189,24 @@ func decodeEv(t *testing.T, payload []byte) gmail.Event {
 
 // TestBodyReadOnlyWhenARuleReadsBodies: with no rule that reads bodies,
 // a full sync and new mail make no read of format full (each get costs
-// the metadata price); with one, a new message the mirror already holds
-// is read once more, with its body (the mirror keeps none), at the body's
-// price.
+// the metadata price). With one, the full sync reads the message with
+// its body and keeps the rule's verdict, and the message-added of a
+// message the mirror holds with its verdicts reads nothing again (before,
+// the mirror keeping no bodies, it read the body once more: a message
+// read twice because the full sync and the history sync overlapped); a
+// new message that the mirror does not hold is read once, with its body,
+// and keeps its verdict too.
 func TestBodyReadOnlyWhenARuleReadsBodies(t *testing.T) {
 	t.Parallel()
 	pr := google.MustPrices(google.DefaultPrices)
 	for _, c := range []struct {
-		name  string
-		rules gmail.RuleApplier
-		want  int // units of messages.get by message-added
+		name     string
+		rules    gmail.RuleApplier
+		fullSync int // units of the full sync's messages.get
+		fresh    int // units of message-added's read of a message not in the mirror
 	}{
-		{"no body rule", gmail.NoRules{}, 0},
-		{"a body rule", bodyRules{}, pr.MessagesGetBody},
+		{"no body rule", gmail.NoRules{}, pr.MessagesGet, pr.MessagesGet},
+		{"a body rule", bodyRules{}, pr.MessagesGetBody, pr.MessagesGetBody},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -220,14 +225,35 @@ func TestBodyReadOnlyWhenARuleReadsBodies(t *testing.T) {
 			}
 			e.runFullSyncOnce()
 			gets := func() int { return e.fake.Gmail.QuotaUnitsByMethod(ann)[googlefake.MethodMessagesGet] }
-			if got := gets(); got != pr.MessagesGet {
-				t.Fatalf("the full sync's get cost %d units, want the metadata price %d", got, pr.MessagesGet)
+			if got := gets(); got != c.fullSync {
+				t.Fatalf("the full sync's get cost %d units, want %d", got, c.fullSync)
 			}
 			if n := e.runEvents(id); n != 1 {
 				t.Fatalf("ran %d events, want message-added", n)
 			}
-			if got := gets() - pr.MessagesGet; got != c.want {
-				t.Errorf("message-added's reads cost %d units, want %d", got, c.want)
+			if got := gets() - c.fullSync; got != 0 {
+				t.Errorf("message-added of a message the full sync read cost %d units, want none", got)
+			}
+			// A new message, not in the mirror: one read.
+			fresh, err := e.fake.Gmail.AddMessage(ann, googlefake.Message{From: "bob@example.com", To: ann, Subject: "newer", Body: "more text"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			before := gets()
+			e.notify(ann)
+			e.runAll(gmail.TypeSync)
+			if n := e.runEvents(fresh); n != 1 {
+				t.Fatalf("ran %d events, want message-added", n)
+			}
+			if got := gets() - before; got != c.fresh {
+				t.Errorf("message-added of a new message cost %d units, want %d", got, c.fresh)
+			}
+			if c.rules == (bodyRules{}) {
+				for _, mid := range []string{id, fresh} {
+					if m := e.message(acc.ID, mid); len(m.BodyVerdicts) != 1 || !m.BodyVerdicts[0].Match {
+						t.Errorf("message %s kept verdicts %+v, want the rule's match", mid, m.BodyVerdicts)
+					}
+				}
 			}
 		})
 	}

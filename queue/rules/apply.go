@@ -53,11 +53,10 @@ func (p *Pipeline) NeedsBody(_ context.Context, accountID string) (bool, error) 
 	return need, err
 }
 
-// BodyRules returns how the live rules of the account's user that read
-// bodies, at their versions now, decide a message with its body (the
-// gmail pipeline's full sync asks, when it reads bodies for them); nil
-// when none does.
-func (p *Pipeline) BodyRules(_ context.Context, accountID string) (func(store.Message, string) []store.BodyVerdict, error) {
+// BodyRules returns the live rules of the account's user that read bodies,
+// at their versions now, and how they decide a message with its body (the
+// gmail pipeline asks, when it reads bodies for them); nil when none does.
+func (p *Pipeline) BodyRules(_ context.Context, accountID string) (*store.BodyRules, error) {
 	var body []*compiledRule
 	err := p.db.View(func(tx *store.Tx) error {
 		rs, err := p.userRules(tx, accountID)
@@ -71,14 +70,18 @@ func (p *Pipeline) BodyRules(_ context.Context, accountID string) (func(store.Me
 	if err != nil || len(body) == 0 {
 		return nil, err
 	}
-	return func(m store.Message, text string) []store.BodyVerdict {
+	out := &store.BodyRules{Decide: func(m store.Message, text string) []store.BodyVerdict {
 		msg := Message{From: m.From, To: m.To, Cc: m.Cc, Subject: m.Subject, Body: text}
-		out := make([]store.BodyVerdict, 0, len(body))
+		vs := make([]store.BodyVerdict, 0, len(body))
 		for _, r := range body {
-			out = append(out, store.BodyVerdict{Rule: r.id, Version: r.version, Match: r.match.Match(&msg)})
+			vs = append(vs, store.BodyVerdict{Rule: r.id, Version: r.version, Match: r.match.Match(&msg)})
 		}
-		return out
-	}, nil
+		return vs
+	}}
+	for _, r := range body {
+		out.Versions = append(out.Versions, store.BodyVerdict{Rule: r.id, Version: r.version})
+	}
+	return out, nil
 }
 
 // ApplyNew applies the user's rules to a message that just arrived and was
@@ -123,7 +126,7 @@ func (p *Pipeline) applyNew(ctx context.Context, accountID string, m store.Messa
 	if len(rules) == 0 {
 		return nil
 	}
-	mt := matchNew(rules, Message{From: m.From, To: m.To, Cc: m.Cc, Subject: m.Subject, Body: body})
+	mt := matchNew(rules, &m, Message{From: m.From, To: m.To, Cc: m.Cc, Subject: m.Subject, Body: body})
 	if len(mt.wants) == 0 {
 		return nil
 	}
@@ -365,11 +368,12 @@ type newMatches struct {
 	markRead, archive *compiledRule            // the first matching rule with the action
 }
 
-// matchNew matches msg against rules.
-func matchNew(rules []*compiledRule, msg Message) newMatches {
+// matchNew matches message m, msg being its fields as rules read them,
+// against rules.
+func matchNew(rules []*compiledRule, m *store.Message, msg Message) newMatches {
 	mt := newMatches{wants: map[string]*compiledRule{}, names: map[string]string{}, create: map[string]bool{}}
 	for _, r := range rules {
-		if r.match.Match(&msg) {
+		if r.matches(m, &msg) {
 			mt.wants[r.labelKey], mt.names[r.labelKey], mt.create[r.labelKey] = r, r.label, true
 			if r.spec.Actions.MarkRead && mt.markRead == nil {
 				mt.markRead = r

@@ -23,6 +23,39 @@ func (f *fixture) stored(id string) store.Message {
 	return m
 }
 
+// New mail that the mirror holds with the verdicts of the rules that read
+// bodies (a full sync read it with its body) is labelled by them without
+// its body: message-added reads nothing again.
+func TestApplyNewTakesTheMessagesBodyVerdicts(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, testConfig(), false)
+	ctx := context.Background()
+	if _, err := f.p.Create(ctx, f.user, spec("Deploys", cond("body", "contains", "deploy-7f3a"))); err != nil {
+		t.Fatal(err)
+	}
+	id, err := f.fake.Gmail.AddMessage(f.email, googlefake.Message{From: "ci@example.com", Subject: "done", Body: "deploy-7f3a finished"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.mirror()
+	body, err := f.p.BodyRules(ctx, f.account)
+	if err != nil || body == nil || len(body.Versions) != 1 {
+		t.Fatalf("BodyRules: %+v, %v; want the Deploys rule", body, err)
+	}
+	m := f.stored(id)
+	m.BodyVerdicts = body.Decide(m, "deploy-7f3a finished")
+	if !body.Judged(&m) || !m.BodyVerdicts[0].Match {
+		t.Fatalf("verdicts %+v, want the rule's match", m.BodyVerdicts)
+	}
+	if err := f.p.ApplyNew(ctx, f.account, m, ""); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := f.fake.Gmail.Message(f.email, id)
+	if l, ok := f.fake.Gmail.LabelID(f.email, "Deploys"); !ok || !slices.Contains(got.LabelIDs, l) {
+		t.Fatalf("labels %v: want Deploys, by the verdict the full sync took on the body", got.LabelIDs)
+	}
+}
+
 func TestApplyNewLabelsOnceWithActionsAndProvenance(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, testConfig(), false)

@@ -171,16 +171,6 @@ func (bm *batchMessage) needsBody(live []*compiledRule) bool {
 	return false
 }
 
-// matches reports whether live rule r matches the message: by the verdict
-// a full sync took on its body, else by msg.
-func (bm *batchMessage) matches(r *compiledRule, msg *Message) bool {
-	if r.needBody {
-		if match, ok := bm.m.BodyVerdict(r.id, r.version); ok {
-			return match
-		}
-	}
-	return r.match.Match(msg)
-}
 
 func (b *batch) run(ctx context.Context) error {
 	start := time.Now()
@@ -206,7 +196,7 @@ func (b *batch) run(ctx context.Context) error {
 		}
 		msg := Message{From: bm.m.From, To: bm.m.To, Cc: bm.m.Cc, Subject: bm.m.Subject, Body: bm.body}
 		for _, r := range b.live {
-			if !r.deleted && bm.matches(r, &msg) {
+			if !r.deleted && r.matches(&bm.m, &msg) {
 				if bm.wants == nil {
 					bm.wants = map[string]*compiledRule{}
 				}

@@ -380,7 +380,7 @@ func TestReclassifyTakesTheFullSyncsBodyVerdicts(t *testing.T) {
 				return err
 			}
 			g, _ := f.fake.Gmail.Message(f.email, id)
-			m.BodyVerdicts = decide(m, g.Body)
+			m.BodyVerdicts = decide.Decide(m, g.Body)
 			if i == 3 {
 				m.BodyVerdicts = []store.BodyVerdict{{Rule: saved.Rule.ID, Version: saved.Rule.Version - 1}}
 			}

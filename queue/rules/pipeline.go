@@ -593,6 +593,19 @@ type compiledRule struct {
 	needBody bool
 }
 
+// matches reports whether the rule matches message m, msg being its fields
+// as rules read them: for a rule that reads bodies, by the verdict a read
+// of m's body left for the rule's version (store.Message.BodyVerdicts),
+// else by msg.
+func (c *compiledRule) matches(m *store.Message, msg *Message) bool {
+	if c.needBody {
+		if match, ok := m.BodyVerdict(c.id, c.version); ok {
+			return match
+		}
+	}
+	return c.match.Match(msg)
+}
+
 // compile returns the matcher of a stored rule version, compiling each
 // version once.
 func (p *Pipeline) compile(r store.Rule) (*compiledRule, error) {
