@@ -171,7 +171,6 @@ func (bm *batchMessage) needsBody(live []*compiledRule) bool {
 	return false
 }
 
-
 func (b *batch) run(ctx context.Context) error {
 	start := time.Now()
 	gm, err := b.p.gmail(ctx, b.pl.AccountID)
