@@ -61,7 +61,8 @@ type RuleApplier interface {
 	NeedsBody(ctx context.Context, accountID string) (bool, error)
 	// ApplyNew applies the user's rules to a message that just arrived,
 	// after it was stored. body is the text/plain body when NeedsBody said
-	// so, else empty. It may be called more than once for a message (a task
+	// so, else empty (empty too when msg holds the verdicts of every rule
+	// that reads bodies: BodyRules). It may be called more than once for a message (a task
 	// that runs again), so its effects must be idempotent (label set
 	// operations). An error makes the message-added task retry.
 	ApplyNew(ctx context.Context, accountID string, msg store.Message, body string) error

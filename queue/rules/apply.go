@@ -86,7 +86,8 @@ func (p *Pipeline) BodyRules(_ context.Context, accountID string) (*store.BodyRu
 
 // ApplyNew applies the user's rules to a message that just arrived and was
 // stored (gmail:message-added calls it; body is its text when NeedsBody
-// said so). The labels of the matching rules are created in Gmail when
+// said so, or empty when m holds the verdicts of the rules that read
+// bodies: a rule that reads bodies takes its verdict where m has one). The labels of the matching rules are created in Gmail when
 // missing, and they and the actions (mark read, archive) go in one
 // messages.modify; each label added is recorded with the rule and version
 // that added it. Running it again for the same message changes nothing.
