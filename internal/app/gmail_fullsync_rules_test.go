@@ -8,8 +8,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"mailroom/internal/app"
-	"mailroom/internal/app/apptest"
 	"mailroom/internal/googlefake"
 	"mailroom/internal/testkit"
 	"mailroom/queue/rules"
@@ -26,14 +24,7 @@ import (
 // Gmail's minute is compressed to 1 s, emulator and budget alike.
 func TestFullSyncHandsItsMailToTheRulesOnce(t *testing.T) {
 	t.Parallel()
-	const window = time.Second
-	fake := googlefake.StartForTest(t, googlefake.Options{PushAudience: pushAudience, GmailQuotaWindow: window})
-	ta := apptest.Start(t, withGoogle(fake, func(cfg *app.Config) {
-		cfg.GmailQuotaWindow = window
-		cfg.ReclassifyDebounce, cfg.ReclassifyMaxWait, cfg.ReclassifyTick = 100*time.Millisecond, time.Second, 50*time.Millisecond
-	}))
-	userID := createUser(ta, "owner@example.com")
-	fake.AddAccount(gmailAddr)
+	fake, ta, userID := quotaApp(t, time.Second)
 	if _, err := fake.Gmail.Generate(gmailAddr, 2500, 10); err != nil {
 		t.Fatal(err)
 	}
