@@ -80,27 +80,6 @@ type BodyVerdict struct {
 	Match   bool   `json:"match,omitempty"`
 }
 
-// BodyRules are the rules of a user that read bodies, at their versions
-// when they were read, and how they decide a message with its body
-// (queue/rules makes them; the gmail pipeline takes the verdicts when it
-// reads a body).
-type BodyRules struct {
-	// Versions are the rules' ids and versions (Match unset).
-	Versions []BodyVerdict
-	// Decide returns each rule's verdict on m with its body.
-	Decide func(m Message, body string) []BodyVerdict
-}
-
-// Judged reports whether m holds a verdict of each of the rules.
-func (r *BodyRules) Judged(m *Message) bool {
-	for _, v := range r.Versions {
-		if _, ok := m.BodyVerdict(v.Rule, v.Version); !ok {
-			return false
-		}
-	}
-	return true
-}
-
 // BodyVerdict returns the message's verdict of version version of rule
 // rule, if one was taken.
 func (m *Message) BodyVerdict(rule string, version int) (match, ok bool) {

@@ -13,6 +13,7 @@ import (
 	"mailroom/queue"
 	"mailroom/queue/google"
 	"mailroom/queue/googleerr"
+	"mailroom/queue/rules"
 	"mailroom/store"
 )
 
@@ -719,7 +720,7 @@ func (p *Pipeline) notFetchedYet(accountID string, refs []google.MessageRef) ([]
 // snapshots are the fetched messages as the mirror stores them, each with
 // the verdicts of the rules that read bodies when body is set (their
 // bodies were read for them).
-func snapshots(fetched []google.Message, body *store.BodyRules) []store.Message {
+func snapshots(fetched []google.Message, body *rules.BodyRules) []store.Message {
 	out := make([]store.Message, len(fetched))
 	for i, f := range fetched {
 		out[i] = snapshot(f)

@@ -31,6 +31,7 @@ import (
 	"mailroom/queue/google"
 	"mailroom/queue/google/accounts"
 	"mailroom/queue/googleerr"
+	"mailroom/queue/rules"
 	"mailroom/store"
 )
 
@@ -71,7 +72,7 @@ type RuleApplier interface {
 	// full sync's, message-added's) stores their verdicts with the
 	// message, so that neither the label pass nor a message-added of a
 	// message the mirror holds reads that body again.
-	BodyRules(ctx context.Context, accountID string) (*store.BodyRules, error)
+	BodyRules(ctx context.Context, accountID string) (*rules.BodyRules, error)
 	// ReclassifyAccount schedules the user's rules over the account's
 	// mail, in tx: the transaction that records a full sync of the account
 	// complete (the mail a full sync brings in never passes ApplyNew). A
@@ -89,7 +90,7 @@ func (NoRules) NeedsBody(context.Context, string) (bool, error) { return false, 
 func (NoRules) ApplyNew(context.Context, string, store.Message, string) error { return nil }
 
 // BodyRules implements RuleApplier.
-func (NoRules) BodyRules(context.Context, string) (*store.BodyRules, error) { return nil, nil }
+func (NoRules) BodyRules(context.Context, string) (*rules.BodyRules, error) { return nil, nil }
 
 // ReclassifyAccount implements RuleApplier.
 func (NoRules) ReclassifyAccount(*store.Tx, string, string) error { return nil }

@@ -10,6 +10,7 @@ import (
 	"mailroom/queue"
 	"mailroom/queue/google"
 	"mailroom/queue/googleerr"
+	"mailroom/queue/rules"
 	"mailroom/store"
 )
 
@@ -222,7 +223,7 @@ func (p *Pipeline) handleAdded(ctx context.Context, t *queue.Task) error {
 // the verdicts of the rules that read bodies when body is set, and, while
 // the account's full sync runs, notes it as read for that full sync (which
 // then skips it), in one transaction.
-func (p *Pipeline) storeAdded(accountID string, f google.Message, body *store.BodyRules) (m store.Message, changed bool, err error) {
+func (p *Pipeline) storeAdded(accountID string, f google.Message, body *rules.BodyRules) (m store.Message, changed bool, err error) {
 	err = p.writes.Do(func(tx *store.Tx) error {
 		acc, err := tx.AccountGet(accountID)
 		if err != nil {

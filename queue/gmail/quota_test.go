@@ -182,8 +182,8 @@ type bodyRules struct{ gmail.NoRules }
 
 func (bodyRules) NeedsBody(context.Context, string) (bool, error) { return true, nil }
 
-func (bodyRules) BodyRules(context.Context, string) (*store.BodyRules, error) {
-	return &store.BodyRules{
+func (bodyRules) BodyRules(context.Context, string) (*rules.BodyRules, error) {
+	return &rules.BodyRules{
 		Versions: []store.BodyVerdict{{Rule: "r1", Version: 1}},
 		Decide: func(_ store.Message, body string) []store.BodyVerdict {
 			return []store.BodyVerdict{{Rule: "r1", Version: 1, Match: strings.Contains(body, "text")}}

@@ -416,10 +416,10 @@ local paced = prio > 0 and pace > 0 and reserved == 0
 -- window has passed, and live mail arriving meanwhile has only what is
 -- left. The share is a third of the window at its start and shrinks with
 -- what is left of it (live mail that arrives at a steady rate needs less
--- of it as the window passes; a third kept all window long left the
--- first window's last third unspent, about a fifth of a minute of a
--- first sync at the 2025 prices). From the next window on, live work finds units as its own leave
--- the window (they entered it evenly, and it goes first while it waits),
+-- of it as the window passes; a third kept all window long left it
+-- unspent: 5,000 of a first sync's first 15,000 units at the 2025
+-- prices). From the next window on, live work finds units as its own
+-- leave the window (they entered it evenly, and it goes first while it waits),
 -- besides the share below(lim) keeps. 'pa' is when such work last asked,
 -- or, refused, when it will ask again (a first burst's callers wait out
 -- the window and come back as it leaves: still the same busy period).

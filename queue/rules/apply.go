@@ -53,10 +53,31 @@ func (p *Pipeline) NeedsBody(_ context.Context, accountID string) (bool, error) 
 	return need, err
 }
 
+// BodyRules are the live rules of a user that read bodies, at their
+// versions when they were read, and how they decide a message with its
+// body: the gmail pipeline keeps the verdicts with a message whose body it
+// read (store.Message.BodyVerdicts).
+type BodyRules struct {
+	// Versions are the rules' ids and versions (Match unset).
+	Versions []store.BodyVerdict
+	// Decide returns each rule's verdict on m with its body.
+	Decide func(m store.Message, body string) []store.BodyVerdict
+}
+
+// Judged reports whether m holds a verdict of each of the rules.
+func (r *BodyRules) Judged(m *store.Message) bool {
+	for _, v := range r.Versions {
+		if _, ok := m.BodyVerdict(v.Rule, v.Version); !ok {
+			return false
+		}
+	}
+	return true
+}
+
 // BodyRules returns the live rules of the account's user that read bodies,
 // at their versions now, and how they decide a message with its body (the
 // gmail pipeline asks, when it reads bodies for them); nil when none does.
-func (p *Pipeline) BodyRules(_ context.Context, accountID string) (*store.BodyRules, error) {
+func (p *Pipeline) BodyRules(_ context.Context, accountID string) (*BodyRules, error) {
 	var body []*compiledRule
 	err := p.db.View(func(tx *store.Tx) error {
 		rs, err := p.userRules(tx, accountID)
@@ -70,7 +91,7 @@ func (p *Pipeline) BodyRules(_ context.Context, accountID string) (*store.BodyRu
 	if err != nil || len(body) == 0 {
 		return nil, err
 	}
-	out := &store.BodyRules{Decide: func(m store.Message, text string) []store.BodyVerdict {
+	out := &BodyRules{Decide: func(m store.Message, text string) []store.BodyVerdict {
 		msg := Message{From: m.From, To: m.To, Cc: m.Cc, Subject: m.Subject, Body: text}
 		vs := make([]store.BodyVerdict, 0, len(body))
 		for _, r := range body {
